@@ -1,0 +1,36 @@
+# Two set-up commands for a fresh machine: `make demo` and `make test`. Each installs what
+# it needs (virtualenv, Python deps, openssh-server, the llama.cpp build) and is cheap to
+# repeat: the llama.cpp build is cached under ~/.cache/rigbench keyed by source and options.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint llama sshd clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# The CPU build of the pinned llama.cpp (a cache hit after the first time).
+llama: $(STAMP)
+	$(PY) provision/llamacpp_build.py --backend cpu > /dev/null
+
+# openssh-server for the provision tests (a private sshd on 127.0.0.1).
+sshd:
+	@command -v sshd >/dev/null || test -x /usr/sbin/sshd || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
+
+demo: $(STAMP) llama
+	$(VENV)/bin/rigbench local
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) llama sshd lint
+	$(VENV)/bin/pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

