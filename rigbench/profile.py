@@ -161,12 +161,19 @@ class RigProfile(StrictModel):
     request: RequestDefaults = Field(default_factory=RequestDefaults)
     source_path: str | None = Field(default=None, exclude=True)
 
-    def server_args(self, model_path: Path | str, drafter_path: Path | str | None, host: str, port: int) -> list[str]:
-        """The full llama-server argument list (without the binary)."""
+    def server_args(
+        self, model_path: Path | str, drafter_path: Path | str | None, host: str | None = None, port: int | None = None
+    ) -> list[str]:
+        """The llama-server argument list (without the binary); host and port when given."""
         args = ["-m", str(model_path)]
         if drafter_path is not None:
             args += ["-md", str(drafter_path)]
-        return args + list(self.server.args) + ["--host", host, "--port", str(port)]
+        args += list(self.server.args)
+        if host is not None:
+            args += ["--host", host]
+        if port is not None:
+            args += ["--port", str(port)]
+        return args
 
 
 def available_profiles() -> list[str]:

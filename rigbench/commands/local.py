@@ -1,0 +1,51 @@
+"""``rigbench local``: the whole pipeline on this machine (``make demo``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
+
+
+def parse_user_steps(text: str) -> list[int]:
+    try:
+        steps = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers such as 1,2,4, found {text!r}") from None
+    if not steps or any(step < 1 for step in steps):
+        raise typer.BadParameter(f"user counts must be positive integers, found {text!r}")
+    return steps
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("local")
+    def local(
+        profile: str = typer.Option("tiny", "--profile", "-p", help="bundled profile name or .toml path"),
+        users: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--users", help="user counts per step"),
+        warmup: float = typer.Option(1.0, "--warmup", min=0.0, help="warm-up seconds per step"),
+        measure: float = typer.Option(3.0, "--measure", min=0.1, help="measured seconds per step"),
+        runs: Path = typer.Option(Path("runs"), "--runs", help="folder for run directories"),
+        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
+        model: Path | None = typer.Option(None, "--model", help="serve this GGUF instead of the profile's"),
+        drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
+        max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="tokens per reply"),
+    ) -> None:
+        """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
+        if backend not in ("auto", "cpu", "cuda"):
+            raise typer.BadParameter(f"--backend must be auto, cpu or cuda, found {backend!r}")
+        report = run_local_rig(
+            LocalRigOptions(
+                profile=profile,
+                runs_root=runs,
+                user_steps=parse_user_steps(users),
+                warmup_seconds=warmup,
+                measure_seconds=measure,
+                backend=backend,
+                model_path=model,
+                drafter_path=drafter,
+                max_tokens=max_tokens,
+            )
+        )
+        typer.echo(str(report))

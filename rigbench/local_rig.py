@@ -1,0 +1,149 @@
+"""The local rig: the whole pipeline on this machine, no cloud account.
+
+build (cached) -> model (synthetic, or a GGUF file the user has) -> llama-server on a free
+loopback port -> the load sweep -> the report. It is ``make demo``'s default and the way
+every stage is exercised in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from provision.llamacpp_build import build, default_cache_dir
+from provision.local_server import LocalServer
+from provision.synthetic_models import file_sha256, write_synthetic_model
+from rigbench.errors import ProfileError, RigbenchError
+from rigbench.machine import machine_info
+from rigbench.profile import RigProfile, load_profile
+from rigbench.rundir import (
+    BuildInfo,
+    LoadSettings,
+    ModelInfo,
+    RigInfo,
+    RunDir,
+    RunManifest,
+    ServerInfo,
+    new_run_id,
+    utc_now,
+)
+
+DEFAULT_USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass
+class LocalRigOptions:
+    profile: str = "tiny"
+    runs_root: Path = Path("runs")
+    user_steps: list[int] = field(default_factory=lambda: list(DEFAULT_USER_STEPS))
+    warmup_seconds: float = 1.0
+    measure_seconds: float = 3.0
+    backend: str = "auto"
+    model_path: Path | None = None
+    drafter_path: Path | None = None
+    prompts: str = "mixed"
+    max_tokens: int | None = None
+
+
+def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
+    """The model to serve and its manifest entry; synthetic models are written on demand."""
+    spec = profile.model
+    if override is not None:
+        path = Path(override)
+    elif spec.synthetic is not None:
+        path = write_synthetic_model(
+            cache / "models" / spec.local_name, preset=spec.synthetic.preset, seed=spec.synthetic.seed
+        )
+    else:
+        path = cache / "models" / spec.local_name
+    if not path.exists():
+        raise ProfileError(
+            f"model file {path} for profile {profile.name!r} is missing; download it with "
+            f"`rigbench provision download` or pass --model PATH"
+        )
+    digest = file_sha256(path)
+    return path, ModelInfo(
+        name=path.name,
+        sha256=digest,
+        size_bytes=path.stat().st_size,
+        repo=spec.repo,
+        synthetic=spec.synthetic is not None,
+        label="synthetic random weights (llama architecture)" if spec.synthetic is not None else None,
+    )
+
+
+def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
+    """Run the local rig end to end; returns the report's path."""
+    from analysis.report import write_report
+    from loadtest.sweep import run_sweep
+
+    console = console or Console(stderr=True)
+    profile = load_profile(options.profile)
+    cache = default_cache_dir()
+    console.print(f"[bold]rigbench local[/] profile {profile.name}: building or reusing llama.cpp …")
+    built = build(
+        source=profile.llama_cpp.spec(),
+        backend=options.backend,
+        extra_options=profile.llama_cpp.cmake_options,
+        cache=cache,
+    )
+    how = "cached" if built.get("cached") else f"built in {built['build_seconds']} s"
+    console.print(f"llama.cpp {built['backend']} build {built['key']} ({how})")
+    model_path, model = model_file(profile, options.model_path, cache)
+    drafter = None
+    drafter_path = options.drafter_path
+    if drafter_path is not None:
+        drafter = ModelInfo(
+            name=drafter_path.name, sha256=file_sha256(drafter_path), size_bytes=drafter_path.stat().st_size
+        )
+    server_args = profile.server_args(model_path, drafter_path)
+    server = LocalServer(built["binaries"]["llama-server"], server_args)
+    request = profile.request
+    load = LoadSettings(
+        user_steps=list(options.user_steps),
+        warmup_seconds=options.warmup_seconds,
+        measure_seconds=options.measure_seconds,
+        max_tokens=options.max_tokens or request.max_tokens,
+        temperature=request.temperature,
+        cache_prompt=request.cache_prompt,
+        ignore_eos=request.ignore_eos,
+        prompts=options.prompts,
+    )
+    manifest = RunManifest(
+        run_id=new_run_id(profile.name),
+        created_at=utc_now(),
+        profile=profile.name,
+        rig=RigInfo(kind="local", machine=machine_info()),
+        build=BuildInfo(
+            source=built["source"],
+            backend=built["backend"],
+            cuda_arch=built["cuda_arch"],
+            cmake_options=built["cmake_options"],
+            build_seconds=built["build_seconds"],
+            key=built["key"],
+        ),
+        model=model,
+        drafter=drafter,
+        server=ServerInfo(
+            args=server.args, host=server.host, port=server.port, parallel_slots=profile.server.parallel_slots
+        ),
+        load=load,
+    )
+    run = RunDir.create(options.runs_root, manifest)
+    console.print(f"run directory {run.path}")
+    server.log_path = run.path / "llama-server.log"
+    try:
+        with server:
+            console.print(f"llama-server healthy at {server.base_url}")
+            run_sweep(run, server.base_url, profile=profile, settings=load)
+    except (RigbenchError, KeyboardInterrupt) as error:
+        current = run.read_manifest()
+        if current.status == "running":
+            status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+            run.update_manifest(status=status, status_detail=str(error) or type(error).__name__, ended_at=utc_now())
+        raise
+    report = write_report([run.path])
+    console.print(f"report: {report}")
+    return report
