@@ -1,0 +1,113 @@
+"""Step ``download``: the profile's model and drafter into the rig's NVMe folder, verified.
+
+Files come from the hub's plain ``{HF_ENDPOINT}/{repo}/resolve/main/{file}`` URLs, fetched
+on the rig by ``rig_agent.py`` (standard library: nothing to install on a bare instance),
+resuming a ``.part`` file with HTTP Range. Every file is checked against the profile's
+sha256; a mismatch deletes the file and fails. A profile sha256 of ``"unknown"`` records the
+digest of the first verified download in ``models/known_digests.json`` and checks later
+runs against it. The token (``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local
+environment) goes to the rig on stdin only: never in a command line, log or manifest.
+A synthetic model (the tiny profile) is written locally and uploaded instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+from fabric import Connection
+
+from provision.rig import RigPaths, agent, rig_step, run, upload_helpers
+from rigbench.errors import ProvisionError
+from rigbench.profile import UNKNOWN_SHA256, ModelFile, RigProfile
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+DOWNLOAD_TIMEOUT_S = 7200
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def hub_token() -> str | None:
+    for name in TOKEN_VARIABLES:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "main") -> str:
+    assert model.repo and model.file
+    return f"{endpoint or hub_endpoint()}/{model.repo}/resolve/{revision}/{urllib.parse.quote(model.file)}"
+
+
+def upload_synthetic(c: Connection, model: ModelFile, paths: RigPaths) -> dict:
+    """Write the synthetic model here and put it on the rig (skipped when the same bytes are there)."""
+    from provision.synthetic_models import file_sha256, write_synthetic_model
+
+    assert model.synthetic is not None
+    dest = f"{paths.models}/{model.local_name}"
+    with tempfile.TemporaryDirectory() as folder:
+        local = write_synthetic_model(Path(folder) / model.local_name, preset=model.synthetic.preset,
+                                      seed=model.synthetic.seed)
+        digest = file_sha256(local)
+        found = run(c, f"sha256sum {shlex.quote(dest)}", warn=True)
+        if found.ok and found.stdout.split()[0] == digest:
+            print(f"[download] {model.local_name}: present, sha256 verified", flush=True)
+            return {"file": dest, "sha256": digest, "downloaded": False}
+        c.put(str(local), remote=dest)
+    print(f"[download] {model.local_name}: synthetic model uploaded ({digest})", flush=True)
+    return {"file": dest, "sha256": digest, "downloaded": True}
+
+
+def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: int) -> dict:
+    url = resolve_url(model)
+    dest = f"{paths.models}/{model.local_name}"
+    token = hub_token()
+    arguments = [
+        "download", "--url", url, "--dest", dest, "--sha256", model.sha256 or UNKNOWN_SHA256,
+        "--digests", paths.known_digests, "--repo", model.repo,
+    ]
+    if model.size_bytes:
+        arguments += ["--size", str(model.size_bytes)]
+    if token:
+        arguments.append("--token-stdin")
+    print(f"[download] {model.repo}/{model.file} -> {dest}", flush=True)
+    result = agent(c, paths, " ".join(shlex.quote(part) for part in arguments), timeout=timeout,
+                   stdin=f"{token}\n" if token else None, hide="stdout", warn=True)
+    if not result.ok:
+        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.exited}"
+        raise ProvisionError(f"download: {model.local_name}: {reason}")
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    state = "downloaded" if outcome["downloaded"] else "present"
+    print(f"[download] {model.local_name}: {state}, sha256 {outcome['sha256']} verified", flush=True)
+    return outcome
+
+
+@rig_step("download")
+def download(c: Connection, profile: RigProfile, paths: RigPaths | None = None,
+             timeout: int = DOWNLOAD_TIMEOUT_S) -> dict[str, dict]:
+    """Put the model (and drafter) in ``<work>/rigbench/models``; return {role: {file, sha256, ...}}."""
+    paths = paths or RigPaths()
+    upload_helpers(c, paths)
+    run(c, f"mkdir -p {shlex.quote(paths.models)}")
+    outcomes = {}
+    for role, model in (("model", profile.model), ("drafter", profile.drafter)):
+        if model is None:
+            continue
+        if model.synthetic is not None:
+            outcomes[role] = upload_synthetic(c, model, paths)
+        else:
+            outcomes[role] = fetch_hub_file(c, model, paths, timeout)
+    return outcomes
+
+
+def model_paths(profile: RigProfile, paths: RigPaths) -> tuple[str, str | None]:
+    """Where the download step puts the model and drafter on the rig."""
+    drafter = f"{paths.models}/{profile.drafter.local_name}" if profile.drafter else None
+    return f"{paths.models}/{profile.model.local_name}", drafter
