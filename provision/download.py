@@ -81,7 +81,8 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
     result = agent(c, paths, " ".join(shlex.quote(part) for part in arguments), timeout=timeout,
                    stdin=f"{token}\n" if token else None, hide="stdout", warn=True)
     if not result.ok:
-        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.exited}"
+        lines = result.stderr.strip().splitlines()
+        reason = lines[-1].removeprefix("download failed: ") if lines else f"the rig helper exited {result.exited}"
         raise ProvisionError(f"download: {model.local_name}: {reason}")
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     state = "downloaded" if outcome["downloaded"] else "present"

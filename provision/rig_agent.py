@@ -127,8 +127,8 @@ def command_download(args: argparse.Namespace) -> int:
     if (expected and found != expected) or (args.size and size != args.size):
         os.unlink(partial)
         want = f"sha256 {expected}" if expected else f"{args.size} bytes"
-        print(f"download failed: {name} has sha256 {found} ({size} bytes), expected {want}; the file was deleted. "
-              "Check the profile's sha256 or the hub endpoint", file=sys.stderr)
+        print(f"download failed: sha256 is {found} ({size} bytes), expected {want}; the file was deleted: "
+              "check the profile's sha256 and the hub endpoint", file=sys.stderr)
         return 3
     os.replace(partial, args.dest)
     record(digests, args, name, found)

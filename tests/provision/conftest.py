@@ -102,3 +102,55 @@ def rig(sshd: PrivateSshd, tmp_path: Path):
 def build_cache() -> str:
     """The cache the shared CPU build lives in: the rig's build reuses it instead of rebuilding."""
     return str(default_cache_dir())
+
+
+class HubFiles:
+    """What the stand-in hub serves and the requests it saw."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.requests: list[dict] = []
+
+
+@pytest.fixture()
+def fake_hub(monkeypatch: pytest.MonkeyPatch):
+    """An HTTP server on 127.0.0.1 that answers ``/{repo}/resolve/main/{file}`` with Range, set as HF_ENDPOINT."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hub = HubFiles()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            hub.requests.append({"path": self.path, "range": self.headers.get("Range"),
+                                 "authorization": self.headers.get("Authorization")})
+            body = hub.files.get(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            start = 0
+            if self.headers.get("Range"):
+                start = int(self.headers["Range"].removeprefix("bytes=").split("-")[0])
+                if start >= len(body):
+                    self.send_error(416)
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", str(len(body) - start))
+            self.end_headers()
+            self.wfile.write(body[start:])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    yield hub
+    server.shutdown()
+    server.server_close()
