@@ -1,0 +1,161 @@
+"""The sweep's bookkeeping inside the Locust master (or local) process.
+
+At every step boundary it writes the ``StepWindow`` into the manifest and appends a
+telemetry snapshot; every second it checks the error rate and, past the threshold, marks
+the run ``failed`` with a message that says why and stops Locust. Workers never run this:
+they only send requests and write their shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from typing import Any
+
+import gevent
+import httpx
+import psutil
+
+from loadtest.shapes import Stage, boundaries
+from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
+from rigbench.rundir import RunDir, StepWindow, utc_now
+
+log = logging.getLogger("rigbench.sweep")
+CPU_WARN_PERCENT = 90.0
+FAILED_EXIT_CODE = 3
+ERROR_KIND = re.compile(r"\b(http_\d+|bad_model|connect|timeout|disconnect|malformed_sse)\b")
+
+
+class SweepController:
+    def __init__(self, environment: Any, stages: list[Stage], run: RunDir | None):
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.stages = stages
+        self.run = run
+        self.client = httpx.Client(base_url=environment.host, timeout=10)
+        self.process = psutil.Process()
+        self.process.cpu_percent()
+        self.slots = self.options.parallel_slots or server_slots(environment.host) or None
+        self.failed: str | None = None
+        self.completed_steps = -1
+        self.t0: float | None = None
+        self.greenlets: list[gevent.Greenlet] = []
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self, t0: float) -> None:
+        self.greenlets = [gevent.spawn(self._follow_schedule, t0), gevent.spawn(self._watch_errors)]
+
+    def stop(self) -> None:
+        for greenlet in self.greenlets:
+            greenlet.kill(block=False)
+
+    def finish(self) -> None:
+        """Final status when Locust quits; a run already marked failed stays failed."""
+        if self.run is None:
+            return
+        t0 = self.t0
+        if t0 is not None:
+            # Locust may stop a hair before the last "end" boundary is handled: close what is due.
+            for elapsed, index, boundary in boundaries(self.stages):
+                if boundary == "end" and index > self.completed_steps and t0 + elapsed <= time.time() + 0.05:
+                    self._close_step(index, t0 + elapsed, 0.0)
+        manifest = self.run.read_manifest()
+        if manifest.status != "running":
+            return
+        complete = self.completed_steps == len(self.stages) - 1
+        self.run.update_manifest(
+            status="complete" if complete else "interrupted",
+            status_detail=None if complete else f"stopped after {self.completed_steps + 1} of {len(self.stages)} steps",
+            ended_at=utc_now(),
+        )
+
+    # --- schedule --------------------------------------------------------------------
+    def _cpu_percent(self) -> float:
+        total = self.process.cpu_percent()
+        for child in self.process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                total += child.cpu_percent()
+        return total
+
+    def _follow_schedule(self, t0: float) -> None:
+        self.t0 = t0
+        for elapsed, index, boundary in boundaries(self.stages):
+            gevent.sleep(max(0.0, t0 + elapsed - time.time()))
+            try:
+                self._at_boundary(t0, elapsed, index, boundary)
+            except Exception:  # a bad scrape or write must not end the schedule
+                log.exception("step %d %s: bookkeeping failed", index, boundary)
+
+    def _at_boundary(self, t0: float, elapsed: float, index: int, boundary: str) -> None:
+        if boundary == "end" and index <= self.completed_steps:
+            return
+        stage = self.stages[index]
+        cpu = self._cpu_percent()
+        snapshot = take_snapshot(self.client, index, stage.users, boundary, {LOADGEN_CPU_METRIC: cpu})
+        if self.run is None:
+            return
+        self.run.append_telemetry(snapshot)
+        if boundary == "start":
+            self._open_step(t0, index, stage)
+        elif boundary == "end":
+            self._close_step(index, t0 + elapsed, cpu)
+
+    def _open_step(self, t0: float, index: int, stage: Stage) -> None:
+        assert self.run is not None
+        manifest = self.run.read_manifest()
+        started = t0 + sum(s.duration for s in self.stages[:index])
+        window = StepWindow(index=index, users=stage.users, started_at=started, measure_start=started + stage.warmup)
+        warnings = list(manifest.warnings)
+        if self.slots is not None and stage.users > self.slots:
+            warnings.append(
+                f"step {index}: {stage.users} users exceed the server's {self.slots} parallel slots; "
+                "requests queue on the server, so latency includes waiting for a slot"
+            )
+        self.run.update_manifest(steps=[*manifest.steps, window], warnings=warnings)
+
+    def _close_step(self, index: int, measure_end: float, cpu: float) -> None:
+        assert self.run is not None
+        manifest = self.run.read_manifest()
+        steps = [s.model_copy(update={"measure_end": measure_end}) if s.index == index else s for s in manifest.steps]
+        warnings = list(manifest.warnings)
+        if cpu > CPU_WARN_PERCENT * max(1, self.options.processes or 1):
+            warnings.append(
+                f"step {index}: the load generator used {cpu:.0f}% CPU; it may have been the bottleneck "
+                "(use --processes N, or more machines)"
+            )
+        self.completed_steps = index
+        self.run.update_manifest(steps=steps, last_complete_step=index, warnings=warnings)
+
+    # --- error threshold -------------------------------------------------------------
+    def _watch_errors(self) -> None:
+        limit = self.options.max_error_rate
+        minimum = self.options.min_requests_for_error_rate
+        while True:
+            gevent.sleep(1.0)
+            entry = self.environment.stats.entries.get(("e2e", "SSE"))
+            if entry is None or entry.num_requests < minimum:
+                continue
+            rate = entry.num_failures / entry.num_requests
+            if rate > limit:
+                kinds = ", ".join(
+                    sorted(
+                        {
+                            kind
+                            for e in self.environment.stats.errors.values()
+                            for kind in ERROR_KIND.findall(str(e.error))
+                        }
+                    )
+                )
+                self.failed = (
+                    f"error rate {rate:.0%} over {entry.num_requests} requests exceeds the limit of {limit:.0%} "
+                    f"(error kinds: {kinds or 'unknown'}); sweep stopped. Check the server log and the records' "
+                    "error_kind; raise --max-error-rate to tolerate more"
+                )
+                log.error(self.failed)
+                if self.run is not None:
+                    self.run.update_manifest(status="failed", status_detail=self.failed, ended_at=utc_now())
+                self.environment.process_exit_code = FAILED_EXIT_CODE
+                self.environment.runner.quit()
+                return

@@ -1,0 +1,298 @@
+"""A ground-truth SSE server: OpenAI chat-completions streams with exactly known timing.
+
+The load generator is judged against it: every reply's first token is sent ``ttft_ms``
+after the request arrived and every following token ``itl_ms`` after the previous one,
+and the server logs the unix time each event actually left (one JSON line per request,
+keyed by the client's ``X-Request-Id``). What the client measured minus what the server
+logged is the load generator's own error.
+
+It speaks just enough HTTP/1.1 (keep-alive, chunked transfer) on plain asyncio streams so
+that the server itself stays cheap at 64 users x 100 tok/s; it runs in its own process
+(``python -m loadtest.ground_truth``) so its timing never shares a CPU loop with the
+client. Like llama-server, the last chunk carries ``usage`` and ``timings``; ``/metrics``,
+``/slots``, ``/tokenize`` and ``/health`` exist for the sweep's telemetry.
+
+Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % n]``:
+``none``, ``http_500``, ``disconnect`` (closes mid-stream), ``malformed`` (a non-JSON
+event), ``stall`` (stops sending for ``stall_seconds``). A model name other than
+``model`` gets a 404 ``model_not_found``, as OpenAI answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+
+from rigbench.errors import LoadTestError
+
+FAULTS = ("none", "http_500", "disconnect", "malformed", "stall")
+
+
+class GroundTruthConfig(BaseModel):
+    ttft_ms: float = Field(50.0, ge=0)
+    itl_ms: float = Field(10.0, ge=0)
+    tokens: int | None = Field(None, gt=0, description="reply length; default: the request's max_tokens")
+    model: str = "ground-truth"
+    slots: int = 64
+    fault_cycle: list[str] = Field(default_factory=lambda: ["none"])
+    stall_seconds: float = 30.0
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.processing = 0
+        self.tokens_predicted = 0
+        self.prompt_tokens = 0
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+class GroundTruthApp:
+    def __init__(self, config: GroundTruthConfig, log_path: Path | None):
+        self.config = config
+        self.stats = _Stats()
+        self.log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {
+                    k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+                }
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                received = time.time()
+                keep = await self.route(method, path.split("?")[0], headers, body, received, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def respond(self, writer: asyncio.StreamWriter, status: str, body: bytes, ctype: str) -> bool:
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        await writer.drain()
+        return True
+
+    async def route(self, method: str, path: str, headers: dict, body: bytes, received: float, writer) -> bool:
+        if path == "/health":
+            return await self.respond(writer, "200 OK", b'{"status":"ok"}', "application/json")
+        if path == "/metrics":
+            return await self.respond(writer, "200 OK", self.metrics_text().encode(), "text/plain; version=0.0.4")
+        if path == "/slots":
+            slots = [{"id": i, "is_processing": i < self.stats.processing} for i in range(self.config.slots)]
+            return await self.respond(writer, "200 OK", json.dumps(slots).encode(), "application/json")
+        if path == "/tokenize" and method == "POST":
+            content = json.loads(body or b"{}").get("content", "")
+            tokens = list(range(len(content.split())))
+            return await self.respond(writer, "200 OK", json.dumps({"tokens": tokens}).encode(), "application/json")
+        if path == "/v1/chat/completions" and method == "POST":
+            return await self.chat(json.loads(body), headers.get("x-request-id", ""), received, writer)
+        return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
+
+    def metrics_text(self) -> str:
+        s = self.stats
+        return (
+            "# TYPE llamacpp:tokens_predicted_total counter\n"
+            f"llamacpp:tokens_predicted_total {s.tokens_predicted}\n"
+            "# TYPE llamacpp:prompt_tokens_total counter\n"
+            f"llamacpp:prompt_tokens_total {s.prompt_tokens}\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            f"llamacpp:requests_processing {s.processing}\n"
+            "# TYPE rigbench_truth_requests_total counter\n"
+            f"rigbench_truth_requests_total {s.requests}\n"
+        )
+
+    async def chat(self, request: dict, request_id: str, received: float, writer: asyncio.StreamWriter) -> bool:
+        config = self.config
+        fault = config.fault_cycle[self.stats.requests % len(config.fault_cycle)]
+        self.stats.requests += 1
+        if request.get("model", config.model) != config.model:
+            body = json.dumps(
+                {"error": {"code": "model_not_found", "message": f"model {request['model']!r} not found"}}
+            )
+            return await self.respond(writer, "404 Not Found", body.encode(), "application/json")
+        if fault == "http_500":
+            return await self.respond(writer, "500 Internal Server Error", b'{"error":"injected"}', "application/json")
+        n_tokens = config.tokens or int(request.get("max_tokens") or 16)
+        prompt_n = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        self.stats.processing += 1
+        sends: list[float] = []
+        loop = asyncio.get_running_loop()
+        base = loop.time()
+        head = {"object": "chat.completion.chunk", "model": config.model, "id": request_id}
+        try:
+            for k in range(n_tokens):
+                delay = base + (config.ttft_ms + k * config.itl_ms) / 1000.0 - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if fault == "malformed" and k == 1:
+                    writer.write(_chunk(b"data: {this is not json\n\n"))
+                    await writer.drain()
+                    return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
+                if fault == "disconnect" and k == 2:
+                    writer.transport.abort()
+                    self._log(request_id, received, sends, fault)
+                    return False
+                if fault == "stall" and k == 1:
+                    await asyncio.sleep(config.stall_seconds)
+                    writer.transport.abort()
+                    self._log(request_id, received, sends, fault)
+                    return False
+                delta = {"content": f"t{k} "} if k else {"role": "assistant", "content": f"t{k} "}
+                writer.write(_chunk(_event({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})))
+                sends.append(time.time())
+                self.stats.tokens_predicted += 1
+                if writer.transport.get_write_buffer_size() > 65536:
+                    await writer.drain()
+            predicted_ms = (sends[-1] - sends[0]) * 1000.0 if len(sends) > 1 else 0.0
+            timings = {
+                "prompt_n": prompt_n,
+                "prompt_ms": config.ttft_ms,
+                "predicted_n": n_tokens,
+                "predicted_ms": predicted_ms,
+                "predicted_per_second": (n_tokens - 1) / predicted_ms * 1000.0 if predicted_ms else None,
+            }
+            usage = {"prompt_tokens": prompt_n, "completion_tokens": n_tokens, "total_tokens": prompt_n + n_tokens}
+            tail = _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            tail += _event({**head, "choices": [], "usage": usage, "timings": timings}) + b"data: [DONE]\n\n"
+            self.stats.prompt_tokens += prompt_n
+            writer.write(_chunk(tail))
+            return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
+        finally:
+            self.stats.processing -= 1
+
+    async def _finish_chunked(
+        self, writer, request_id: str, received: float, sends: list[float], fault: str, keep: bool
+    ):
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        self._log(request_id, received, sends, fault)
+        return keep
+
+    def _log(self, request_id: str, received: float, sends: list[float], fault: str) -> None:
+        if self.log is not None:
+            line = {"request_id": request_id, "t_received": received, "sends": sends, "fault": fault}
+            self.log.write(json.dumps(line) + "\n")
+
+
+async def serve(config: GroundTruthConfig, host: str, port: int, log_path: Path | None) -> None:
+    app = GroundTruthApp(config, log_path)
+    server = await asyncio.start_server(app.handle, host, port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def read_truth_log(path: Path) -> dict[str, dict]:
+    """The server's send log, keyed by request id."""
+    entries = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                entries[entry["request_id"]] = entry
+    return entries
+
+
+class GroundTruthServer:
+    """The ground-truth server as a child process on a free loopback port (tests, selftest)."""
+
+    def __init__(self, config: GroundTruthConfig, log_path: Path, host: str = "127.0.0.1", port: int | None = None):
+        from provision.local_server import free_port
+
+        self.config = config
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = port or free_port(host)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> GroundTruthServer:
+        command = [
+            sys.executable,
+            "-m",
+            "loadtest.ground_truth",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--log",
+            str(self.log_path),
+            "--config-json",
+            self.config.model_dump_json(),
+        ]
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.process = subprocess.Popen(command, env=env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise LoadTestError(
+                    f"ground-truth server exited with {self.process.returncode} before answering /health"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        self.__exit__()
+        raise LoadTestError(f"ground-truth server on {self.base_url} did not answer /health within 20 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--log", type=Path, default=None, help="JSONL file of actual send times per request")
+    parser.add_argument("--config-json", default="{}", help="GroundTruthConfig as JSON")
+    parser.add_argument("--ttft-ms", type=float)
+    parser.add_argument("--itl-ms", type=float)
+    parser.add_argument("--tokens", type=int)
+    args = parser.parse_args(argv)
+    config = GroundTruthConfig.model_validate_json(args.config_json)
+    overrides = {k: v for k, v in (("ttft_ms", args.ttft_ms), ("itl_ms", args.itl_ms), ("tokens", args.tokens)) if v}
+    config = config.model_copy(update=overrides)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, args.host, args.port, args.log))
+
+
+if __name__ == "__main__":
+    main()

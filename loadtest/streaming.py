@@ -1,0 +1,213 @@
+"""One streaming chat-completion request, measured: httpx stream + httpx-sse parsing.
+
+Usable with or without Locust: under Locust's gevent the sync ``httpx.Client`` streams
+cooperatively (Locust has patched the sockets), elsewhere it is a plain blocking call.
+
+What is recorded is raw: unix timestamps taken as each SSE event is parsed, the count of
+events that carried content, and the server's own ``usage`` and ``timings``. Tokens are
+never counted on the client (a content chunk may hold several tokens, e.g. with a
+drafter); only ``usage``/``timings`` say how many tokens there were.
+
+Error kinds (``RequestRecord.error_kind``):
+
+    http_<code>     the server answered with a non-200 status
+    bad_model       the server refused the model name (404/400 naming the model)
+    connect         no connection could be made
+    timeout         the stream stalled longer than the read timeout
+    disconnect      the connection closed before the stream finished
+    malformed_sse   an event that is not the JSON chunk the protocol promises
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from rigbench.rundir import RequestRecord, ServerTimings
+
+CHAT_PATH = "/v1/chat/completions"
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+@dataclass
+class RequestMeta:
+    """Who sent the request and when in the sweep: copied into the record verbatim."""
+
+    shard: str
+    step: int
+    users: int
+    phase: str
+    category: str
+    context_tokens: int = 0
+
+
+@dataclass
+class StreamResult:
+    record: RequestRecord
+    chunk_times: list[float] = field(default_factory=list)
+
+
+def build_payload(
+    messages: list[dict[str, str]],
+    *,
+    model: str,
+    max_tokens: int,
+    temperature: float,
+    cache_prompt: bool,
+    ignore_eos: bool,
+) -> dict[str, Any]:
+    """The OpenAI-style body; ``cache_prompt`` and ``ignore_eos`` are llama-server extensions."""
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "cache_prompt": cache_prompt,
+    }
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    return payload
+
+
+def make_client(base_url: str, *, read_timeout: float = 60.0, connect_timeout: float = 10.0) -> httpx.Client:
+    """One client (and so one connection) per simulated user: httpx re-checks every pooled
+    connection per request, so a shared pool costs CPU growing with concurrency squared."""
+    timeout = httpx.Timeout(connect=connect_timeout, read=read_timeout, write=connect_timeout, pool=connect_timeout)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
+
+
+def _error_kind_for_status(status: int, body: str) -> str:
+    lowered = body.lower()
+    if status in (400, 404) and "model" in lowered and ("not found" in lowered or "model_not_found" in lowered):
+        return "bad_model"
+    return f"http_{status}"
+
+
+class _Malformed(Exception):
+    pass
+
+
+def stream_chat(
+    client: httpx.Client,
+    payload: dict[str, Any],
+    meta: RequestMeta,
+    *,
+    path: str = CHAT_PATH,
+    on_abort: Callable[[StreamResult], None] | None = None,
+) -> StreamResult:
+    """Send one request and follow its stream to the end; never raises for server faults
+    (they become the record's ``error_kind``), so a sweep goes on past bad responses.
+
+    If the caller is torn down mid-stream (Locust killing a user greenlet, Ctrl-C), the
+    partial request goes to ``on_abort`` marked ``interrupted`` before the exception
+    continues, so what was already measured is not lost."""
+    request_id = uuid.uuid4().hex
+    chunk_times: list[float] = []
+    state: dict[str, Any] = {"status": None, "usage": None, "timings": None, "done": False, "finished": False}
+    error_kind: str | None = None
+    error_message: str | None = None
+    t_start = time.time()
+    try:
+        with client.stream(
+            "POST", path, json=payload, headers={REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
+        ) as response:
+            state["status"] = response.status_code
+            if response.status_code != 200:
+                body = response.read().decode("utf-8", "replace")[:500]
+                error_kind = _error_kind_for_status(response.status_code, body)
+                error_message = body.strip()[:300] or None
+            else:
+                _follow_events(EventSource(response), chunk_times, state)
+                if not (state["done"] or state["finished"]):
+                    error_kind, error_message = "disconnect", "stream ended before finish_reason or [DONE]"
+    except httpx.ConnectError as error:
+        error_kind, error_message = "connect", str(error) or type(error).__name__
+    except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as error:
+        error_kind, error_message = "timeout", f"stream stalled: {type(error).__name__}"
+    except httpx.ConnectTimeout as error:
+        error_kind, error_message = "connect", f"connect timed out: {error}"
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+        error_kind, error_message = "disconnect", str(error)[:300] or type(error).__name__
+    except (_Malformed, SSEError) as error:
+        error_kind, error_message = "malformed_sse", str(error)[:300]
+    except BaseException:
+        if on_abort is not None:
+            record = _make_record(request_id, meta, t_start, time.time(), chunk_times, state, None, None)
+            on_abort(StreamResult(record=record.model_copy(update={"interrupted": True}), chunk_times=chunk_times))
+        raise
+    t_end = time.time()
+    record = _make_record(request_id, meta, t_start, t_end, chunk_times, state, error_kind, error_message)
+    return StreamResult(record=record, chunk_times=chunk_times)
+
+
+def _follow_events(source: EventSource, chunk_times: list[float], state: dict[str, Any]) -> None:
+    for event in source.iter_sse():
+        arrived = time.time()
+        data = event.data
+        if data.strip() == "[DONE]":
+            state["done"] = True
+            return
+        if not data:
+            continue
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            raise _Malformed(f"event data is not JSON: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise _Malformed(f"event data is not a JSON object: {data[:80]!r}")
+        if "error" in chunk:
+            raise _Malformed(f"error event in stream: {json.dumps(chunk['error'])[:200]}")
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content"):
+                chunk_times.append(arrived)
+            if choice.get("finish_reason"):
+                state["finished"] = True
+        if chunk.get("usage"):
+            state["usage"] = chunk["usage"]
+        if chunk.get("timings"):
+            state["timings"] = chunk["timings"]
+
+
+def _make_record(
+    request_id: str,
+    meta: RequestMeta,
+    t_start: float,
+    t_end: float,
+    chunk_times: list[float],
+    state: dict[str, Any],
+    error_kind: str | None,
+    error_message: str | None,
+) -> RequestRecord:
+    usage = state["usage"] or {}
+    timings = ServerTimings.model_validate(state["timings"]) if state["timings"] else None
+    return RequestRecord(
+        request_id=request_id,
+        shard=meta.shard,
+        step=meta.step,
+        users=meta.users,
+        phase=meta.phase,  # type: ignore[arg-type]
+        category=meta.category,
+        context_tokens=meta.context_tokens,
+        t_start=t_start,
+        t_first_token=chunk_times[0] if chunk_times else None,
+        t_last_token=chunk_times[-1] if chunk_times else None,
+        t_end=t_end,
+        content_chunks=len(chunk_times),
+        http_status=state["status"],
+        error_kind=error_kind,
+        error_message=error_message,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        timings=timings,
+    )

@@ -1,0 +1,247 @@
+"""Run one sweep: a headless Locust subprocess that fills an existing run directory.
+
+Locust runs in its own process (``python -m locust``) so gevent's monkey-patching never
+reaches the caller. Options travel on its command line, the same ones a person would
+type (``locust -f loadtest/locustfile.py --help`` lists them). This process only watches:
+it draws progress from the run directory and makes sure the manifest never stays
+``running`` once Locust is gone — ``complete``, ``failed`` (with the reason) or
+``interrupted`` (Ctrl-C, SIGTERM, or an early exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from loadtest.shapes import make_stages, total_duration
+from rigbench.errors import LoadTestError
+from rigbench.profile import RigProfile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+REPO_ROOT = LOCUSTFILE.parent.parent
+LOCUST_LOG = "locust.log"
+
+
+def locust_command(
+    run: RunDir,
+    base_url: str,
+    settings: LoadSettings,
+    *,
+    parallel_slots: int,
+    model: str = "default",
+    stop_timeout: float = 60.0,
+    max_error_rate: float = 0.5,
+    timeline: bool = False,
+) -> list[str]:
+    """The exact ``locust`` command line for a sweep (also printed for reproducing it)."""
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--host",
+        base_url,
+        "--rigbench-run-dir",
+        str(run.path),
+        "--rigbench-steps",
+        ",".join(str(users) for users in settings.user_steps),
+        "--rigbench-warmup",
+        str(settings.warmup_seconds),
+        "--rigbench-measure",
+        str(settings.measure_seconds),
+        "--max-tokens",
+        str(settings.max_tokens),
+        "--temperature",
+        str(settings.temperature),
+        "--prompts",
+        settings.prompts,
+        "--context-tokens",
+        str(settings.context_tokens),
+        "--parallel-slots",
+        str(parallel_slots),
+        "--max-error-rate",
+        str(max_error_rate),
+        "--model",
+        model,
+        "--stop-timeout",
+        str(int(stop_timeout)),
+        "--csv",
+        str(run.path / "locust"),
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+        "--exit-code-on-error",
+        "0",
+    ]
+    if settings.cache_prompt:
+        command.append("--cache-prompt")
+    if settings.ignore_eos:
+        command.append("--ignore-eos")
+    if timeline:
+        command.append("--timeline")
+    if settings.processes > 1:
+        command += ["--processes", str(settings.processes)]
+    return command
+
+
+def _count_records(run: RunDir) -> tuple[int, int]:
+    """(records, errors) written so far, read cheaply from the shards."""
+    total = errors = 0
+    folder = run.path / RunDir.RECORDS
+    for path in folder.glob("*.jsonl"):
+        with open(path, "rb") as handle:
+            for line in handle:
+                total += 1
+                if b'"error_kind"' in line:
+                    errors += 1
+    return total, errors
+
+
+def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progress: bool) -> None:
+    stages = make_stages(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
+    total = total_duration(stages)
+    if not progress:
+        process.wait()
+        return
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn("/"),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("starting locust", total=total)
+        started = None
+        while process.poll() is None:
+            time.sleep(0.5)
+            with contextlib.suppress(Exception):
+                manifest = run.read_manifest()
+                if manifest.steps:
+                    started = started or manifest.steps[0].started_at
+                    step = manifest.steps[-1]
+                    phase = "measuring" if time.time() >= step.measure_start else "warming up"
+                    records, errors = _count_records(run)
+                    bar.update(
+                        task,
+                        completed=min(total, time.time() - started),
+                        description=(
+                            f"step {step.index + 1}/{len(stages)}: {step.users} users, {phase}; "
+                            f"{records} requests, {errors} errors"
+                        ),
+                    )
+        bar.update(task, completed=total if process.returncode == 0 else bar.tasks[0].completed)
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    if not path.exists():
+        return "(no locust log)"
+    with open(path, errors="replace") as handle:
+        return " | ".join(line.strip() for line in deque(handle, maxlen=lines) if line.strip())
+
+
+def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunManifest:
+    """Whatever happened, leave a final status (the Locust process may have set one)."""
+    manifest = run.read_manifest()
+    if interrupted and manifest.status in ("running", "interrupted"):
+        return run.update_manifest(
+            status="interrupted", status_detail="stopped by Ctrl-C or SIGTERM", ended_at=manifest.ended_at or utc_now()
+        )
+    if manifest.status != "running":
+        return manifest
+    if returncode == 0:
+        expected = len(manifest.load.user_steps) - 1 if manifest.load else None
+        if manifest.last_complete_step is not None and manifest.last_complete_step == expected:
+            return run.update_manifest(status="complete", ended_at=utc_now())
+        return run.update_manifest(
+            status="interrupted", ended_at=utc_now(), status_detail="locust ended before the last step completed"
+        )
+    detail = f"locust exited with code {returncode}: {_log_tail(run.path / LOCUST_LOG)}"
+    return run.update_manifest(status="failed", status_detail=detail[:2000], ended_at=utc_now())
+
+
+def run_sweep(
+    run: RunDir,
+    base_url: str,
+    *,
+    profile: RigProfile,
+    settings: LoadSettings,
+    progress: bool = True,
+    model: str = "default",
+    max_error_rate: float = 0.5,
+    timeline: bool = False,
+) -> RunManifest:
+    """Run the whole sweep in one ``locust --headless`` process and return the final manifest.
+
+    The caller has created ``run`` (status ``running``). Records, step windows and
+    telemetry land in it as the sweep goes; a ``failed`` manifest carries the reason in
+    ``status_detail``."""
+    manifest = run.read_manifest()
+    slots = manifest.server.parallel_slots if manifest.server else profile.server.parallel_slots
+    stop_timeout = max(30.0, settings.measure_seconds)
+    command = locust_command(
+        run,
+        base_url,
+        settings,
+        parallel_slots=slots,
+        model=model,
+        stop_timeout=stop_timeout,
+        max_error_rate=max_error_rate,
+        timeline=timeline,
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    log_path = run.path / LOCUST_LOG
+    interrupted = False
+    previous_handler = None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with open(log_path, "ab") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True
+            )
+            try:
+                _watch(process, run, settings, progress)
+            except KeyboardInterrupt:
+                interrupted = True
+                _stop(process, grace=stop_timeout + 10)
+    except OSError as error:
+        run.update_manifest(status="failed", status_detail=f"could not start locust: {error}", ended_at=utc_now())
+        raise LoadTestError(
+            f"could not start locust ({error}); is it installed in {sys.executable}'s environment?"
+        ) from None
+    finally:
+        if in_main_thread and previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    return _finalise(run, process.returncode, interrupted)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(process: subprocess.Popen, grace: float) -> None:
+    """Ask Locust to stop (it writes its last records and stats), then insist."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
