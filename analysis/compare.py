@@ -1,0 +1,82 @@
+"""B against A, step by step: the drafter's gain, one instance type against another, two days.
+
+Steps are paired by (users, context tokens). The per-user ratio is paired by prompt
+category: the geometric mean over the categories both runs measured of
+(mean tok/s of B in the category / mean tok/s of A in it), with a stratified bootstrap
+interval (each run and category resampled on its own). Aggregate tok/s and TTFT p90 ratios
+combine the two runs' intervals in log space. A ratio above 1 means B is higher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis import intervals
+from analysis.figures import RunFigures, StepFigures, add_request_metrics, category_groups
+from analysis.intervals import Estimate
+from rigbench.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    users: int
+    context_tokens: int
+    categories: list[str]
+    per_user_ratio: Estimate
+    aggregate_ratio: Estimate
+    ttft_p90_ratio: Estimate
+    rate_measure: str
+
+    def to_dict(self) -> dict:
+        return {
+            "users": self.users,
+            "context_tokens": self.context_tokens,
+            "categories": self.categories,
+            "per_user_ratio": self.per_user_ratio.to_dict(),
+            "aggregate_ratio": self.aggregate_ratio.to_dict(),
+            "ttft_p90_ratio": self.ttft_p90_ratio.to_dict(),
+            "rate_measure": self.rate_measure,
+        }
+
+
+def _measured_ok(figures: RunFigures, step: StepFigures):
+    frame = figures.run.records
+    if "ok" not in frame.columns:
+        frame = add_request_metrics(frame.copy())
+        figures.run.records = frame
+    chosen = frame[(frame["step"] == step.index) & (frame["phase"] == "measure")]
+    return chosen[chosen["ok"]]
+
+
+def compare_runs(a: RunFigures, b: RunFigures) -> list[StepComparison]:
+    steps_b = {(s.users, s.context_tokens): s for s in b.steps}
+    rows = []
+    for step_a in a.steps:
+        step_b = steps_b.get((step_a.users, step_a.context_tokens))
+        if step_b is None:
+            continue
+        ok_a, ok_b = _measured_ok(a, step_a), _measured_ok(b, step_b)
+        both_server = ok_a["server_tok_s"].notna().all() and ok_b["server_tok_s"].notna().all()
+        column = "server_tok_s" if both_server and len(ok_a) and len(ok_b) else "client_tok_s"
+        groups_a, groups_b = category_groups(ok_a, column), category_groups(ok_b, column)
+        shared = sorted(set(groups_a) & set(groups_b))
+        rows.append(
+            StepComparison(
+                users=step_a.users,
+                context_tokens=step_a.context_tokens,
+                categories=shared,
+                per_user_ratio=intervals.ratio_of_geomeans(
+                    [groups_a[c] for c in shared], [groups_b[c] for c in shared]
+                ),
+                aggregate_ratio=intervals.ratio_of_estimates(step_a.aggregate_tok_s, step_b.aggregate_tok_s),
+                ttft_p90_ratio=intervals.ratio_of_estimates(step_a.ttft_s["p90"], step_b.ttft_s["p90"]),
+                rate_measure="server timings" if column == "server_tok_s" else "client",
+            )
+        )
+    if not rows:
+        raise AnalysisError(
+            f"runs {a.run.manifest.run_id} and {b.run.manifest.run_id} share no step "
+            f"(users A: {[s.users for s in a.steps]}, B: {[s.users for s in b.steps]}); "
+            "compare runs swept over the same user counts"
+        )
+    return rows

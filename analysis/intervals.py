@@ -1,0 +1,215 @@
+"""95% intervals for the figures users buy on: medians, percentiles, means, ratios.
+
+Every figure in a report is an :class:`Estimate`: the value, its 95% interval, the number of
+observations behind it and the method. Small samples use ``scipy.stats.bootstrap``
+(percentile method, fixed seed so a re-rendered report is identical). Past
+``BOOTSTRAP_MAX_N`` observations a bootstrap costs seconds per figure while the large-sample
+answers are already exact enough, so: percentiles get the distribution-free order-statistic
+interval (binomial ranks), means the normal interval, ratios and geometric means the delta
+method. The method used is written beside the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+BOOTSTRAP_MAX_N = 4000
+N_RESAMPLES = 999
+SEED = 20260
+_Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its spread: ``value [low, high] n=...`` (``None`` when n is too small)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    method: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def format(self, digits: int = 1) -> str:
+        if self.value is None:
+            return f"- (n={self.n})"
+        text = f"{self.value:.{digits}f}"
+        if self.low is not None and self.high is not None:
+            text += f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        return text + f" n={self.n}"
+
+
+def empty(n: int = 0) -> Estimate:
+    return Estimate(None, None, None, n, "none")
+
+
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    return array[np.isfinite(array)]
+
+
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable, paired: bool = False) -> tuple[float, float]:
+    """Percentile bootstrap interval; a degenerate sample (all equal) gives a zero-width one."""
+    result = stats.bootstrap(
+        samples,
+        statistic,
+        n_resamples=N_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=True,
+        paired=paired,
+        random_state=np.random.default_rng(SEED),
+    )
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if math.isnan(low) or math.isnan(high):
+        value = float(statistic(*samples, axis=-1))
+        return value, value
+    return low, high
+
+
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> Estimate:
+    """The q-quantile (numpy's default linear interpolation, Hyndman-Fan type 7) with its interval."""
+    x = _finite(values)
+    n = len(x)
+    if n == 0:
+        return empty()
+    value = float(np.quantile(x, q))
+    if n < 3:
+        return Estimate(value, None, None, n, "too few for an interval")
+    if n <= BOOTSTRAP_MAX_N:
+        low, high = _bootstrap((x,), lambda s, axis: np.quantile(s, q, axis=axis))
+        return Estimate(value, low, high, n, "bootstrap")
+    ordered = np.sort(x)
+    alpha = (1 - CONFIDENCE) / 2
+    low_rank = int(stats.binom.ppf(alpha, n, q))
+    high_rank = int(stats.binom.ppf(1 - alpha, n, q))
+    low_rank, high_rank = max(low_rank - 1, 0), min(high_rank, n - 1)
+    return Estimate(value, float(ordered[low_rank]), float(ordered[high_rank]), n, "order statistics")
+
+
+def median(values: Sequence[float] | np.ndarray) -> Estimate:
+    return quantile(values, 0.5)
+
+
+def mean(values: Sequence[float] | np.ndarray) -> Estimate:
+    x = _finite(values)
+    n = len(x)
+    if n == 0:
+        return empty()
+    value = float(np.mean(x))
+    if n < 3:
+        return Estimate(value, None, None, n, "too few for an interval")
+    if n <= BOOTSTRAP_MAX_N:
+        low, high = _bootstrap((x,), lambda s, axis: np.mean(s, axis=axis))
+        return Estimate(value, low, high, n, "bootstrap")
+    half = _Z * float(np.std(x, ddof=1)) / math.sqrt(n)
+    return Estimate(value, value - half, value + half, n, "normal")
+
+
+def ratio_of_sums(numerator: Sequence[float] | np.ndarray, denominator: Sequence[float] | np.ndarray) -> Estimate:
+    """sum(a) / sum(b) over paired observations, e.g. drafted tokens accepted / drafted."""
+    a = np.asarray(numerator, dtype=float)
+    b = np.asarray(denominator, dtype=float)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    n = len(a)
+    if n == 0 or b.sum() == 0:
+        return empty(n)
+    value = float(a.sum() / b.sum())
+    if n < 3:
+        return Estimate(value, None, None, n, "too few for an interval")
+    if n <= BOOTSTRAP_MAX_N:
+        low, high = _bootstrap((a, b), lambda x, y, axis: x.sum(axis=axis) / y.sum(axis=axis), paired=True)
+        return Estimate(value, low, high, n, "bootstrap")
+    residual = a - value * b
+    half = _Z * float(np.std(residual, ddof=1)) / (math.sqrt(n) * float(np.mean(b)))
+    return Estimate(value, value - half, value + half, n, "delta method")
+
+
+def _log_geomean_of_means(groups: Sequence[np.ndarray]) -> tuple[float, float]:
+    """log of the geometric mean of group means, and its delta-method variance."""
+    logs, variance = [], 0.0
+    for group in groups:
+        m = float(np.mean(group))
+        logs.append(math.log(m))
+        if len(group) > 1:
+            variance += float(np.var(group, ddof=1)) / (len(group) * m * m)
+    k = len(groups)
+    return sum(logs) / k, variance / (k * k)
+
+
+def geomean_of_means(groups: Sequence[Sequence[float] | np.ndarray]) -> Estimate:
+    """The seeds' figure: the geometric mean over prompt categories of each category's mean.
+
+    Categories are resampled independently (stratified bootstrap), so each keeps its own size.
+    """
+    arrays = [g for g in (_finite(group) for group in groups) if len(g) > 0 and np.all(g > 0)]
+    n = sum(len(g) for g in arrays)
+    if not arrays:
+        return empty(n)
+    log_value, variance = _log_geomean_of_means(arrays)
+    value = math.exp(log_value)
+    if min(len(g) for g in arrays) < 2:
+        return Estimate(value, None, None, n, "too few for an interval")
+    if n <= BOOTSTRAP_MAX_N:
+
+        def statistic(*samples: np.ndarray, axis: int) -> np.ndarray:
+            logs = [np.log(np.mean(s, axis=axis)) for s in samples]
+            return np.exp(np.mean(logs, axis=0))
+
+        low, high = _bootstrap(tuple(arrays), statistic)
+        return Estimate(value, low, high, n, "bootstrap (stratified)")
+    half = _Z * math.sqrt(variance)
+    return Estimate(value, math.exp(log_value - half), math.exp(log_value + half), n, "delta method")
+
+
+def ratio_of_geomeans(groups_a: Sequence[np.ndarray], groups_b: Sequence[np.ndarray]) -> Estimate:
+    """Geometric mean over categories of (mean of B / mean of A), categories paired by name
+    by the caller. Resamples each arm and category independently."""
+    pairs = [
+        (a, b)
+        for a, b in ((_finite(x), _finite(y)) for x, y in zip(groups_a, groups_b, strict=True))
+        if len(a) > 0 and len(b) > 0 and np.all(a > 0) and np.all(b > 0)
+    ]
+    n = sum(len(a) + len(b) for a, b in pairs)
+    if not pairs:
+        return empty(n)
+    log_a, var_a = _log_geomean_of_means([a for a, _ in pairs])
+    log_b, var_b = _log_geomean_of_means([b for _, b in pairs])
+    value = math.exp(log_b - log_a)
+    if min(min(len(a), len(b)) for a, b in pairs) < 2:
+        return Estimate(value, None, None, n, "too few for an interval")
+    if n <= BOOTSTRAP_MAX_N:
+        k = len(pairs)
+
+        def statistic(*samples: np.ndarray, axis: int) -> np.ndarray:
+            logs = [np.log(np.mean(s, axis=axis)) for s in samples]
+            return np.exp(np.mean(logs[k:], axis=0) - np.mean(logs[:k], axis=0))
+
+        samples = tuple(a for a, _ in pairs) + tuple(b for _, b in pairs)
+        low, high = _bootstrap(samples, statistic)
+        return Estimate(value, low, high, n, "bootstrap (stratified)")
+    half = _Z * math.sqrt(var_a + var_b)
+    return Estimate(value, math.exp(log_b - log_a - half), math.exp(log_b - log_a + half), n, "delta method")
+
+
+def ratio_of_estimates(a: Estimate, b: Estimate) -> Estimate:
+    """b / a for two independent figures; the interval combines their relative widths in
+    log space (a normal approximation), and is absent when either interval is."""
+    if a.value is None or b.value is None or a.value <= 0 or b.value <= 0:
+        return empty(a.n + b.n)
+    value = b.value / a.value
+    if None in (a.low, a.high, b.low, b.high) or min(a.low, b.low) <= 0:  # type: ignore[type-var]
+        return Estimate(value, None, None, a.n + b.n, "no interval")
+    width_a = (math.log(a.high) - math.log(a.low)) / 2  # type: ignore[arg-type]
+    width_b = (math.log(b.high) - math.log(b.low)) / 2  # type: ignore[arg-type]
+    half = math.sqrt(width_a**2 + width_b**2)
+    return Estimate(value, value * math.exp(-half), value * math.exp(half), a.n + b.n, "log-normal combination")

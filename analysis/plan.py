@@ -1,0 +1,165 @@
+"""Capacity plans: how many instances of each measured rig serve N users at the targets.
+
+For each run (one rig configuration) and each price, read the sweep *conservatively*:
+
+- a step meets the targets when the lower end of its median per-user tok/s interval (client
+  measure, what a user sees; server timings when the client cannot give it) is at least
+  ``min_tok_s``, the upper end of its TTFT p90 interval is at most ``ttft_p90_s``, and it had
+  no errors;
+- walking up the user counts, capacity is the last step that meets them before the first
+  that does not (a later step that passes again is not trusted); between that step and the
+  first failing one the crossing of each failed target is interpolated linearly in users and
+  rounded down (no interpolation past a failure caused by errors, and none beyond the largest
+  measured step);
+- instances = ceil(N / capacity); $/h = instances x price; $/Mtok at capacity uses the lower
+  end of the aggregate tok/s interval, interpolated the same way.
+
+Plans are ranked by $/h, then $/Mtok.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from analysis.cost import PriceChoice, dollars_per_mtok
+from analysis.figures import RunFigures, StepFigures
+
+
+@dataclass(frozen=True)
+class Targets:
+    users: int
+    min_tok_s: float
+    ttft_p90_s: float
+
+
+@dataclass(frozen=True)
+class Capacity:
+    users_per_instance: float
+    aggregate_tok_s: float | None
+    basis: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    run_label: str
+    price: PriceChoice
+    capacity: Capacity
+    instances: int | None
+    usd_per_hour: float | None
+    usd_per_mtok: float | None
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run_label,
+            "price": self.price.quote.model_dump(),
+            "hypothetical": self.price.hypothetical,
+            "users_per_instance": self.capacity.users_per_instance,
+            "aggregate_tok_s_at_capacity": self.capacity.aggregate_tok_s,
+            "basis": self.capacity.basis,
+            "instances": self.instances,
+            "usd_per_hour": self.usd_per_hour,
+            "usd_per_mtok": self.usd_per_mtok,
+        }
+
+
+def conservative_per_user(step: StepFigures) -> float | None:
+    estimate = step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s
+    if estimate.value is None:
+        return None
+    return estimate.low if estimate.low is not None else estimate.value
+
+
+def conservative_ttft_p90(step: StepFigures) -> float | None:
+    estimate = step.ttft_s["p90"]
+    if estimate.value is None:
+        return None
+    return estimate.high if estimate.high is not None else estimate.value
+
+
+def conservative_aggregate(step: StepFigures) -> float | None:
+    estimate = step.aggregate_tok_s
+    return estimate.low if estimate.low is not None else estimate.value
+
+
+def meets(step: StepFigures, targets: Targets) -> bool:
+    per_user, ttft = conservative_per_user(step), conservative_ttft_p90(step)
+    return (
+        step.error_count == 0
+        and per_user is not None
+        and per_user >= targets.min_tok_s
+        and ttft is not None
+        and ttft <= targets.ttft_p90_s
+    )
+
+
+def crossing(u1: float, v1: float, u2: float, v2: float, target: float) -> float:
+    """Users where the line through (u1, v1) and (u2, v2) reaches target (v1 meets it, v2 not)."""
+    if v2 == v1:
+        return u1
+    return u1 + (target - v1) * (u2 - u1) / (v2 - v1)
+
+
+def _interpolate(u1: float, v1: float | None, u2: float, v2: float | None, users: float) -> float | None:
+    if v1 is None or v2 is None or u2 == u1:
+        return v1
+    return v1 + (v2 - v1) * (users - u1) / (u2 - u1)
+
+
+def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
+    ordered = sorted(steps, key=lambda s: s.users)
+    last_pass: StepFigures | None = None
+    first_fail: StepFigures | None = None
+    for step in ordered:
+        if meets(step, targets):
+            last_pass = step
+        else:
+            first_fail = step
+            break
+    if last_pass is None:
+        return Capacity(0, None, f"targets not met at the smallest measured step ({ordered[0].users} users)")
+    if first_fail is None:
+        return Capacity(
+            last_pass.users,
+            conservative_aggregate(last_pass),
+            f"targets met at every measured step; capacity at least {last_pass.users} (no extrapolation)",
+        )
+    u1, u2 = last_pass.users, first_fail.users
+    if first_fail.error_count > 0:
+        return Capacity(u1, conservative_aggregate(last_pass), f"errors at {u2} users; measured step {u1}")
+    limits = [float(u2)]
+    p1, p2 = conservative_per_user(last_pass), conservative_per_user(first_fail)
+    if p1 is not None and p2 is not None and p2 < targets.min_tok_s:
+        limits.append(crossing(u1, p1, u2, p2, targets.min_tok_s))
+    t1, t2 = conservative_ttft_p90(last_pass), conservative_ttft_p90(first_fail)
+    if t1 is not None and t2 is not None and t2 > targets.ttft_p90_s:
+        limits.append(crossing(u1, t1, u2, t2, targets.ttft_p90_s))
+    users = max(float(u1), float(math.floor(min(limits))))
+    if users >= u2:
+        users = float(u1)
+    aggregate = _interpolate(u1, conservative_aggregate(last_pass), u2, conservative_aggregate(first_fail), users)
+    return Capacity(users, aggregate, f"interpolated between measured steps {u1} and {u2} users")
+
+
+def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets) -> Plan:
+    cap = capacity(figures.steps, targets)
+    if cap.users_per_instance <= 0:
+        return Plan(figures.run.label, price, cap, None, None, None)
+    instances = math.ceil(targets.users / cap.users_per_instance)
+    hourly = price.quote.usd_per_hour
+    return Plan(
+        figures.run.label,
+        price,
+        cap,
+        instances,
+        instances * hourly,
+        dollars_per_mtok(hourly, cap.aggregate_tok_s),
+    )
+
+
+def rank(plans: list[Plan]) -> list[Plan]:
+    """Feasible plans by $/h then $/Mtok; plans that cannot meet the targets last."""
+    return sorted(
+        plans,
+        key=lambda p: (p.usd_per_hour is None, p.usd_per_hour or 0.0, p.usd_per_mtok or math.inf, p.run_label),
+    )

@@ -1,0 +1,279 @@
+"""``report.md``, ``summary.json`` and plots from one or several run directories.
+
+The report opens with each run's per-step table, then prices and cost (each price with its
+source and date; hypothetical prices labelled), then warnings (counted), the cross-run
+comparison when several runs are given, and the definitions of every figure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+
+from tabulate import tabulate
+
+from analysis.compare import StepComparison, compare_runs
+from analysis.figures import __doc__ as FIGURE_DEFINITIONS
+from analysis.intervals import Estimate
+from analysis.plots import write_plots
+from analysis.prices import PriceBook
+from analysis.report_model import RunSection, build_section
+from rigbench.errors import AnalysisError
+
+SUMMARY_VERSION = 1
+
+
+def _ms(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return f"- (n={estimate.n})"
+    scaled = Estimate(
+        estimate.value * 1000,
+        *(None if v is None else v * 1000 for v in (estimate.low, estimate.high)),
+        estimate.n,
+        estimate.method,
+    )
+    return scaled.format(0)
+
+
+def _short(estimate: Estimate, digits: int = 1) -> str:
+    """value [low, high] without n (n is in its own column)."""
+    text = estimate.format(digits)
+    return text.rsplit(" n=", 1)[0]
+
+
+def step_table(section: RunSection) -> str:
+    rows = []
+    for step in section.figures.steps:
+        errors = ", ".join(f"{k} {v}" for k, v in sorted(step.errors.items())) or "0"
+        rows.append(
+            [
+                step.users,
+                step.requests,
+                errors,
+                _short(step.aggregate_tok_s),
+                _short(step.client_tok_s),
+                _short(step.server_tok_s),
+                _ms(step.ttft_s["p50"]).rsplit(" n=", 1)[0],
+                _ms(step.ttft_s["p90"]).rsplit(" n=", 1)[0],
+                step.ok,
+                f"{step.window_seconds:.1f}",
+            ]
+        )
+    headers = [
+        "users",
+        "requests",
+        "errors",
+        "aggregate tok/s",
+        "median per-user tok/s (client)",
+        "median per-user tok/s (server)",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "n ok",
+        "window s",
+    ]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def detail_table(section: RunSection) -> str:
+    rows = []
+    for step in section.figures.steps:
+        tokens_per_step = "-" if step.tokens_per_decode_step is None else f"{step.tokens_per_decode_step:.2f}"
+        rows.append(
+            [
+                step.users,
+                _ms(step.ttft_s["p99"]).rsplit(" n=", 1)[0],
+                " / ".join(_ms(step.itl_s[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")),
+                " / ".join(_ms(step.e2e_s[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")),
+                f"{step.request_rate:.2f}",
+                step.geomean_tok_s.format(1),
+                step.server_tok_s_mean.format(1),
+                step.draft_acceptance.format(3),
+                tokens_per_step,
+            ]
+        )
+    headers = [
+        "users",
+        "TTFT p99 ms",
+        "ITL p50/p90/p99 ms",
+        "end-to-end p50/p90/p99 ms",
+        "requests/s",
+        "geomean over categories tok/s",
+        "mean server tok/s",
+        "draft acceptance",
+        "tokens/decode step",
+    ]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def cost_section(section: RunSection) -> list[str]:
+    lines = ["Prices applied:", ""]
+    if not section.prices:
+        return ["No price is known for this run, so $/Mtok and run cost are left out (not zero)."]
+    for choice in section.prices:
+        flag = " **HYPOTHETICAL: this run did not run on this instance type**" if choice.hypothetical else ""
+        lines.append(f"- {choice.label}: {choice.quote.describe()}{flag}")
+    rows = []
+    for step, costs in zip(section.figures.steps, section.cost_rows, strict=True):
+        rows.append([step.users, _short(step.aggregate_tok_s), *(_short(c, 3) for c in costs)])
+    headers = ["users", "aggregate tok/s", *(f"$/Mtok {label}" for label in section.cost_labels)]
+    lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
+    for run_cost in section.run_costs:
+        lines.append(
+            f"- whole run at {run_cost.price.label}: {run_cost.seconds / 3600:.3f} h x "
+            f"${run_cost.price.quote.usd_per_hour:.4f}/h = ${run_cost.usd:.4f} ({run_cost.basis})"
+        )
+    return lines
+
+
+def _describe_run(section: RunSection) -> str:
+    manifest = section.figures.run.manifest
+    rig = manifest.rig
+    machine = rig.machine
+    described = ", ".join(
+        p for p in (machine.cpu_model, f"{machine.cpu_cores} cores" if machine.cpu_cores else "") if p
+    )
+    where = rig.instance_type or f"local machine {machine.hostname or '(unnamed)'}" + (
+        f" ({described})" if described else ""
+    )
+    if machine.gpu_name:
+        where += f", GPU {machine.gpu_name}"
+    parts = [f"status {manifest.status}", f"profile {manifest.profile}", f"rig {rig.kind}: {where}"]
+    if manifest.model is not None:
+        parts.append(f"model {manifest.model.label or manifest.model.name} ({manifest.model.sha256[:12]})")
+    parts.append(f"drafter {manifest.drafter.name}" if manifest.drafter is not None else "no drafter")
+    if manifest.server is not None:
+        parts.append(f"parallel slots {manifest.server.parallel_slots}")
+    if manifest.load is not None:
+        load = manifest.load
+        parts.append(
+            f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
+            f"measure {load.measure_seconds:g} s per step"
+        )
+    return "; ".join(parts)
+
+
+def comparison_table(rows: list[StepComparison]) -> str:
+    table = [
+        [
+            r.users,
+            r.context_tokens,
+            r.per_user_ratio.format(3),
+            r.aggregate_ratio.format(3),
+            r.ttft_p90_ratio.format(3),
+            f"{len(r.categories)} ({r.rate_measure})",
+        ]
+        for r in rows
+    ]
+    headers = [
+        "users",
+        "context",
+        "per-user tok/s B/A (paired by category)",
+        "aggregate tok/s B/A",
+        "TTFT p90 B/A",
+        "categories",
+    ]
+    return tabulate(table, headers=headers, tablefmt="github")
+
+
+def render(
+    sections: list[RunSection],
+    comparisons: list[tuple[str, str, list[StepComparison]]],
+    plots: list[Path],
+    out_dir: Path,
+) -> str:
+    title = sections[0].figures.run.manifest.run_id if len(sections) == 1 else f"{len(sections)} runs"
+    lines = [f"# rigbench report: {title}", ""]
+    for section in sections:
+        lines += [f"## {section.label}", "", "Per step, measured window only; 95% intervals in brackets.", ""]
+        lines += [step_table(section), "", _describe_run(section), "", "### Cost", ""]
+        lines += cost_section(section)
+        lines += ["", f"### Warnings ({len(section.warnings)})", ""]
+        lines += [f"- {w}" for w in section.warnings] or ["none"]
+        lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
+    for label_a, label_b, rows in comparisons:
+        lines += [f"## Comparison: B = {label_b} against A = {label_a}", "", comparison_table(rows), ""]
+    lines += ["## Plots", ""]
+    lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in plots]
+    lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
+    lines += [
+        "Intervals: 95%, scipy.stats.bootstrap (percentile, 999 resamples, fixed seed) up to 4,000 observations; "
+        "beyond that order-statistic intervals for percentiles, normal for means, delta method for ratios. "
+        "n beside each figure is the number of requests (sub-windows for aggregate tok/s).",
+        "",
+        "$/Mtok = hourly price / (aggregate output tok/s x 3600) x 1e6; its interval follows from the throughput's.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def default_out_dir(run_dirs: list[Path]) -> Path:
+    if len(run_dirs) == 1:
+        return run_dirs[0]
+    ids = "+".join(sorted(path.resolve().name for path in run_dirs))
+    digest = hashlib.sha256(ids.encode()).hexdigest()[:10]
+    return run_dirs[0].resolve().parent / "reports" / f"cross-{digest}"
+
+
+def summary(sections: list[RunSection], comparisons, plots: list[Path]) -> dict:
+    return {
+        "schema_version": SUMMARY_VERSION,
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "runs": [
+            {
+                "run_id": s.figures.run.manifest.run_id,
+                "path": str(s.figures.run.path),
+                "label": s.label,
+                "status": s.figures.run.manifest.status,
+                "steps": [step.to_dict() for step in s.figures.steps],
+                "prices": [{**c.quote.model_dump(), "hypothetical": c.hypothetical} for c in s.prices],
+                "usd_per_mtok": [
+                    {label: cost.to_dict() for label, cost in zip(s.cost_labels, row, strict=True)}
+                    for row in s.cost_rows
+                ],
+                "run_cost": [
+                    {"price": rc.price.label, "seconds": rc.seconds, "usd": rc.usd, "basis": rc.basis}
+                    for rc in s.run_costs
+                ],
+                "warnings": s.warnings,
+            }
+            for s in sections
+        ],
+        "comparisons": [{"a": a, "b": b, "steps": [row.to_dict() for row in rows]} for a, b, rows in comparisons],
+        "plots": [str(p) for p in plots],
+    }
+
+
+def write_report(
+    run_dirs: list[Path],
+    out_dir: Path | None = None,
+    *,
+    reference_types: list[str] | None = None,
+    book: PriceBook | None = None,
+) -> Path:
+    """Write report.md, summary.json and plots/; returns report.md's path.
+
+    Default ``out_dir``: the run's own directory for one run, ``<runs>/reports/cross-<hash>``
+    for several. ``reference_types`` are instance types to price the runs at hypothetically
+    (a local rig is priced at g6.xlarge when none is named)."""
+    run_dirs = [Path(p) for p in run_dirs]
+    if not run_dirs:
+        raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
+    book = book or PriceBook.default()
+    sections = [build_section(path, book, reference_types) for path in run_dirs]
+    comparisons = []
+    for section in sections[1:]:
+        try:
+            rows = compare_runs(sections[0].figures, section.figures)
+        except AnalysisError as error:
+            section.warnings.append(f"not compared with {sections[0].label}: {error}")
+            continue
+        comparisons.append((sections[0].label, section.label, rows))
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(sections, out / "plots")
+    report_path = out / "report.md"
+    report_path.write_text(render(sections, comparisons, plots, out))
+    (out / "summary.json").write_text(json.dumps(summary(sections, comparisons, plots), indent=2) + "\n")
+    return report_path

@@ -1,0 +1,64 @@
+"""What a report says about one run: its figures, the prices applied, $/Mtok and run cost.
+
+Kept apart from the rendering (``report.py``) and the plots (``plots.py``), which both read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.cost import (
+    PriceChoice,
+    dollars_per_mtok_estimate,
+    price_choices,
+    run_uptime_seconds,
+)
+from analysis.figures import RunFigures, run_figures
+from analysis.intervals import Estimate
+from analysis.load import load_run
+from analysis.prices import PriceBook
+
+
+@dataclass
+class RunCost:
+    price: PriceChoice
+    seconds: float
+    basis: str
+
+    @property
+    def usd(self) -> float:
+        return self.seconds / 3600.0 * self.price.quote.usd_per_hour
+
+
+@dataclass
+class RunSection:
+    figures: RunFigures
+    prices: list[PriceChoice]
+    cost_rows: list[list[Estimate]]  # per step, per price: $/Mtok
+    run_costs: list[RunCost]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.figures.run.label
+
+    @property
+    def cost_labels(self) -> list[str]:
+        return [choice.label for choice in self.prices]
+
+
+def build_section(path: Path, book: PriceBook, reference_types: list[str] | None = None) -> RunSection:
+    run = load_run(path)
+    figures = run_figures(run)
+    warnings = figures.warnings
+    prices = price_choices(run.manifest, book, reference_types, warnings)
+    if not prices:
+        warnings.append("no price known for this run: $/Mtok and run cost are left out (not zero)")
+    cost_rows = [
+        [dollars_per_mtok_estimate(choice.quote.usd_per_hour, step.aggregate_tok_s) for choice in prices]
+        for step in figures.steps
+    ]
+    seconds, basis = run_uptime_seconds(figures, warnings)
+    run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
+    return RunSection(figures, prices, cost_rows, run_costs, warnings)
