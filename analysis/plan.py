@@ -163,3 +163,30 @@ def rank(plans: list[Plan]) -> list[Plan]:
         plans,
         key=lambda p: (p.usd_per_hour is None, p.usd_per_hour or 0.0, p.usd_per_mtok or math.inf, p.run_label),
     )
+
+
+def plans_for_sections(sections: list, targets: Targets) -> list[Plan]:
+    """Every (run, price) pair of report sections (``report_model.RunSection``), ranked."""
+    return rank([plan_for(section.figures, price, targets) for section in sections for price in section.prices])
+
+
+def plan_table(plans: list[Plan]) -> str:
+    from tabulate import tabulate
+
+    rows = []
+    for rank_number, plan in enumerate(plans, 1):
+        feasible = plan.instances is not None
+        rows.append(
+            [
+                rank_number if feasible else "-",
+                plan.run_label,
+                plan.price.label,
+                f"{plan.capacity.users_per_instance:g}",
+                plan.instances if feasible else "-",
+                f"{plan.usd_per_hour:.3f}" if plan.usd_per_hour is not None else "-",
+                f"{plan.usd_per_mtok:.3f}" if plan.usd_per_mtok is not None else "-",
+                plan.capacity.basis,
+            ]
+        )
+    headers = ["rank", "rig (run)", "price", "users/instance", "instances", "$/h", "$/Mtok at capacity", "basis"]
+    return tabulate(rows, headers=headers, tablefmt="github")

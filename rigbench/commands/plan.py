@@ -1,0 +1,41 @@
+"""``rigbench plan``: instances needed per measured rig to serve N users at the targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
+        users: int = typer.Option(..., "--users", min=1, help="concurrent users to serve"),
+        min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
+        ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
+        price_as: list[str] = typer.Option(
+            [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
+        ),
+    ) -> None:
+        """Rank rigs by $/h to serve the users, reading each sweep conservatively (95% interval ends)."""
+        from analysis.plan import Targets, plan_table, plans_for_sections
+        from analysis.prices import PriceBook
+        from analysis.report_model import build_section
+
+        book = PriceBook.default()
+        sections = [build_section(path, book, price_as or None) for path in runs]
+        targets = Targets(users=users, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90)
+        plans = plans_for_sections(sections, targets)
+        typer.echo(
+            f"{users} users, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
+            f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
+        )
+        typer.echo(plan_table(plans))
+        for plan in plans:
+            if plan.price.hypothetical:
+                typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on")
+                break
+        for section in sections:
+            for warning in section.warnings:
+                typer.echo(f"warning: {section.label}: {warning}")
