@@ -10,18 +10,24 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pulumi
 import pytest
+from pulumi.runtime.mocks import MockMonitor
 
 PROJECT = "rigbench"
 STACK = "test-stack"
 AMI_FROM_SSM = "ami-0d1a2b3c4d5e6f789"
 LAUNCH_TIME = "2026-11-30T04:00:00Z"
 PUBLIC_IP = "198.51.100.23"
+# The program's clock in tests, so the expiry tag is exact.
+NOW = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
 
 
 def make_public_key(key_type: str = "ssh-ed25519", comment: str = "tester@laptop") -> str:
@@ -97,6 +103,12 @@ class RigMocks(pulumi.runtime.Mocks):
     def tokens(self) -> list[str]:
         return [token for token, _ in self.calls]
 
+    def urns(self) -> list[str]:
+        """URNs of everything registered (they show each resource's parent chain)."""
+        return list(self.monitor.get_registered_resources())
+
+    monitor: MockMonitor | None = None
+
 
 @pytest.fixture
 def public_key_file(tmp_path: Path) -> Path:
@@ -121,9 +133,43 @@ def use_stack():
 
     def install(config: dict[str, str], mocks: RigMocks | None = None) -> RigMocks:
         mocks = mocks or RigMocks()
-        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=STACK, preview=False)
+        mocks.monitor = MockMonitor(mocks)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=STACK, preview=False, monitor=mocks.monitor)
         pulumi.runtime.set_all_config({f"{PROJECT}:{key}": value for key, value in config.items()})
         return mocks
 
     yield install
     pulumi.runtime.set_all_config({})
+
+
+@pytest.fixture
+def run_program(use_stack) -> Callable[..., tuple[RigMocks, dict[str, Any]]]:
+    """Run infra.program.deploy() under mocks with ``config``; return the mocks and the resolved outputs."""
+    from infra.program import deploy
+
+    def run(config: dict[str, str], mocks: RigMocks | None = None) -> tuple[RigMocks, dict[str, Any]]:
+        mocks = use_stack(config, mocks)
+        resolved: dict[str, Any] = {}
+
+        @pulumi.runtime.test
+        def program():
+            outputs = deploy(now=NOW)
+            return pulumi.Output.all(**outputs).apply(resolved.update)
+
+        program()
+        return mocks, resolved
+
+    return run
+
+
+@pytest.fixture
+def fake() -> SimpleNamespace:
+    """The fakes' constants and classes (test modules cannot import conftest in importlib mode)."""
+    return SimpleNamespace(
+        RigMocks=RigMocks,
+        AMI_FROM_SSM=AMI_FROM_SSM,
+        LAUNCH_TIME=LAUNCH_TIME,
+        PUBLIC_IP=PUBLIC_IP,
+        STACK=STACK,
+        make_public_key=make_public_key,
+    )
