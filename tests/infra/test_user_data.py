@@ -218,7 +218,8 @@ def test_spot_setup_installs_and_starts_the_watcher_and_the_ttl_guard(machine):
     result = machine.run_user_data()
     assert result.returncode == 0, result.stderr
     installed = machine.root / "usr" / "local" / "bin"
-    for installed_name, template in [("rigbench-spot-watcher", "spot_watcher.sh"), ("rigbench-ttl-guard", "ttl_guard.sh")]:
+    helpers = {"rigbench-spot-watcher": "spot_watcher.sh", "rigbench-ttl-guard": "ttl_guard.sh"}
+    for installed_name, template in helpers.items():
         assert (installed / installed_name).read_text().rstrip("\n") == template_text(template).rstrip("\n")
     assert os.access(installed / "rigbench-spot-watcher", os.X_OK)
     unit = (machine.root / "etc" / "systemd" / "system" / "rigbench-spot-watcher.service").read_text()
