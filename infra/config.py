@@ -27,7 +27,8 @@ PROJECT = "rigbench"
 DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 TTL_HOURS_RANGE = (1, 72)
 ROOT_VOLUME_GB_RANGE = (75, 4096)
-PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+# The key types EC2's ImportKeyPair accepts (no ECDSA, no DSA).
+PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
 AZ_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$")
 AMI_ID_PATTERN = re.compile(r"^ami-[0-9a-f]{8,17}$")
 

@@ -124,3 +124,10 @@ def test_az_without_a_default_subnet_is_refused(use_stack, base_config, fake):
 def test_ssm_parameter_without_an_ami_is_refused(use_stack, base_config, fake):
     message = refused(use_stack, base_config, fake.RigMocks(ami_value="not-an-ami"))
     assert "config key rigbench:amiSsmParameter" in message
+
+
+def test_ecdsa_keys_are_refused_because_ec2_cannot_import_them(use_stack, base_config, fake, tmp_path: Path):
+    path = tmp_path / "id_ecdsa.pub"
+    path.write_text(fake.make_public_key("ecdsa-sha2-nistp256") + "\n")
+    message = refused(use_stack, {**base_config, "publicKeyPath": str(path)})
+    assert "found key type 'ecdsa-sha2-nistp256'" in message

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import runpy
+import sys
+from pathlib import Path
+
+import pulumi
 import pytest
 
 from infra.config import DLAMI_SSM_PARAMETER
@@ -179,3 +184,18 @@ def test_other_gpu_types(run_program, base_config, instance_type):
     mocks, outputs = run_program({**base_config, "instanceType": instance_type})
     assert mocks.one(INSTANCE).inputs["instanceType"] == instance_type
     assert outputs["instanceType"] == instance_type
+
+
+def test_the_entry_point_pulumi_runs_declares_the_rig(use_stack, base_config, monkeypatch):
+    """infra/__main__.py, run the way Pulumi runs a program folder (its folder first on sys.path)."""
+    infra_dir = Path(__file__).resolve().parents[2] / "infra"
+    monkeypatch.setattr(sys, "path", [str(infra_dir), *sys.path])
+    mocks = use_stack(base_config)
+
+    @pulumi.runtime.test
+    def program():
+        runpy.run_path(str(infra_dir), run_name="__main__")
+
+    program()
+    assert str(infra_dir) not in sys.path
+    assert mocks.one(INSTANCE).inputs["instanceType"] == "g6.xlarge"
