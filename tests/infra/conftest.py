@@ -131,10 +131,10 @@ def base_config(public_key_file: Path) -> dict[str, str]:
 def use_stack():
     """Install mocks and a stack config; returns the mocks. Call it once per test."""
 
-    def install(config: dict[str, str], mocks: RigMocks | None = None) -> RigMocks:
+    def install(config: dict[str, str], mocks: RigMocks | None = None, preview: bool = False) -> RigMocks:
         mocks = mocks or RigMocks()
         mocks.monitor = MockMonitor(mocks)
-        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=STACK, preview=False, monitor=mocks.monitor)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=STACK, preview=preview, monitor=mocks.monitor)
         pulumi.runtime.set_all_config({f"{PROJECT}:{key}": value for key, value in config.items()})
         return mocks
 
@@ -147,8 +147,10 @@ def run_program(use_stack) -> Callable[..., tuple[RigMocks, dict[str, Any]]]:
     """Run infra.program.deploy() under mocks with ``config``; return the mocks and the resolved outputs."""
     from infra.program import deploy
 
-    def run(config: dict[str, str], mocks: RigMocks | None = None) -> tuple[RigMocks, dict[str, Any]]:
-        mocks = use_stack(config, mocks)
+    def run(
+        config: dict[str, str], mocks: RigMocks | None = None, preview: bool = False
+    ) -> tuple[RigMocks, dict[str, Any]]:
+        mocks = use_stack(config, mocks, preview)
         resolved: dict[str, Any] = {}
 
         @pulumi.runtime.test

@@ -11,8 +11,8 @@ from rigbench.errors import InfraError
 
 
 def refused(use_stack, config: dict[str, str], mocks=None) -> str:
-    """Run the program with ``config``; assert it raised InfraError and declared nothing; return the message."""
-    mocks = use_stack(config, mocks)
+    """Preview the program with ``config``; assert it raised InfraError and declared nothing; return the message."""
+    mocks = use_stack(config, mocks, preview=True)
     with pytest.raises(InfraError) as caught:
         deploy()
     assert mocks.resources == [], f"resources were declared before the refusal: {[r.name for r in mocks.resources]}"

@@ -199,3 +199,9 @@ def test_the_entry_point_pulumi_runs_declares_the_rig(use_stack, base_config, mo
     program()
     assert str(infra_dir) not in sys.path
     assert mocks.one(INSTANCE).inputs["instanceType"] == "g6.xlarge"
+
+
+def test_preview_declares_the_same_rig(run_program, base_config):
+    mocks, outputs = run_program(base_config, preview=True)
+    assert mocks.one(INSTANCE).inputs["instanceType"] == "g6.xlarge"
+    assert outputs["availabilityZone"] == "us-east-1b"
