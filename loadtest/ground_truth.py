@@ -46,6 +46,7 @@ class GroundTruthConfig(BaseModel):
     slots: int = 64
     fault_cycle: list[str] = Field(default_factory=lambda: ["none"])
     stall_seconds: float = 30.0
+    length_jitter: float = Field(0.0, ge=0, lt=1, description="replies shortened by up to this share, so users desync")
 
 
 class _Stats:
@@ -138,6 +139,11 @@ class GroundTruthApp:
         if fault == "http_500":
             return await self.respond(writer, "500 Internal Server Error", b'{"error":"injected"}', "application/json")
         n_tokens = config.tokens or int(request.get("max_tokens") or 16)
+        if config.length_jitter:
+            # deterministic spread (a Weyl sequence over the request counter), never below one token
+            n_tokens = max(
+                1, n_tokens - int(((self.stats.requests * 0.6180339887) % 1.0) * config.length_jitter * n_tokens)
+            )
         prompt_n = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"

@@ -83,7 +83,16 @@ def make_client(base_url: str, *, read_timeout: float = 60.0, connect_timeout: f
     connection per request, so a shared pool costs CPU growing with concurrency squared."""
     timeout = httpx.Timeout(connect=connect_timeout, read=read_timeout, write=connect_timeout, pool=connect_timeout)
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    return httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
+    return httpx.Client(base_url=base_url, timeout=timeout, limits=limits, event_hooks={"request": [_stamp_send_time]})
+
+
+SENT_AT = "rigbench_sent_at"
+
+
+def _stamp_send_time(request: httpx.Request) -> None:
+    """Runs once the request is built, just before it is written: TTFT starts here, so the
+    client's own JSON encoding and request building are not charged to the server."""
+    request.extensions[SENT_AT] = time.time()
 
 
 def _error_kind_for_status(status: int, body: str) -> str:
@@ -122,6 +131,7 @@ def stream_chat(
             "POST", path, json=payload, headers={REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
         ) as response:
             state["status"] = response.status_code
+            t_start = response.request.extensions.get(SENT_AT, t_start)
             if response.status_code != 200:
                 body = response.read().decode("utf-8", "replace")[:500]
                 error_kind = _error_kind_for_status(response.status_code, body)
@@ -155,8 +165,10 @@ def _follow_events(source: EventSource, chunk_times: list[float], state: dict[st
         arrived = time.time()
         data = event.data
         if data.strip() == "[DONE]":
+            # keep reading to the end of the body: an unfinished response cannot hand its
+            # connection back, and a new connection per request would be charged to TTFT
             state["done"] = True
-            return
+            continue
         if not data:
             continue
         try:

@@ -1,0 +1,205 @@
+"""How exact is the load generator? A sweep against the ground-truth server, compared.
+
+For each step the client's measurements are set against the server's own send log:
+
+- aggregate tok/s: tokens the client saw arrive inside the measured window, against the
+  tokens the server sent inside the same window (a client that falls behind sees fewer);
+- TTFT p50: client ``t_first_token - t_start`` against server ``first send - received``;
+- ITL p50: gaps between the client's chunk arrivals against gaps between the server's sends.
+
+The highest aggregate rate one load process follows within 1 % is its ceiling on this
+machine; ``run_sweep`` warns when a real sweep asks more of a process than that.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
+from loadtest.users import TIMELINES
+from rigbench.profile import RigProfile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+CEILING_FILE = Path.home() / ".cache" / "rigbench" / "selftest.json"
+TRACKING_TOLERANCE = 0.01
+
+
+@dataclass
+class StepFidelity:
+    step: int
+    users: int
+    requests: int
+    truth_tok_s: float
+    client_tok_s: float
+    tok_s_error_pct: float
+    truth_ttft_p50_ms: float
+    ttft_p50_error_ms: float
+    truth_itl_p50_ms: float
+    itl_p50_error_ms: float
+    loadgen_cpu_pct: float | None = None
+
+    @property
+    def tracked(self) -> bool:
+        return abs(self.tok_s_error_pct) <= TRACKING_TOLERANCE * 100
+
+
+def read_timelines(run: RunDir) -> dict[str, list[float]]:
+    timelines: dict[str, list[float]] = {}
+    for path in sorted((run.path / TIMELINES).glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                timelines[entry["request_id"]] = entry["chunks"]
+    return timelines
+
+
+def _count_in(times: list[float], start: float, end: float) -> int:
+    ordered = sorted(times)
+    return bisect_left(ordered, end) - bisect_left(ordered, start)
+
+
+def _gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def compare(run: RunDir, truth_log: Path) -> list[StepFidelity]:
+    """Per-step fidelity of a finished ground-truth sweep."""
+    manifest = run.read_manifest()
+    records = [r for r in run.read_records() if r.ok and not r.interrupted]
+    truth = read_truth_log(truth_log)
+    timelines = read_timelines(run)
+    client_cpu = {}
+    for snapshot in run.read_telemetry():
+        if snapshot.boundary == "end":
+            client_cpu[snapshot.step] = snapshot.metrics.get("rigbench_loadgen_cpu_percent")
+    all_client = [t for r in records for t in timelines.get(r.request_id, [])]
+    all_truth = [t for r in records if r.request_id in truth for t in truth[r.request_id]["sends"]]
+    results = []
+    for window in manifest.steps:
+        if window.measure_end is None:
+            continue
+        length = window.measure_end - window.measure_start
+        measured = [r for r in records if r.step == window.index and r.phase == "measure" and r.request_id in truth]
+        if not measured:
+            continue
+        truth_count = _count_in(all_truth, window.measure_start, window.measure_end)
+        client_count = _count_in(all_client, window.measure_start, window.measure_end)
+        client_ttft = [(r.t_first_token - r.t_start) * 1000 for r in measured if r.t_first_token]
+        truth_ttft = [(truth[r.request_id]["sends"][0] - truth[r.request_id]["t_received"]) * 1000 for r in measured]
+        client_itl = [g * 1000 for r in measured for g in _gaps(timelines.get(r.request_id, []))]
+        truth_itl = [g * 1000 for r in measured for g in _gaps(truth[r.request_id]["sends"])]
+        results.append(
+            StepFidelity(
+                step=window.index,
+                users=window.users,
+                requests=len(measured),
+                truth_tok_s=truth_count / length,
+                client_tok_s=client_count / length,
+                tok_s_error_pct=(client_count - truth_count) / truth_count * 100 if truth_count else 0.0,
+                truth_ttft_p50_ms=statistics.median(truth_ttft),
+                ttft_p50_error_ms=statistics.median(client_ttft) - statistics.median(truth_ttft),
+                truth_itl_p50_ms=statistics.median(truth_itl) if truth_itl else 0.0,
+                itl_p50_error_ms=(statistics.median(client_itl) - statistics.median(truth_itl)) if client_itl else 0.0,
+                loadgen_cpu_pct=client_cpu.get(window.index),
+            )
+        )
+    return results
+
+
+def ceiling(results: list[StepFidelity]) -> float:
+    """The highest true aggregate tok/s that was followed within 1 % (0 if none)."""
+    tracked = [r.truth_tok_s for r in results if r.tracked]
+    return max(tracked, default=0.0)
+
+
+def run_selftest(
+    runs_dir: Path,
+    *,
+    user_steps: list[int],
+    tok_s_per_user: float = 100.0,
+    ttft_ms: float = 50.0,
+    reply_tokens: int = 128,
+    warmup: float = 2.0,
+    measure: float = 5.0,
+    processes: int = 1,
+    progress: bool = True,
+) -> tuple[RunDir, list[StepFidelity]]:
+    """Serve the ground truth, sweep it, and compare; the run directory keeps everything."""
+    from loadtest.sweep import run_sweep
+
+    settings = LoadSettings(
+        user_steps=user_steps,
+        warmup_seconds=warmup,
+        measure_seconds=measure,
+        max_tokens=reply_tokens,
+        ignore_eos=True,
+        processes=processes,
+        arm="selftest",
+    )
+    config = GroundTruthConfig(
+        ttft_ms=ttft_ms, itl_ms=1000.0 / tok_s_per_user, model="default", slots=max(user_steps), length_jitter=0.5
+    )
+    manifest = RunManifest(
+        run_id=new_run_id("selftest"),
+        created_at=utc_now(),
+        profile="selftest",
+        server=ServerInfo(
+            args=["ground-truth", config.model_dump_json()], host="127.0.0.1", port=0, parallel_slots=config.slots
+        ),
+        load=settings,
+    )
+    run = RunDir.create(runs_dir, manifest)
+    truth_log = run.path / "ground_truth.jsonl"
+    profile = RigProfile.model_validate({"name": "selftest", "model": {"synthetic": {}}})
+    with GroundTruthServer(config, truth_log) as server:
+        run.update_manifest(server=manifest.server.model_copy(update={"port": server.port}))
+        run_sweep(
+            run,
+            server.base_url,
+            profile=profile,
+            settings=settings,
+            progress=progress,
+            timeline=True,
+            max_error_rate=0.05,
+        )
+    return run, compare(run, truth_log)
+
+
+def save_ceiling(results: list[StepFidelity], processes: int, path: Path = CEILING_FILE) -> dict:
+    """Remember this machine's per-process ceiling so later sweeps can be flagged."""
+    entry = {
+        "host": socket.gethostname(),
+        "processes": processes,
+        "ceiling_tok_s": ceiling(results),
+        "per_process_tok_s": ceiling(results) / max(1, processes),
+        "measured_at": utc_now(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, indent=2) + "\n")
+    return entry
+
+
+def load_ceiling(path: Path = CEILING_FILE) -> float | None:
+    """Per-process ceiling from the last selftest on this machine, if any."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("host") != socket.gethostname():
+        return None
+    value = data.get("per_process_tok_s")
+    return float(value) if value else None
+
+
+def results_table(results: list[StepFidelity]) -> list[dict]:
+    rows = []
+    for r in results:
+        row = asdict(r)
+        row["tracked_1pct"] = r.tracked
+        rows.append(row)
+    return rows

@@ -1,0 +1,133 @@
+"""``rigbench sweep``: drive a running llama-server (or any OpenAI-compatible server).
+
+One run directory per arm and per context length, linked to each other in their
+manifests, so a drafter on/off comparison or a long-context series is one command.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import typer
+
+from rigbench.errors import LoadTestError
+from rigbench.profile import RigProfile, load_profile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+
+def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
+    """``--arm NAME=URL`` pairs, or the single ``--url`` as an unnamed arm."""
+    if not arms:
+        if not url:
+            raise LoadTestError("no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration")
+        return [(None, url)]
+    parsed = []
+    for arm in arms:
+        name, sep, arm_url = arm.partition("=")
+        if not sep or not name or not arm_url.startswith(("http://", "https://")):
+            raise LoadTestError(f"cannot read --arm {arm!r}; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081")
+        parsed.append((name, arm_url))
+    return parsed
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(piece) for piece in text.replace(" ", "").split(",") if piece]
+    except ValueError:
+        raise LoadTestError(f"cannot read {what} {text!r}; expected integers separated by commas") from None
+    if not values:
+        raise LoadTestError(f"{what} is empty; expected e.g. 1,2,4")
+    return values
+
+
+def sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings, slots: int) -> RunManifest:
+    parts = urlsplit(url)
+    label = "-".join(
+        filter(None, [profile.name, settings.arm, f"d{settings.context_tokens}" if settings.context_tokens else None])
+    )
+    return RunManifest(
+        run_id=new_run_id(label),
+        created_at=utc_now(),
+        profile=profile.name,
+        server=ServerInfo(
+            args=list(profile.server.args), host=parts.hostname or "", port=parts.port or 80, parallel_slots=slots
+        ),
+        load=settings,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep(
+        url: str = typer.Option(None, "--url", help="server base URL, e.g. http://127.0.0.1:8080"),
+        arm: list[str] = typer.Option([], "--arm", help="NAME=URL, once per server configuration (one run each)"),
+        profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
+        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="user counts, one step each"),
+        warmup: float = typer.Option(10.0, "--warmup", help="warm-up seconds per step"),
+        measure: float = typer.Option(30.0, "--measure", help="measured seconds per step"),
+        max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
+        ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
+        prompts: str = typer.Option("mixed", "--prompts", help="mixed, a category, or a JSONL file"),
+        context_tokens: str = typer.Option(
+            "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
+        ),
+        processes: int = typer.Option(1, "--processes", help="load processes on this machine (Locust --processes)"),
+        runs_dir: str = typer.Option("runs", "--runs-dir"),
+        model: str = typer.Option("default", "--model", help="model name sent in requests"),
+        max_error_rate: float = typer.Option(0.5, "--max-error-rate", help="stop the sweep above this error share"),
+        timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Step a streaming chat load through user counts against a running server."""
+        from loadtest.sweep import run_sweep
+        from loadtest.telemetry import server_slots
+
+        profile = load_profile(profile_name)
+        user_steps = parse_int_list(steps, "--steps")
+        contexts = parse_int_list(context_tokens, "--context-tokens")
+        runs: list[RunDir] = []
+        failures = []
+        for arm_name, arm_url in parse_arms(arm, url):
+            slots = server_slots(arm_url) or profile.server.parallel_slots
+            for context in contexts:
+                settings = LoadSettings(
+                    user_steps=user_steps,
+                    warmup_seconds=warmup,
+                    measure_seconds=measure,
+                    max_tokens=max_tokens or profile.request.max_tokens,
+                    temperature=profile.request.temperature,
+                    cache_prompt=profile.request.cache_prompt,
+                    ignore_eos=profile.request.ignore_eos if ignore_eos is None else ignore_eos,
+                    prompts=prompts,
+                    context_tokens=context,
+                    processes=processes,
+                    arm=arm_name,
+                )
+                run = RunDir.create(runs_dir, sweep_manifest(profile, arm_url, settings, slots))
+                for earlier in runs:
+                    earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
+                run.update_manifest(linked_runs=[r.path.name for r in runs])
+                runs.append(run)
+                typer.echo(f"sweep {run.path} ({arm_name or 'default'} arm, context {context}) against {arm_url}")
+                manifest = run_sweep(
+                    run,
+                    arm_url,
+                    profile=profile,
+                    settings=settings,
+                    progress=progress,
+                    model=model,
+                    max_error_rate=max_error_rate,
+                    timeline=timeline,
+                )
+                for warning in manifest.warnings:
+                    typer.echo(f"warning: {warning}")
+                typer.echo(
+                    f"{run.path}: {manifest.status}"
+                    + (f" ({manifest.status_detail})" if manifest.status_detail else "")
+                )
+                if manifest.status != "complete":
+                    failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
+                    if manifest.status == "interrupted":
+                        raise LoadTestError("; ".join(failures) + "; remaining sweeps not run")
+        if failures:
+            raise LoadTestError("; ".join(failures))
