@@ -1,30 +1,37 @@
 """Run directories into pandas, validated in bulk.
 
 Why not ``RunDir.read_records``: it validates each record with pydantic, about 30 µs a line,
-so a million-record run would take half a minute. Here a shard is parsed in one ``orjson``
-call, the columns are pulled out as arrays, and the record schema is checked per column
-(schema version, required keys, numeric types). The manifest still goes through pydantic
-(``RunDir.read_manifest``), since it is one small file.
+so a million-record run would take half a minute. Here a shard is parsed by pyarrow's JSON
+reader against an explicit schema (types are checked as it parses, in C++), the schema
+version and required keys are checked per column, ``timings`` is flattened to
+``timings_<key>`` columns, and the first and last line of each shard also go through
+pydantic, which catches keys this code does not know. The manifest goes through pydantic
+(``RunDir.read_manifest``): it is one small file.
 
 Damage policy (same as ``RunDir.read_records``): a truncated last line of a shard (a writer
-killed mid-line) is skipped and counted as a warning; any other unreadable line is a
-``RunDirError`` naming the file and line.
+killed mid-line) is skipped and counted as a warning; any other bad line is a
+``RunDirError`` naming the file and line (found by re-reading the shard line by line, only
+on that error path).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 from pydantic import ValidationError
 
 from rigbench.errors import RunDirError
-from rigbench.rundir import SCHEMA_VERSION, RunDir, RunManifest, TelemetrySnapshot
+from rigbench.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot
+from rigbench.validation import describe_validation_error
 
 REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
 TEXT_COLUMNS = ("request_id", "shard", "phase", "category", "error_kind", "error_message")
@@ -51,8 +58,15 @@ TIMING_KEYS = (
     "draft_n",
     "draft_n_accepted",
 )
-# Defaults of RequestRecord for keys RecordWriter leaves out (exclude_none drops only None).
+# Defaults of RequestRecord for keys RecordWriter leaves out (it drops None values only).
 NUMBER_DEFAULTS = {"context_tokens": 0.0, "content_chunks": 0.0}
+RECORD_SCHEMA = pa.schema(
+    [("schema_version", pa.int64())]
+    + [(key, pa.string()) for key in TEXT_COLUMNS]
+    + [(key, pa.float64()) for key in NUMBER_COLUMNS]
+    + [("timings", pa.struct([(key, pa.float64()) for key in TIMING_KEYS])), ("interrupted", pa.bool_())]
+)
+BLOCK_SIZE = 8 << 20
 
 
 @dataclass
@@ -67,7 +81,7 @@ class LoadedRun:
 
     @property
     def label(self) -> str:
-        """A short name for tables and plot legends: arm or drafter, instance type, run id."""
+        """A short name for tables and plot legends: instance type, arm or drafter, run id."""
         manifest = self.manifest
         parts = [manifest.rig.instance_type or manifest.rig.kind]
         if manifest.load is not None and manifest.load.arm:
@@ -90,85 +104,99 @@ def _shard_bytes(path: Path) -> bytes:
         ) from None
 
 
-def _locate_bad_line(path: Path, lines: list[bytes]) -> RunDirError:
-    for number, line in enumerate(lines, 1):
+def _first_bad_line(path: Path, data: bytes) -> RunDirError:
+    """The slow path, only after the bulk reader refused the shard: pydantic line by line."""
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
         try:
-            if not isinstance(orjson.loads(line), dict):
-                raise orjson.JSONDecodeError("not a JSON object", line.decode(errors="replace"), 0)
-        except orjson.JSONDecodeError as error:
+            RequestRecord.model_validate_json(line)
+        except ValidationError as error:
             return RunDirError(
-                f"{path}:{number}: not a JSON record ({error}); only a shard's last line may be cut short, "
-                "so this shard is damaged: restore it or remove it and say so in the report"
+                describe_validation_error(error, f"{path}:{number}") + "; only a shard's last "
+                "line may be cut short, so this shard is damaged: restore or remove it"
             )
-    return RunDirError(f"{path}: cannot be parsed as JSON lines")
+    return RunDirError(f"{path}: cannot be read as RequestRecord lines; check it with `rigbench schema`")
 
 
-def read_shard_rows(path: Path, warnings: list[str]) -> list[dict]:
-    """The JSON objects of one shard, in order; a truncated last line becomes a warning."""
-    data = _shard_bytes(path)
-    if not data.strip():
-        warnings.append(f"{path.name}: empty shard (no records)")
-        return []
-    lines = data.split(b"\n")
-    tail = lines.pop() if lines else b""
-    if b"\n\n" in data or b"\r" in data:
-        lines = [line for line in (piece.strip() for piece in lines) if line]
-    if tail.strip():
+def _trim_truncated_tail(path: Path, data: bytes, warnings: list[str]) -> bytes:
+    if data.endswith(b"\n"):
+        return data
+    cut = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[cut:])
+        return data
+    except ValueError:
+        line_number = data.count(b"\n") + 1
+        warnings.append(f"{path.name}:{line_number}: truncated last line skipped")
+        return data[:cut]
+
+
+def _check_edges(path: Path, data: bytes) -> None:
+    """Full pydantic validation of a shard's first and last record (unknown keys, enums)."""
+    last_start = data.rfind(b"\n", 0, max(len(data) - 1, 0)) + 1
+    lines = [line for line in (data[: data.find(b"\n")], data[last_start:]) if line.strip()]
+    for line in lines:
         try:
-            orjson.loads(tail)
-            lines.append(tail)
-        except orjson.JSONDecodeError:
-            warnings.append(f"{path.name}:{len(lines) + 1}: truncated last line skipped")
-    if not lines:
-        return []
+            RequestRecord.model_validate_json(line)
+        except ValidationError:
+            raise _first_bad_line(path, data) from None
+
+
+def read_shard_table(path: Path, warnings: list[str]) -> pa.Table | None:
+    """One shard as an Arrow table of RECORD_SCHEMA; None when it holds no records."""
+    data = _trim_truncated_tail(path, _shard_bytes(path), warnings)
+    if len(data) < 4096 and not data.strip():
+        warnings.append(f"{path.name}: empty shard (no records)")
+        return None
     try:
-        rows = orjson.loads(b"[" + b",".join(lines) + b"]")
-    except orjson.JSONDecodeError:
-        raise _locate_bad_line(path, lines) from None
-    if not all(type(row) is dict for row in rows):
-        raise _locate_bad_line(path, lines)
-    return rows
+        table = pa_json.read_json(
+            pa.BufferReader(data),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=BLOCK_SIZE),
+            parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        raise _first_bad_line(path, data) from None
+    _check_schema_version(table, path)
+    _check_required(table, path)
+    _check_edges(path, data)
+    return table
 
 
-def _number_column(rows: list[dict], key: str, source: Path) -> np.ndarray:
-    default = NUMBER_DEFAULTS.get(key)
-    values = [row.get(key, default) for row in rows]
-    try:
-        return np.array(values, dtype=float)
-    except (TypeError, ValueError):
-        bad = next(i for i, v in enumerate(values) if v is not None and not isinstance(v, int | float))
+def _check_schema_version(table: pa.Table, path: Path) -> None:
+    versions = pc.unique(table.column("schema_version")).to_pylist()
+    if versions != [SCHEMA_VERSION]:
+        unknown = sorted(str(v) for v in versions if v != SCHEMA_VERSION)
         raise RunDirError(
-            f"{source}:{bad + 1}: {key} is {values[bad]!r}, expected a number; "
-            "the shard was not written by RecordWriter"
-        ) from None
-
-
-def rows_to_frame(rows: list[dict], source: Path) -> pd.DataFrame:
-    """Columns of the records with ``timings`` flattened to ``timings_<key>``; validated."""
-    versions = {row.get("schema_version") for row in rows}
-    if versions != {SCHEMA_VERSION}:
-        unknown = sorted(str(v) for v in versions - {SCHEMA_VERSION})
-        raise RunDirError(
-            f"{source}: record schema_version {', '.join(unknown)} is not supported (this rigbench reads "
+            f"{path}: record schema_version {', '.join(unknown)} is not supported (this rigbench reads "
             f"version {SCHEMA_VERSION}); upgrade rigbench or analyse the run with the version that wrote it"
         )
+
+
+def _check_required(table: pa.Table, path: Path) -> None:
+    for key in REQUIRED:
+        column = table.column(key)
+        if column.null_count:
+            bad = pc.index(pc.is_null(column), True).as_py()
+            raise RunDirError(f"{path}:{bad + 1}: required key {key!r} is missing; expected a RequestRecord line")
+
+
+def table_to_frame(table: pa.Table) -> pd.DataFrame:
+    """Arrow records to pandas: flat columns, categories for repeated strings, defaults filled."""
+    timings = table.column("timings").combine_chunks()
     columns: dict[str, object] = {}
     for key in TEXT_COLUMNS:
-        values = [row.get(key) for row in rows]
-        if key in REQUIRED and None in values:
-            bad = values.index(None)
-            raise RunDirError(f"{source}:{bad + 1}: required key {key!r} is missing; expected a RequestRecord line")
-        columns[key] = pd.Categorical(values) if key in CATEGORY_COLUMNS else values
+        column = table.column(key)
+        columns[key] = column.dictionary_encode().to_pandas() if key in CATEGORY_COLUMNS else column.to_pandas()
     for key in NUMBER_COLUMNS:
-        array = _number_column(rows, key, source)
-        if key in REQUIRED and np.isnan(array).any():
-            bad = int(np.flatnonzero(np.isnan(array))[0])
-            raise RunDirError(f"{source}:{bad + 1}: required key {key!r} is missing; expected a RequestRecord line")
+        array = table.column(key).to_numpy()
+        if key in NUMBER_DEFAULTS:
+            array = np.where(np.isnan(array), NUMBER_DEFAULTS[key], array)
         columns[key] = array
-    columns["interrupted"] = np.array([bool(row.get("interrupted", False)) for row in rows], dtype=bool)
-    timings = [row.get("timings") or {} for row in rows]
-    for key in TIMING_KEYS:
-        columns[f"timings_{key}"] = _number_column(timings, key, source)
+    columns["interrupted"] = table.column("interrupted").fill_null(False).to_numpy()
+    for index, key in enumerate(TIMING_KEYS):
+        field_values = pc.struct_field(timings, [index])
+        columns[f"timings_{key}"] = field_values.to_numpy(zero_copy_only=False)
     frame = pd.DataFrame(columns)
     for key in ("step", "users"):
         frame[key] = frame[key].astype(np.int64)
@@ -186,24 +214,22 @@ def load_run(path: Path | str) -> LoadedRun:
         raise RunDirError(f"{run_dir.path}: no such directory; pass a run directory such as runs/<run-id>")
     manifest = run_dir.read_manifest()
     warnings: list[str] = []
-    frames = []
+    tables = []
     shard_paths = run_dir.shard_paths()
     for shard_path in shard_paths:
-        rows = read_shard_rows(shard_path, warnings)
-        if rows:
-            frames.append(rows_to_frame(rows, shard_path))
+        table = read_shard_table(shard_path, warnings)
+        if table is not None:
+            tables.append(table)
     expected = _expected_shards(manifest)
     if expected is not None and len(shard_paths) < expected:
         warnings.append(
             f"{len(shard_paths)} record shard(s) found, {expected} expected (load.processes): "
             "a load process wrote nothing or its shard is missing; figures cover the shards present"
         )
-    if frames:
-        records = pd.concat(frames, ignore_index=True)
-        for column in CATEGORY_COLUMNS:
-            records[column] = records[column].astype("category")
+    if tables:
+        records = table_to_frame(pa.concat_tables(tables))
     else:
-        records = _empty()
+        records = table_to_frame(RECORD_SCHEMA.empty_table())
         warnings.append("the run has no request records")
     duplicated = int(records["request_id"].duplicated().sum()) if len(records) else 0
     if duplicated:
@@ -216,18 +242,6 @@ def load_run(path: Path | str) -> LoadedRun:
         warnings.append(f"telemetry.jsonl unreadable, ignored ({str(error).splitlines()[0]})")
     warnings.extend(f"manifest: {text}" for text in manifest.warnings)
     return LoadedRun(run_dir.path, manifest, records, telemetry, warnings)
-
-
-def _empty() -> pd.DataFrame:
-    columns: dict[str, object] = {key: pd.Categorical([]) for key in CATEGORY_COLUMNS}
-    columns.update({key: [] for key in TEXT_COLUMNS if key not in CATEGORY_COLUMNS})
-    columns.update({key: np.array([], dtype=float) for key in NUMBER_COLUMNS})
-    columns["interrupted"] = np.array([], dtype=bool)
-    columns.update({f"timings_{key}": np.array([], dtype=float) for key in TIMING_KEYS})
-    frame = pd.DataFrame(columns)
-    for key in ("step", "users"):
-        frame[key] = frame[key].astype(np.int64)
-    return frame
 
 
 def load_runs(paths: list[Path]) -> list[LoadedRun]:

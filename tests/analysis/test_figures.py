@@ -1,0 +1,89 @@
+"""Per-step figures from hand-built run directories, every formula checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.figures import run_figures
+from analysis.load import load_run
+from rigbench.errors import AnalysisError
+
+
+def test_aggregate_throughput_counts_straddling_requests_pro_rata(kit):
+    t0 = kit.T0
+    # window [t0+100, t0+110): 10 s
+    shards = {
+        "p0": [
+            # decode [95, 105), 11 tokens: half the span inside -> 5.5 tokens (tagged warm-up: still counts)
+            kit.record("a", phase="warmup", t_start=t0 + 94.5, ttft=0.5, decode=10.0, tokens=11),
+            # decode [101, 109), 9 tokens, wholly inside -> 9
+            kit.record("b", t_start=t0 + 100.5, ttft=0.5, decode=8.0, tokens=9),
+            # decode [108, 118), 10 tokens: 2 of 10 s inside -> 2
+            kit.record("c", t_start=t0 + 107.0, ttft=1.0, decode=10.0, tokens=10),
+            # an error makes no tokens
+            kit.record("d", t_start=t0 + 103.0, error_kind="http_500"),
+        ]
+    }
+    figures = run_figures(load_run(kit.make_run("r1", [kit.window()], shards)))
+    step = figures.steps[0]
+    assert step.output_tokens == pytest.approx(16.5)
+    assert step.aggregate_tok_s.value == pytest.approx(1.65)
+    assert step.aggregate_tok_s.n == 10
+    assert step.requests == 3 and step.ok == 2
+    assert step.errors == {"http_500": 1}
+    # successful completions inside the window: a (ends 105.01) and b (109.01); c ends at 118.01
+    assert step.request_rate == pytest.approx(2 / 10)
+
+
+def test_latency_and_per_user_formulas(kit):
+    t0 = kit.T0
+    shards = {
+        "p0": [
+            # TTFT 0.5, 21 tokens over 2 s: client (21-1)/2 = 10 tok/s, mean ITL 2/20 = 0.1 s
+            kit.record("a", category="code", t_start=t0 + 101, ttft=0.5, decode=2.0, tokens=21, server_tok_s=10.5),
+            # TTFT 1.5, 11 tokens over 2 s: client 5 tok/s, ITL 0.2 s
+            kit.record("b", category="chat", t_start=t0 + 102, ttft=1.5, decode=2.0, tokens=11, server_tok_s=5.5),
+            # TTFT 1.0, 41 tokens over 2 s: client 20 tok/s, ITL 0.05 s
+            kit.record("c", category="chat", t_start=t0 + 103, ttft=1.0, decode=2.0, tokens=41, server_tok_s=20.5),
+        ]
+    }
+    step = run_figures(load_run(kit.make_run("r1", [kit.window()], shards))).steps[0]
+    assert step.ttft_s["p50"].value == pytest.approx(1.0)
+    assert step.ttft_s["p90"].value == pytest.approx(1.0 + 0.8 * 0.5)  # rank 1.8 between 1.0 and 1.5
+    assert step.client_tok_s.value == pytest.approx(10.0)
+    assert step.server_tok_s.value == pytest.approx(10.5)
+    assert step.itl_s["p50"].value == pytest.approx(0.1)
+    assert step.e2e_s["p50"].value == pytest.approx(1.0 + 2.0 + 0.01)
+    # geometric mean of category means (server timings): code 10.5, chat (5.5 + 20.5) / 2 = 13
+    assert step.geomean_tok_s.value == pytest.approx((10.5 * 13.0) ** 0.5)
+
+
+def test_drafter_acceptance_and_tokens_per_decode_step(kit):
+    t0 = kit.T0
+    shards = {
+        "p0": [
+            kit.record("a", t_start=t0 + 101, tokens=21, draft=(10, 6)),
+            kit.record("b", t_start=t0 + 102, tokens=21, draft=(20, 14)),
+        ]
+    }
+    step = run_figures(load_run(kit.make_run("r1", [kit.window()], shards))).steps[0]
+    assert step.draft_acceptance.value == pytest.approx(20 / 30)
+    # 42 tokens from 42 - 20 = 22 target steps
+    assert step.tokens_per_decode_step == pytest.approx(42 / 22)
+
+
+def test_step_without_closed_window_is_a_counted_warning(kit):
+    t0 = kit.T0
+    steps = [kit.window(0, 1), kit.window(1, 2, start=t0 + 200, end=None)]
+    shards = {"p0": [kit.record("a", t_start=t0 + 101), kit.record("b", step=1, users=2, t_start=t0 + 201)]}
+    figures = run_figures(load_run(kit.make_run("r1", steps, shards, status="interrupted")))
+    assert [s.users for s in figures.steps] == [1]
+    assert any("step 1 (2 users) has no closed measured window" in w for w in figures.warnings)
+    assert any("run status is interrupted" in w for w in figures.warnings)
+
+
+def test_run_with_no_measured_window_is_a_clear_error(kit):
+    shards = {"p0": [kit.record("a", t_start=kit.T0 + 101)]}
+    run = load_run(kit.make_run("r1", [kit.window(end=None)], shards, status="failed"))
+    with pytest.raises(AnalysisError, match="no step has a measured window"):
+        run_figures(run)

@@ -1,0 +1,122 @@
+"""Loading run directories: bulk validation, merged shards, and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from analysis.load import load_run
+from rigbench.errors import RunDirError
+from rigbench.rundir import RunDir
+
+
+def _two_shard_run(kit):
+    t0 = kit.T0
+    shards = {
+        "p0": [kit.record("a", t_start=t0 + 101, shard="p0"), kit.record("b", t_start=t0 + 102, shard="p0")],
+        "p1": [kit.record("c", t_start=t0 + 103, shard="p1", error_kind="timeout")],
+    }
+    return kit.make_run("r1", [kit.window()], shards)
+
+
+def test_shards_are_merged_and_timings_flattened(kit):
+    run = load_run(_two_shard_run(kit))
+    frame = run.records
+    assert sorted(frame["request_id"]) == ["a", "b", "c"]
+    assert set(frame["shard"]) == {"p0", "p1"}
+    assert frame.loc[frame["request_id"] == "a", "timings_predicted_per_second"].item() == 10.0
+    assert frame.loc[frame["request_id"] == "c", "error_kind"].item() == "timeout"
+    assert frame["content_chunks"].notna().all()  # RecordWriter omits defaults only when None
+    assert run.warnings == []
+
+
+def test_truncated_last_line_is_skipped_and_counted(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    shard.write_text(shard.read_text() + '{"schema_version":1,"request_id":"half')
+    run = load_run(path)
+    assert len(run.records) == 3
+    assert run.warnings == ["p0.jsonl:3: truncated last line skipped"]
+
+
+def test_damage_before_the_last_line_is_an_error_naming_the_line(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    lines = shard.read_text().splitlines()
+    shard.write_text(lines[0][:40] + "\n" + lines[1] + "\n")
+    with pytest.raises(RunDirError, match=r"p0\.jsonl:1: .*damaged"):
+        load_run(path)
+
+
+def test_wrong_type_in_a_column_names_file_line_and_field(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    lines = shard.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["t_end"] = "soon"
+    shard.write_text(lines[0] + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RunDirError, match=r"p0\.jsonl:2: t_end"):
+        load_run(path)
+
+
+def test_unknown_record_schema_version_is_a_clear_error(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p1.jsonl"
+    record = json.loads(shard.read_text())
+    record["schema_version"] = 2
+    shard.write_text(json.dumps(record) + "\n")
+    with pytest.raises(RunDirError, match="schema_version 2 is not supported"):
+        load_run(path)
+
+
+def test_unknown_manifest_schema_version_is_a_clear_error(kit):
+    path = _two_shard_run(kit)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["schema_version"] = 9
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RunDirError, match="schema_version 9 is not supported"):
+        load_run(path)
+
+
+def test_missing_required_key_is_an_error(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p1.jsonl"
+    record = json.loads(shard.read_text())
+    del record["category"]
+    shard.write_text(json.dumps(record) + "\n")
+    with pytest.raises(RunDirError, match=r"p1\.jsonl:1: .*category"):
+        load_run(path)
+
+
+def test_unknown_key_is_caught(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p1.jsonl"
+    record = json.loads(shard.read_text())
+    record["colour"] = "blue"
+    shard.write_text(json.dumps(record) + "\n")
+    with pytest.raises(RunDirError, match="colour: unknown key"):
+        load_run(path)
+
+
+def test_missing_shard_is_a_counted_warning(kit):
+    path = _two_shard_run(kit)
+    RunDir(path).update_manifest(load=RunDir(path).read_manifest().load.model_copy(update={"processes": 3}))
+    run = load_run(path)
+    assert any("2 record shard(s) found, 3 expected" in w for w in run.warnings)
+
+
+def test_gzip_shards_read_like_plain_ones(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    (path / "records" / "p0.jsonl.gz").write_bytes(gzip.compress(shard.read_bytes()))
+    shard.unlink()
+    assert len(load_run(path).records) == 3
+
+
+def test_not_a_run_directory(tmp_path):
+    with pytest.raises(RunDirError, match="no such directory"):
+        load_run(tmp_path / "nope")
+    with pytest.raises(RunDirError, match="no manifest.json"):
+        load_run(tmp_path)
