@@ -105,4 +105,6 @@ def kit(tmp_path: Path) -> SimpleNamespace:
                     writer.write(item)
         return run.path
 
-    return SimpleNamespace(record=record, window=window, make_run=make, T0=T0, root=tmp_path / "runs")
+    return SimpleNamespace(
+        record=record, window=window, manifest=manifest, make_run=make, T0=T0, root=tmp_path / "runs"
+    )

@@ -1,0 +1,167 @@
+"""$/Mtok, price choice and capacity plans, against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.cost import dollars_per_mtok, dollars_per_mtok_estimate, price_choices
+from analysis.figures import StepFigures
+from analysis.intervals import Estimate
+from analysis.plan import Targets, capacity, crossing, rank
+from analysis.prices import PriceBook, PriceQuote
+from rigbench.rundir import RigInfo
+
+
+def quote(instance_type="g6.xlarge", market="on-demand", usd=0.8048, region="us-east-1", zone=None) -> PriceQuote:
+    return PriceQuote(
+        instance_type=instance_type,
+        region=region,
+        market=market,
+        availability_zone=zone,
+        usd_per_hour=usd,
+        source="test",
+        as_of="2027-01-01",
+    )
+
+
+def test_dollars_per_million_tokens_by_hand():
+    # $0.8048/h at 100 tok/s: 360,000 tokens an hour -> 0.8048 / 0.36 = $2.2356 per million
+    assert dollars_per_mtok(0.8048, 100.0) == pytest.approx(2.235556, rel=1e-6)
+    # seed figure: 64 users on spot; $0.30/h at 300 tok/s -> 0.30 / 1.08 = $0.2778
+    assert dollars_per_mtok(0.30, 300.0) == pytest.approx(0.277778, rel=1e-5)
+    assert dollars_per_mtok(1.0, 0.0) is None
+    assert dollars_per_mtok(1.0, None) is None
+
+
+def test_cost_interval_comes_from_the_ends_of_the_throughput_interval():
+    cost = dollars_per_mtok_estimate(0.36, Estimate(100.0, 80.0, 125.0, 10, "x"))
+    # 0.36 $/h -> $1/Mtok at 100 tok/s; 125 tok/s -> 0.8; 80 tok/s -> 1.25
+    assert (cost.low, cost.value, cost.high) == pytest.approx((0.8, 1.0, 1.25))
+
+
+def test_local_rig_is_priced_hypothetically_at_the_reference_type(kit):
+    book = PriceBook([quote(), quote(market="spot", usd=0.4)])
+    warnings: list[str] = []
+    choices = price_choices(kit.manifest("r", [kit.window()]), book, None, warnings)
+    assert [(c.label, c.quote.usd_per_hour) for c in choices] == [
+        ("g6.xlarge on-demand (hypothetical)", 0.8048),
+        ("g6.xlarge spot (hypothetical)", 0.4),
+    ]
+    assert warnings == []
+
+
+def test_aws_run_uses_its_recorded_price_and_the_book_for_the_other_market(kit):
+    rig = RigInfo(
+        kind="aws",
+        instance_type="g6.2xlarge",
+        region="us-east-1",
+        availability_zone="us-east-1d",
+        market="spot",
+        price_per_hour=0.41,
+        price_source="describe_spot_price_history at launch",
+        launch_time="2027-01-15T07:50:00+00:00",
+    )
+    book = PriceBook([quote("g6.2xlarge", usd=0.9776)])
+    warnings: list[str] = []
+    choices = price_choices(kit.manifest("r", [kit.window()], rig=rig), book, None, warnings)
+    by_market = {c.quote.market: c for c in choices}
+    assert by_market["spot"].quote.usd_per_hour == 0.41
+    assert by_market["spot"].quote.source.startswith("run manifest (describe_spot_price_history")
+    assert not by_market["spot"].hypothetical
+    assert by_market["on-demand"].quote.usd_per_hour == 0.9776
+
+
+def test_missing_price_is_a_warning_not_a_zero(kit):
+    warnings: list[str] = []
+    choices = price_choices(kit.manifest("r", [kit.window()]), PriceBook([]), ["p5.48xlarge"], warnings)
+    assert choices == []
+    assert warnings == [
+        "no on-demand price for p5.48xlarge in us-east-1; left out",
+        "no spot price for p5.48xlarge in us-east-1; left out",
+    ]
+
+
+def test_price_book_prefers_the_zone_then_the_highest_quote():
+    book = PriceBook(
+        [quote(market="spot", usd=0.31, zone="us-east-1a"), quote(market="spot", usd=0.45, zone="us-east-1b")]
+    )
+    assert book.find("g6.xlarge", "us-east-1", "spot", "us-east-1a").usd_per_hour == 0.31
+    highest = book.find("g6.xlarge", "us-east-1", "spot")
+    assert highest.usd_per_hour == 0.45 and "highest of 2 quotes" in highest.note
+    assert book.find("g6.xlarge", "eu-west-1", "spot") is None
+
+
+def step(users: int, per_user: tuple, ttft_p90: tuple, aggregate: tuple, errors: int = 0) -> StepFigures:
+    """A step with given (value, low, high) figures; per-user is the client median."""
+    empty = Estimate(None, None, None, 0, "none")
+    return StepFigures(
+        index=users,
+        users=users,
+        context_tokens=0,
+        window_start=0.0,
+        window_end=60.0,
+        requests=100,
+        ok=100 - errors,
+        errors={"http_500": errors} if errors else {},
+        output_tokens=0.0,
+        aggregate_tok_s=Estimate(*aggregate, 10, "x"),
+        request_rate=1.0,
+        server_tok_s=empty,
+        server_tok_s_mean=empty,
+        client_tok_s=Estimate(*per_user, 100, "x"),
+        geomean_tok_s=empty,
+        ttft_s={"p50": empty, "p90": Estimate(*ttft_p90, 100, "x"), "p99": empty},
+        itl_s={},
+        e2e_s={},
+        draft_acceptance=empty,
+        tokens_per_decode_step=None,
+    )
+
+
+SWEEP = [
+    step(1, (130, 128, 132), (0.20, 0.18, 0.22), (130, 128, 132)),
+    step(8, (100, 96, 104), (0.40, 0.35, 0.45), (800, 780, 820)),
+    step(16, (60, 56, 64), (0.80, 0.70, 0.90), (960, 940, 980)),
+]
+
+
+def test_crossing_by_hand():
+    # from (8, 96) to (16, 56): 50 is reached at 8 + (50 - 96) * 8 / (56 - 96) = 8 + 9.2 = 17.2
+    assert crossing(8, 96, 16, 56, 50) == pytest.approx(17.2)
+    assert crossing(8, 96, 16, 56, 76) == pytest.approx(12.0)
+
+
+def test_plan_interpolates_conservatively_between_measured_steps():
+    # min 76 tok/s: lower bounds 96 at 8 users, 56 at 16 -> crossing at 12 users
+    # TTFT p90 <= 0.8 s: upper bounds 0.45 at 8, 0.90 at 16 -> 8 + (0.8 - 0.45) * 8 / 0.45 = 14.2
+    cap = capacity(SWEEP, Targets(users=100, min_tok_s=76, ttft_p90_s=0.8))
+    assert cap.users_per_instance == 12
+    # aggregate lower bounds 780 at 8, 940 at 16 -> 780 + 160 * 4 / 8 = 860
+    assert cap.aggregate_tok_s == pytest.approx(860)
+
+
+def test_plan_stops_at_the_first_failure_and_never_extrapolates():
+    assert capacity(SWEEP, Targets(100, 10, 5.0)).users_per_instance == 16
+    assert "no extrapolation" in capacity(SWEEP, Targets(100, 10, 5.0)).basis
+    assert capacity(SWEEP, Targets(100, 200, 5.0)).users_per_instance == 0
+    with_errors = [*SWEEP[:2], step(16, (120, 118, 122), (0.3, 0.3, 0.3), (960, 940, 980), errors=3)]
+    cap = capacity(with_errors, Targets(100, 76, 0.8))
+    assert cap.users_per_instance == 8 and "errors at 16" in cap.basis
+
+
+def test_plans_rank_by_dollars_per_hour(kit):
+    from analysis.cost import PriceChoice
+    from analysis.figures import RunFigures
+    from analysis.load import LoadedRun
+    from analysis.plan import plan_for
+
+    run = LoadedRun(kit.root, kit.manifest("r", [kit.window()]), records=None)  # type: ignore[arg-type]
+    figures = RunFigures(run, SWEEP)
+    targets = Targets(users=100, min_tok_s=76, ttft_p90_s=0.8)
+    on_demand = plan_for(figures, PriceChoice(quote(usd=0.8048), hypothetical=True), targets)
+    spot = plan_for(figures, PriceChoice(quote(market="spot", usd=0.5), hypothetical=True), targets)
+    # ceil(100 / 12) = 9 instances
+    assert on_demand.instances == 9
+    assert on_demand.usd_per_hour == pytest.approx(9 * 0.8048)
+    assert spot.usd_per_mtok == pytest.approx(0.5 / (860 * 3600) * 1e6)
+    assert rank([on_demand, spot]) == [spot, on_demand]
