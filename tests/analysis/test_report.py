@@ -1,0 +1,123 @@
+"""report.md, summary.json and plots, end to end from run directories written by RunDir."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis.report import write_report
+from rigbench.cli import app
+
+
+def sweep_run(kit, run_id: str, speed: float, users=(1, 2, 4), categories=("code", "chat", "story")):
+    """A three-step sweep: each user streams back-to-back requests; tok/s falls with users."""
+    t0, steps, records = kit.T0, [], []
+    for index, count in enumerate(users):
+        start = t0 + index * 100
+        steps.append(kit.window(index, count, start=start + 10, end=start + 70))
+        per_user = speed / count
+        for user in range(count):
+            clock = start + user * 0.1
+            number = 0
+            while clock < start + 80:
+                phase = "measure" if clock >= start + 10 else "warmup"
+                category = categories[number % len(categories)]
+                rate = per_user * (1.3 if category == "code" else 1.0)
+                decode = 20 / rate
+                records.append(
+                    kit.record(
+                        f"{index}-{user}-{number}",
+                        step=index,
+                        users=count,
+                        phase=phase,
+                        category=category,
+                        t_start=clock,
+                        ttft=0.1 * count,
+                        decode=decode,
+                        tokens=21,
+                        server_tok_s=rate,
+                    )
+                )
+                clock += 0.1 * count + decode + 0.02
+                number += 1
+    return kit.make_run(run_id, steps, {"p0": records})
+
+
+def test_single_run_report_opens_with_the_per_step_table(kit):
+    path = sweep_run(kit, "base", speed=40.0)
+    report = write_report([path])
+    assert report == path / "report.md"
+    text = report.read_text()
+    lines = text.splitlines()
+    table_start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    assert lines[0] == "# rigbench report: base"
+    assert table_start < 8
+    header = lines[table_start]
+    for column in ("users", "requests", "errors", "aggregate tok/s", "median per-user tok/s", "TTFT p50", "TTFT p90"):
+        assert column in header
+    assert [line.split("|")[1].strip() for line in lines[table_start + 2 : table_start + 5]] == ["1", "2", "4"]
+    assert "g6.xlarge on-demand (hypothetical)" in text and "HYPOTHETICAL" in text
+    assert "bundled snapshot" in text
+    assert "### Warnings (0)" in text
+    for name in ("aggregate_tok_s", "per_user_tok_s", "ttft_p90", "usd_per_mtok"):
+        png = path / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size < 100_000
+
+    summary = json.loads((path / "summary.json").read_text())
+    one_user = summary["runs"][0]["steps"][0]
+    # one user at 40 tok/s on code x1.3, chat and story x1: aggregate is below the per-user mean because of TTFT gaps
+    assert one_user["users"] == 1
+    assert 30 < one_user["aggregate_tok_s"]["value"] < 45
+    assert one_user["server_tok_s"]["n"] == one_user["ok"]
+    assert summary["runs"][0]["prices"][0]["hypothetical"] is True
+    assert summary["runs"][0]["run_cost"][0]["seconds"] == pytest.approx(3600)
+
+
+def test_two_runs_give_a_cross_run_report_with_paired_ratios(kit):
+    base = sweep_run(kit, "base", speed=40.0)
+    faster = sweep_run(kit, "drafter", speed=60.0)
+    report = write_report([base, faster])
+    assert report.parent.parent.name == "reports"
+    text = report.read_text()
+    assert "## Comparison: B = local drafter against A = local base" in text
+    summary = json.loads((report.parent / "summary.json").read_text())
+    ratios = [step["per_user_ratio"]["value"] for step in summary["comparisons"][0]["steps"]]
+    assert ratios == pytest.approx([1.5, 1.5, 1.5], rel=1e-6)
+    assert (report.parent / "plots" / "aggregate_tok_s.png").exists()
+
+
+def test_cli_report_compare_plan_and_errors(kit, tmp_path):
+    base = sweep_run(kit, "base", speed=40.0)
+    faster = sweep_run(kit, "drafter", speed=60.0)
+    runner = CliRunner()
+    result = runner.invoke(app, ["report", str(base), "--out", str(tmp_path / "out"), "--price-as", "g6.2xlarge"])
+    assert result.exit_code == 0, result.output
+    assert "g6.2xlarge spot (hypothetical)" in (tmp_path / "out" / "report.md").read_text()
+
+    result = runner.invoke(app, ["compare", str(base), str(faster), "--out", str(tmp_path / "cmp")])
+    assert result.exit_code == 0, result.output
+    assert "1.500" in result.output
+
+    result = runner.invoke(
+        app, ["plan", "--users", "10", "--min-tok-s", "15", "--ttft-p90", "1", str(base), str(faster)]
+    )
+    assert result.exit_code == 0, result.output
+    ranked = [line for line in result.output.splitlines() if line.startswith("|      1 ")]
+    assert ranked and "drafter" in ranked[0]
+
+
+def test_cli_error_is_one_line_without_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-c", "from rigbench.cli import main; main()", "report", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0
+    assert "no such directory" in completed.stderr and "Traceback" not in completed.stderr
