@@ -18,7 +18,7 @@ import gevent
 import httpx
 import psutil
 
-from loadtest.shapes import Stage, boundaries
+from loadtest.schedule import Stage, boundaries
 from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
 from rigbench.rundir import RunDir, StepWindow, utc_now
 

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 from locust import events
 
 from loadtest.controller import SweepController
-from loadtest.shapes import SweepShape, make_stages, parse_steps
+from loadtest.schedule import make_stages, parse_steps
+from loadtest.shapes import SweepShape
 from loadtest.users import StreamingChatUser
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
 

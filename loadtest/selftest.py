@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
-from loadtest.users import TIMELINES
+from loadtest.streaming import TIMELINES
 from rigbench.profile import RigProfile
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
 

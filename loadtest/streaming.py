@@ -34,6 +34,7 @@ from rigbench.rundir import RequestRecord, ServerTimings
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_ID_HEADER = "X-Request-Id"
+TIMELINES = "timelines"  # run-dir folder of per-chunk arrival times, one file per shard
 
 
 @dataclass

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from loadtest.shapes import make_stages, total_duration
+from loadtest.schedule import make_stages, total_duration
 from rigbench.errors import LoadTestError
 from rigbench.profile import RigProfile
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now

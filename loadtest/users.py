@@ -21,11 +21,9 @@ from locust import User, constant, task
 
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
-from loadtest.shapes import Stage, locate_or_last, make_stages, parse_steps
-from loadtest.streaming import RequestMeta, StreamResult, build_payload, make_client, stream_chat
+from loadtest.schedule import Stage, locate_or_last, make_stages, parse_steps
+from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 from rigbench.rundir import RecordWriter, RequestRecord, RunDir
-
-TIMELINES = "timelines"
 
 
 class LoadContext:

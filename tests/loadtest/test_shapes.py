@@ -1,0 +1,95 @@
+"""The sweep schedule and the Locust shape, tested by faking the shape's run time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtest.schedule import boundaries, locate, locate_or_last, make_stages, parse_steps, total_duration
+from rigbench.errors import LoadTestError
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = make_stages([1, 4, 16], warmup=2.0, measure=5.0)
+
+
+def test_locate_walks_steps_and_phases() -> None:
+    assert locate(STAGES, 0.0).index == 0
+    assert locate(STAGES, 1.99).phase == "warmup"
+    assert locate(STAGES, 2.0).phase == "measure"
+    position = locate(STAGES, 7.5)
+    assert (position.index, position.users, position.phase) == (1, 4, "warmup")
+    assert (position.step_start, position.measure_start, position.measure_end) == (7.0, 9.0, 14.0)
+    assert locate(STAGES, 20.9).users == 16
+    assert locate(STAGES, 21.0) is None
+    assert total_duration(STAGES) == 21.0
+
+
+def test_request_started_after_the_end_belongs_to_the_last_measured_window() -> None:
+    position = locate_or_last(STAGES, 21.3)
+    assert (position.index, position.phase, position.measure_end) == (2, "measure", 21.0)
+
+
+def test_boundaries_are_start_measure_end_per_step() -> None:
+    points = boundaries(STAGES)
+    assert points[:3] == [(0.0, 0, "start"), (2.0, 0, "measure"), (7.0, 0, "end")]
+    assert points[-1] == (21.0, 2, "end")
+    assert len(points) == 9
+
+
+SHAPE_CHECK = """
+import time
+from loadtest.schedule import make_stages
+from loadtest.shapes import SweepShape
+
+class FakeClockShape(SweepShape):
+    now = 0.0
+    def get_run_time(self):
+        return self.now
+
+shape = FakeClockShape()
+shape.stages = make_stages([1, 4, 16], warmup=2.0, measure=5.0)
+ticks = []
+for now in (0.5, 8.0, 15.0, 21.0):
+    shape.now = now
+    ticks.append(shape.tick())
+seen = []
+real = SweepShape()
+real.on_reset = seen.append
+real.reset_time()
+print(ticks, abs(seen[0] - time.time()) < 5)
+"""
+
+
+def test_shape_ticks_users_with_instant_spawn_then_stops_and_reports_unix_start() -> None:
+    """Run in a child process: importing Locust monkey-patches with gevent."""
+    output = subprocess.run(
+        [sys.executable, "-c", SHAPE_CHECK], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert output.strip().splitlines()[-1] == "[(1, 10.0), (4, 40.0), (16, 160.0), None] True"
+
+
+def test_caller_side_modules_do_not_import_locust() -> None:
+    """run_sweep's caller must not be monkey-patched by gevent."""
+    code = (
+        "import sys, loadtest.sweep, loadtest.selftest, loadtest.schedule, loadtest.streaming, rigbench.cli;"
+        "print('locust' in sys.modules, 'gevent' in sys.modules)"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert output.strip() == "False False"
+
+
+@pytest.mark.parametrize("text, expected", [("1,2,4", [1, 2, 4]), (" 8, 16 ", [8, 16])])
+def test_parse_steps(text: str, expected: list[int]) -> None:
+    assert parse_steps(text) == expected
+
+
+def test_bad_steps_are_clear_errors() -> None:
+    with pytest.raises(LoadTestError, match="integers separated by commas"):
+        parse_steps("1,two")
+    with pytest.raises(LoadTestError, match=">= 1"):
+        make_stages([0, 2], 1, 1)
+    with pytest.raises(LoadTestError, match="measured window"):
+        make_stages([1], 1, 0)

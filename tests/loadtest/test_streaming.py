@@ -1,0 +1,97 @@
+"""One request at a time against the ground-truth server: records and every error kind."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
+from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
+from provision.local_server import free_port
+
+pytestmark = pytest.mark.integration
+META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")
+FAULTS = ["none", "http_500", "disconnect", "malformed", "stall"]
+
+
+def payload(model: str = "ground-truth", max_tokens: int = 8) -> dict:
+    return build_payload(
+        [{"role": "user", "content": "say hi"}],
+        model=model,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        cache_prompt=False,
+        ignore_eos=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def faulty_server(tmp_path_factory: pytest.TempPathFactory):
+    config = GroundTruthConfig(ttft_ms=20, itl_ms=5, fault_cycle=FAULTS, stall_seconds=5)
+    log = tmp_path_factory.mktemp("truth") / "truth.jsonl"
+    with GroundTruthServer(config, log) as server:
+        yield server, log
+
+
+def test_request_body_asks_for_usage_and_llama_extensions() -> None:
+    body = payload()
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["cache_prompt"] is False and body["max_tokens"] == 8
+    plain = build_payload([], model="m", max_tokens=1, temperature=0.5, cache_prompt=True, ignore_eos=False)
+    assert "ignore_eos" not in plain and plain["cache_prompt"] is True
+
+
+def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(faulty_server) -> None:
+    server, log = faulty_server
+    with make_client(server.base_url, read_timeout=1.0) as client:
+        results = [stream_chat(client, payload(), META) for _ in FAULTS]
+        bad_model = stream_chat(client, payload(model="no-such-model"), META)
+    kinds = [r.record.error_kind for r in results]
+    assert kinds == [None, "http_500", "disconnect", "malformed_sse", "timeout"]
+    assert results[1].record.http_status == 500
+    assert bad_model.record.error_kind == "bad_model" and bad_model.record.http_status == 404
+
+    good = results[0]
+    record = good.record
+    truth = read_truth_log(log)[record.request_id]
+    assert record.completion_tokens == 8 and record.timings.predicted_n == 8 and record.prompt_tokens == 2
+    assert record.content_chunks == len(good.chunk_times) == len(truth["sends"]) == 8
+    assert record.t_start <= truth["t_received"] < truth["sends"][0] <= record.t_first_token
+    assert record.t_first_token - truth["sends"][0] < 0.05
+    assert record.t_last_token == good.chunk_times[-1] <= record.t_end
+    # a stalled request is cut at the read timeout, not at the server's 5 s stall
+    stalled = results[4].record
+    assert 0.9 < stalled.t_end - stalled.t_start < 3.0 and stalled.content_chunks == 1
+
+
+def test_connection_refused_is_connect() -> None:
+    with make_client(f"http://127.0.0.1:{free_port()}") as client:
+        result = stream_chat(client, payload(), META)
+    assert result.record.error_kind == "connect" and result.record.http_status is None
+
+
+def test_aborted_request_is_handed_over_as_interrupted(tmp_path: Path) -> None:
+    """A Ctrl-C (here a timer signal) mid-stream: the partial record is kept, then it propagates."""
+    config = GroundTruthConfig(ttft_ms=10, itl_ms=50)
+    kept = []
+
+    class Abort(BaseException):
+        pass
+
+    def abort(signum, frame):
+        raise Abort
+
+    previous = signal.signal(signal.SIGALRM, abort)
+    try:
+        with GroundTruthServer(config, tmp_path / "truth.jsonl") as server, make_client(server.base_url) as client:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Abort):
+                stream_chat(client, payload(max_tokens=20), META, on_abort=kept.append)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(kept) == 1
+    record = kept[0].record
+    assert record.interrupted and record.error_kind is None and 2 <= record.content_chunks < 20

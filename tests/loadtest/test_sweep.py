@@ -1,0 +1,131 @@
+"""Whole sweeps (a real headless Locust process) against the ground-truth server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
+from loadtest.prompts import CATEGORIES
+from loadtest.selftest import run_selftest
+from loadtest.sweep import run_sweep
+from rigbench.profile import load_profile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
+    manifest = RunManifest(
+        run_id=new_run_id("test"),
+        created_at=utc_now(),
+        profile="tiny",
+        server=ServerInfo(args=[], host="127.0.0.1", port=port, parallel_slots=slots),
+        load=settings,
+    )
+    return RunDir.create(root, manifest)
+
+
+def test_fidelity_at_eight_users_is_within_the_benchmark_tolerances(tmp_path: Path) -> None:
+    run, results = run_selftest(tmp_path, user_steps=[1, 8], warmup=1.5, measure=3.0, reply_tokens=48, progress=False)
+    manifest = run.read_manifest()
+    assert manifest.status == "complete", manifest.status_detail
+    assert [(s.index, s.users) for s in manifest.steps] == [(0, 1), (1, 8)]
+    assert all(s.measure_end == pytest.approx(s.measure_start + 3.0) for s in manifest.steps)
+    assert [r.users for r in results] == [1, 8]
+    for step in results:
+        assert abs(step.tok_s_error_pct) <= 0.5, step
+        assert abs(step.ttft_p50_error_ms) <= 2.0, step
+        assert abs(step.itl_p50_error_ms) <= 0.5, step
+    records = run.read_records()
+    assert {r.category for r in records} == set(CATEGORIES)
+    assert {r.phase for r in records} == {"warmup", "measure"}
+    for record in records:
+        window = manifest.steps[record.step]
+        in_measure = window.measure_start <= record.t_start
+        assert record.users == window.users and (record.phase == "measure") == in_measure
+    # nothing the server finished is missing from the records, and the counts agree
+    truth = read_truth_log(run.path / "ground_truth.jsonl")
+    by_id = {r.request_id: r for r in records}
+    assert set(truth) <= set(by_id)
+    assert all(by_id[i].completion_tokens == len(t["sends"]) for i, t in truth.items())
+    telemetry = run.read_telemetry()
+    assert [(t.step, t.boundary) for t in telemetry] == [
+        (0, "start"),
+        (0, "measure"),
+        (0, "end"),
+        (1, "start"),
+        (1, "measure"),
+        (1, "end"),
+    ]
+    assert telemetry[-2].slots_busy == 8 and telemetry[-2].metrics["llamacpp:tokens_predicted_total"] > 0
+
+
+def test_errors_are_recorded_and_the_threshold_fails_the_run_keeping_records(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", fault_cycle=["none", "http_500"], slots=2)
+    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=4, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=2)
+        manifest = run_sweep(
+            run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False, max_error_rate=0.3
+        )
+    assert manifest.status == "failed"
+    assert "error rate" in manifest.status_detail and "http_500" in manifest.status_detail
+    assert manifest.ended_at is not None
+    records = run.read_records()
+    kinds = {r.error_kind for r in records}
+    assert kinds == {None, "http_500"}
+    assert all(r.http_status == 500 for r in records if r.error_kind)
+
+
+def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=2)
+    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=1, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=2)
+        manifest = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+    assert manifest.status == "complete"
+    assert len(manifest.warnings) == 1 and "4 users exceed the server's 2 parallel slots" in manifest.warnings[0]
+    assert run.read_telemetry()[-1].slots_total == 2
+
+
+SWEEP_SCRIPT = """
+import sys
+from loadtest.sweep import run_sweep
+from rigbench.profile import load_profile
+from rigbench.rundir import RunDir
+run = RunDir(sys.argv[1])
+manifest = run_sweep(run, sys.argv[2], profile=load_profile("tiny"), settings=run.read_manifest().load, progress=False)
+print(manifest.status)
+"""
+
+
+def test_sigterm_leaves_the_run_interrupted_with_its_records(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
+    settings = LoadSettings(user_steps=[2, 4], warmup_seconds=1, measure_seconds=30, max_tokens=16)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=64)
+        child = subprocess.Popen(
+            [sys.executable, "-c", SWEEP_SCRIPT, str(run.path), server.base_url],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((run.path / "records").glob("*.jsonl")):
+            time.sleep(0.2)
+        time.sleep(1.5)
+        child.send_signal(signal.SIGTERM)
+        output, _ = child.communicate(timeout=60)
+    assert output.strip() == "interrupted"
+    manifest = run.read_manifest()
+    assert manifest.status == "interrupted" and manifest.ended_at
+    records = run.read_records()
+    assert len(records) > 5 and all(json.loads(r.model_dump_json())["shard"] for r in records)
