@@ -188,7 +188,7 @@ def build_key(source_id: str, backend: str, arch: str | None, options: list[str]
 
 def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None) -> None:
     """Run one build step, streaming its output to the terminal and to ``log``."""
-    print(f"[build] {name}: {' '.join(command)}", flush=True)
+    print(f"[build] {name}: {' '.join(command)}", file=sys.stderr, flush=True)
     with open(log, "a") as log_file:
         process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
@@ -197,7 +197,7 @@ def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None) 
             log_file.write(line)
             tail = (tail + [line])[-20:]
             if line.startswith("[") or "error" in line.lower():
-                print(f"[build] {line.rstrip()}", flush=True)
+                print(f"[build] {line.rstrip()}", file=sys.stderr, flush=True)
         if process.wait() != 0:
             raise BuildError(f"{name} failed (exit {process.returncode}); last lines:\n{''.join(tail)}")
 
