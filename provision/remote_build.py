@@ -15,7 +15,7 @@ import shlex
 
 from fabric import Connection
 
-from provision.rig import RigPaths, rig_step, run, upload_helpers
+from provision.rig import RigPaths, rig_step, run, upload_helpers, upload_text
 from rigbench.errors import ProvisionError
 from rigbench.profile import RigProfile
 
@@ -77,7 +77,7 @@ def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, cac
     if backend == "cuda" and "CUDA" not in devices:
         raise ProvisionError(f"build: {server} --list-devices shows no CUDA device; it printed:\n{devices.strip()}")
     manifest["devices"] = devices.strip()
-    run(c, f"cat > {shlex.quote(paths.build_manifest)}", stdin=json.dumps(manifest, indent=2))
+    upload_text(c, json.dumps(manifest, indent=2), paths.build_manifest)
     print(f"[build] llama-server at {server} ({'cached' if manifest.get('cached') else 'built'}); "
           f"manifest kept at {paths.build_manifest}", flush=True)
     return manifest

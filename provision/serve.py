@@ -142,7 +142,9 @@ def start_service(c: Connection, paths: RigPaths, state: ServeState) -> None:
     if state.supervisor == "systemd":
         user = run(c, "id -un").stdout.strip()
         unit = render_unit(state.command, user, paths.serve, log, f"rigbench llama-server ({state.profile})")
-        run(c, privileged(c, f"tee {UNIT_PATH} > /dev/null"), stdin=unit)
+        staged = f"{paths.serve}/{UNIT_NAME}"
+        upload_text(c, unit, staged)
+        run(c, privileged(c, f"install -m 644 {shlex.quote(staged)} {UNIT_PATH}"))
         run(c, privileged(c, "systemctl daemon-reload"))
         run(c, privileged(c, f"systemctl restart {UNIT_NAME}"))
         return
@@ -224,7 +226,7 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
         print("[serve] the served command changed; restarting", flush=True)
         stop_service(c, paths, previous)
     check_port_free(c, paths, port)
-    run(c, f"cat > {shlex.quote(paths.serve)}/serve.json", stdin=state.model_dump_json(indent=2))
+    upload_text(c, state.model_dump_json(indent=2), f"{paths.serve}/serve.json")
     run(c, f"echo '[rigbench] serve {state.started_at}' >> {shlex.quote(state.log)}")
     start_service(c, paths, state)
     print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{port}", flush=True)

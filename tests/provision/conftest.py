@@ -154,3 +154,16 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch):
     yield hub
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture()
+def built_rig(rig, rig_paths, llama_build, build_cache):
+    """A rig folder with the (cached) CPU build and the tiny model in place."""
+    from provision.download import download
+    from provision.remote_build import build
+    from rigbench.profile import load_profile
+
+    profile = load_profile("tiny")
+    manifest = build(rig, profile, rig_paths, cache=build_cache)
+    download(rig, profile, rig_paths)
+    return rig, rig_paths, profile, manifest

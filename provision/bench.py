@@ -1,0 +1,97 @@
+"""Step ``bench``: llama-bench pp512/tg128 at the profile's settings, kept as JSON on the rig.
+
+llama-bench measures the model's raw prompt and generation speed with no server, sampling
+or HTTP in the way: the ceiling the load sweep is compared against. The profile's server
+flags that llama-bench also understands (GPU layers, flash attention, KV cache types,
+threads, batch sizes) are passed on; serving-only flags are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from fabric import Connection
+
+from provision.download import model_paths
+from provision.remote_build import read_build_manifest
+from provision.rig import RigPaths, rig_step, run, upload_text
+from rigbench.errors import ProvisionError
+from rigbench.profile import RigProfile
+
+BENCH_TIMEOUT_S = 1800
+# server flag -> llama-bench flag, for the settings that change raw speed.
+BENCH_FLAGS = {
+    "-ngl": "-ngl", "--n-gpu-layers": "-ngl", "--gpu-layers": "-ngl",
+    "-fa": "-fa", "--flash-attn": "-fa",
+    "-ctk": "-ctk", "--cache-type-k": "-ctk", "-ctv": "-ctv", "--cache-type-v": "-ctv",
+    "-t": "-t", "--threads": "-t", "-b": "-b", "--batch-size": "-b", "-ub": "-ub", "--ubatch-size": "-ub",
+    "-ot": "-ot", "--override-tensor": "-ot",
+}
+FLASH_ATTN_VALUES = {"on": "1", "off": "0", "1": "1", "0": "0"}
+
+
+def bench_args(profile: RigProfile) -> list[str]:
+    """The profile's server flags translated for llama-bench (``-fa on`` becomes ``-fa 1``)."""
+    args = profile.server.args
+    translated: list[str] = []
+    for index, token in enumerate(args[:-1]):
+        flag = BENCH_FLAGS.get(token)
+        if flag is None:
+            continue
+        value = args[index + 1]
+        if flag == "-fa":
+            if value not in FLASH_ATTN_VALUES:
+                continue  # "auto": llama-bench's own default
+            value = FLASH_ATTN_VALUES[value]
+        translated += [flag, value]
+    return translated
+
+
+def summarize(results: list[dict]) -> dict[str, float]:
+    """{"pp512": tok/s, "tg128": tok/s} from llama-bench's JSON rows."""
+    summary = {}
+    for row in results:
+        if row.get("n_prompt") and not row.get("n_gen"):
+            summary[f"pp{row['n_prompt']}"] = round(row["avg_ts"], 2)
+        elif row.get("n_gen") and not row.get("n_prompt"):
+            summary[f"tg{row['n_gen']}"] = round(row["avg_ts"], 2)
+    return summary
+
+
+@rig_step("bench")
+def bench(c: Connection, profile: RigProfile, paths: RigPaths | None = None, prompt_tokens: int = 512,
+          gen_tokens: int = 128, repetitions: int = 5, timeout: int = BENCH_TIMEOUT_S) -> dict:
+    """Run llama-bench on the rig; save and return {profile, command, summary, results}."""
+    paths = paths or RigPaths()
+    manifest = read_build_manifest(c, paths)
+    binary = manifest["binaries"].get("llama-bench")
+    if not binary:
+        raise ProvisionError("bench: the build has no llama-bench; rebuild with the default targets")
+    model, _ = model_paths(profile, paths)
+    if not run(c, f"test -s {shlex.quote(model)}", warn=True).ok:
+        raise ProvisionError(f"bench: model file {model} is missing on the rig; run the download step first")
+    command = [binary, "-m", model, "-p", str(prompt_tokens), "-n", str(gen_tokens), "-r", str(repetitions),
+               *bench_args(profile), "-o", "json"]
+    print(f"[bench] {' '.join(shlex.quote(part) for part in command)}", flush=True)
+    result = run(c, " ".join(shlex.quote(part) for part in command), timeout=timeout, hide="stdout")
+    try:
+        rows = json.loads(result.stdout)
+    except ValueError:
+        raise ProvisionError(f"bench: llama-bench printed no JSON; it printed:\n{result.stdout[-2000:]}") from None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    report = {
+        "profile": profile.name,
+        "command": command,
+        "build_key": manifest.get("key"),
+        "backend": manifest.get("backend"),
+        "summary": summarize(rows),
+        "results": rows,
+        "measured_at": stamp,
+    }
+    path = f"{paths.results}/bench/bench-{profile.name}-{stamp}.json"
+    upload_text(c, json.dumps(report, indent=2), path)
+    report["path"] = path
+    print(f"[bench] {report['summary']} saved to {path}", flush=True)
+    return report

@@ -1,0 +1,61 @@
+"""bench, sweep (on the rig, against its 127.0.0.1) and fetch over SSH."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from provision.bench import bench, bench_args
+from provision.local_server import free_port
+from provision.remote_sweep import fetch, sweep
+from provision.serve import serve, stop
+from rigbench.errors import ProvisionError
+from rigbench.profile import RigProfile, load_profile
+from rigbench.rundir import RunDir
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_saves_pp_and_tg_as_json_on_the_rig(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    report = bench(rig, profile, paths, prompt_tokens=64, gen_tokens=16, repetitions=1)
+    assert set(report["summary"]) == {"pp64", "tg16"} and all(v > 0 for v in report["summary"].values())
+    saved = json.loads(Path(report["path"]).read_text())
+    assert saved["summary"] == report["summary"] and saved["command"][-2:] == ["-o", "json"]
+    assert saved["command"][saved["command"].index("-t"):saved["command"].index("-t") + 2] == ["-t", "2"]
+
+
+def test_bench_args_translate_the_serving_line() -> None:
+    profile = load_profile("gemma4-e2b")
+    assert bench_args(profile) == ["-ngl", "99", "-ctk", "f16", "-ctv", "f16", "-fa", "1", "-t", "4",
+                                   "-ot", "per_layer_token_embd\\.weight=CUDA0"]
+    on = RigProfile.model_validate({"name": "x", "model": {"repo": "a/b", "file": "c.gguf"},
+                                    "server": {"args": "-fa on --parallel 4"}})
+    assert bench_args(on) == ["-fa", "1"]
+
+
+def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Path) -> None:
+    pytest.importorskip("loadtest.sweep", reason="loadtest.sweep.run_sweep is not in this checkout yet")
+    rig, paths, profile, _ = built_rig
+    local_runs = tmp_path / "runs"
+    with pytest.raises(ProvisionError, match="sweep: nothing is served on the rig; run the serve step first"):
+        sweep(rig, profile, paths, rigbench=str(Path(sys.executable).parent / "rigbench"), local_runs=local_runs)
+    serve(rig, profile, paths, port=free_port(), health_timeout=120)
+    try:
+        copied = sweep(rig, profile, paths, steps="1,2", warmup=0.5, measure=2.0, local_runs=local_runs,
+                       rigbench=str(Path(sys.executable).parent / "rigbench"))
+    finally:
+        stop(rig, paths)
+    assert len(copied) == 1 and copied[0].parent == local_runs
+    manifest = RunDir(copied[0]).read_manifest()
+    assert manifest.status == "complete" and manifest.server.host == "127.0.0.1"
+    remote_files = sorted(p.relative_to(paths.runs) for p in Path(paths.runs).rglob("*") if p.is_file())
+    local_files = sorted(p.relative_to(local_runs) for p in local_runs.rglob("*") if p.is_file())
+    assert remote_files == local_files
+    # fetch again: everything is already here, nothing copied, same runs.
+    assert fetch(rig, paths, local_runs) == copied
+    with pytest.raises(ProvisionError, match="fetch: no run nope in .* runs there: "):
+        fetch(rig, paths, local_runs, ["nope"])

@@ -1,0 +1,91 @@
+"""build, download (synthetic), serve, status, logs, bench and stop on the SSH rig, each run twice."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from provision.local_server import free_port
+from provision.remote_build import build
+from provision.serve import serve, status, stop
+from provision.tunnel import open_tunnel
+from rigbench.errors import ProvisionError
+from rigbench.profile import load_profile
+
+pytestmark = pytest.mark.integration
+
+
+def test_build_reuses_the_cache_and_keeps_the_manifest(rig, rig_paths, llama_build, build_cache) -> None:
+    profile = load_profile("tiny")
+    first = build(rig, profile, rig_paths, cache=build_cache)
+    second = build(rig, profile, rig_paths, cache=build_cache)
+    assert first["cached"] and second["cached"], "the rig build must be a cache hit of the shared CPU build"
+    assert first["binaries"] == llama_build["binaries"] and first["backend"] == "cpu"
+    kept = json.loads(Path(rig_paths.build_manifest).read_text())
+    assert kept["key"] == llama_build["key"] and "Available devices" in kept["devices"]
+
+
+def test_serve_status_logs_stop_twice_each(built_rig, capsys) -> None:
+    rig, paths, profile, manifest = built_rig
+    port = free_port()
+    state = serve(rig, profile, paths, port=port, health_timeout=120)
+    assert state.supervisor == "process" and state.host == "127.0.0.1"
+    assert state.command[0] == manifest["binaries"]["llama-server"]
+    pid = Path(paths.serve, "supervisor.pid").read_text().strip()
+    again = serve(rig, profile, paths, port=port, health_timeout=120)
+    assert again.started_at == state.started_at, "serving the same command twice must not restart it"
+    assert Path(paths.serve, "supervisor.pid").read_text().strip() == pid
+    assert "already serving" in capsys.readouterr().out
+
+    report = status(rig, paths)
+    assert report["service"] == "running" and report["health"]["status"] == 200
+    assert report["slots"]["summary"]["total"] == profile.server.parallel_slots
+    assert report["gpus"] == [] or report["gpus"] is None
+
+    with open_tunnel(rig, remote_port=port) as local_port:
+        reply = httpx.get(f"http://127.0.0.1:{local_port}/health", timeout=10)
+    assert reply.status_code == 200
+
+    assert stop(rig, paths) is True
+    assert stop(rig, paths) is False
+    assert not Path(paths.serve, "supervisor.pid").exists()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, "llama-server must be gone after stop"
+    after = status(rig, paths)
+    assert after["service"] == "stopped" and after["health"]["status"] == 0
+
+
+def test_port_in_use_is_refused(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(ProvisionError, match=rf"serve: port {port} on the rig is already in use"):
+            serve(rig, profile, paths, port=port, health_timeout=30)
+
+
+def test_server_that_cannot_start_fails_with_its_log(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    Path(paths.models, profile.model.local_name).write_bytes(b"GGUF but not really a model")
+    with pytest.raises(ProvisionError, match=r"serve: llama-server did not answer /health .*last lines") as caught:
+        serve(rig, profile, paths, port=free_port(), health_timeout=60)
+    assert "exited" in str(caught.value)
+    assert not Path(paths.serve, "supervisor.pid").exists()
+
+
+def test_public_needs_an_api_key(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    with pytest.raises(ProvisionError, match="serve: --public .* needs --api-key"):
+        serve(rig, profile, paths, port=free_port(), public=True)
+
+
+def test_serve_without_a_model_says_run_download(rig, rig_paths, llama_build, build_cache) -> None:
+    profile = load_profile("tiny")
+    build(rig, profile, rig_paths, cache=build_cache)
+    with pytest.raises(ProvisionError, match=r"serve: model file .*synthetic-llama-tiny-s0.gguf is missing"):
+        serve(rig, profile, rig_paths, port=free_port())
