@@ -128,19 +128,20 @@ def stream_chat(
     error_message: str | None = None
     t_start = time.time()
     try:
-        with client.stream(
-            "POST", path, json=payload, headers={REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
-        ) as response:
-            state["status"] = response.status_code
-            t_start = response.request.extensions.get(SENT_AT, t_start)
-            if response.status_code != 200:
-                body = response.read().decode("utf-8", "replace")[:500]
-                error_kind = _error_kind_for_status(response.status_code, body)
-                error_message = body.strip()[:300] or None
-            else:
-                _follow_events(EventSource(response), chunk_times, state)
-                if not (state["done"] or state["finished"]):
-                    error_kind, error_message = "disconnect", "stream ended before finish_reason or [DONE]"
+        for attempt in (1, 2):
+            try:
+                t_start = _send_and_follow(client, path, payload, request_id, chunk_times, state)
+                break
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                # A keep-alive connection the server closed between requests (llama-server's
+                # HTTP library closes after 100 requests or 5 s idle) fails before any response:
+                # the request never reached the server, so it is sent once more, on a fresh one.
+                if attempt == 2 or state["status"] is not None:
+                    raise
+        if state["status"] != 200:
+            error_kind, error_message = state["error"]
+        elif not (state["done"] or state["finished"]):
+            error_kind, error_message = "disconnect", "stream ended before finish_reason or [DONE]"
     except httpx.ConnectError as error:
         error_kind, error_message = "connect", str(error) or type(error).__name__
     except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as error:
@@ -159,6 +160,23 @@ def stream_chat(
     t_end = time.time()
     record = _make_record(request_id, meta, t_start, t_end, chunk_times, state, error_kind, error_message)
     return StreamResult(record=record, chunk_times=chunk_times)
+
+
+def _send_and_follow(
+    client: httpx.Client, path: str, payload: dict[str, Any], request_id: str, chunk_times: list[float], state: dict
+) -> float:
+    """One attempt; returns the time the request was handed to the socket."""
+    t_start = time.time()
+    headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
+    with client.stream("POST", path, json=payload, headers=headers) as response:
+        state["status"] = response.status_code
+        t_start = response.request.extensions.get(SENT_AT, t_start)
+        if response.status_code != 200:
+            body = response.read().decode("utf-8", "replace")[:500]
+            state["error"] = (_error_kind_for_status(response.status_code, body), body.strip()[:300] or None)
+        else:
+            _follow_events(EventSource(response), chunk_times, state)
+    return t_start
 
 
 def _follow_events(source: EventSource, chunk_times: list[float], state: dict[str, Any]) -> None:

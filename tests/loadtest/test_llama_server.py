@@ -1,0 +1,84 @@
+"""A short sweep against the real llama-server serving the tiny synthetic model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadtest.long_context import context_for_tokens
+from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
+from loadtest.sweep import run_sweep
+from loadtest.telemetry import parse_metrics
+from rigbench.profile import load_profile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+pytestmark = pytest.mark.integration
+
+
+def predicted_total(base_url: str) -> float:
+    return parse_metrics(httpx.get(f"{base_url}/metrics", timeout=10).text)["llamacpp:tokens_predicted_total"]
+
+
+def test_sweep_records_agree_with_server_usage_and_metrics(llama_server, tmp_path: Path) -> None:
+    profile = load_profile("tiny")
+    settings = LoadSettings(
+        user_steps=[1, 2],
+        warmup_seconds=1.0,
+        measure_seconds=2.0,
+        max_tokens=profile.request.max_tokens,
+        ignore_eos=True,
+    )
+    manifest = RunManifest(
+        run_id=new_run_id("tiny"),
+        created_at=utc_now(),
+        profile=profile.name,
+        load=settings,
+        server=ServerInfo(
+            args=list(llama_server.args),
+            host="127.0.0.1",
+            port=llama_server.port,
+            parallel_slots=profile.server.parallel_slots,
+        ),
+    )
+    run = RunDir.create(tmp_path, manifest)
+    before = predicted_total(llama_server.base_url)
+    result = run_sweep(run, llama_server.base_url, profile=profile, settings=settings, progress=False)
+    after = predicted_total(llama_server.base_url)
+
+    assert result.status == "complete", result.status_detail
+    records = run.read_records()
+    assert records and all(r.ok and not r.interrupted for r in records)
+    for record in records:
+        # ignore_eos: every reply is exactly max_tokens long, by usage and by the server's timings
+        assert record.completion_tokens == settings.max_tokens == record.timings.predicted_n
+        assert record.prompt_tokens == record.timings.prompt_n  # cache_prompt off: the whole prompt is processed
+        assert record.prompt_tokens > 0 and record.timings.predicted_per_second > 0
+        assert record.t_start < record.t_first_token <= record.t_last_token <= record.t_end
+        assert 1 <= record.content_chunks <= record.completion_tokens
+    # every token the server counted during the sweep is in exactly one record
+    assert after - before == sum(r.completion_tokens for r in records)
+    assert {r.users for r in records if r.phase == "measure"} == {1, 2}
+    snapshots = run.read_telemetry()
+    assert len(snapshots) == 6 and all(s.error is None for s in snapshots)
+    assert snapshots[0].slots_total == profile.server.parallel_slots
+
+
+def test_long_context_prefix_is_counted_exactly_by_the_server(llama_server) -> None:
+    text, count = context_for_tokens(llama_server.base_url, 300)
+    assert count == 300
+    tokens = httpx.post(f"{llama_server.base_url}/tokenize", json={"content": text}, timeout=30).json()["tokens"]
+    assert len(tokens) == 300
+    meta = RequestMeta(shard="t", step=0, users=1, phase="measure", category="facts", context_tokens=count)
+    payload = build_payload(
+        [{"role": "user", "content": f"{text}\n\nSummarise."}],
+        model="default",
+        max_tokens=4,
+        temperature=0.0,
+        cache_prompt=False,
+        ignore_eos=True,
+    )
+    with make_client(llama_server.base_url, read_timeout=120) as client:
+        record = stream_chat(client, payload, meta).record
+    assert record.ok and record.prompt_tokens > 300 and record.context_tokens == 300
