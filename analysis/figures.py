@@ -20,6 +20,9 @@ Definitions (the report repeats them):
 - Drafter acceptance = sum(draft_n_accepted) / sum(draft_n); tokens per decode step =
   sum(predicted_n) / (sum(predicted_n) - sum(draft_n_accepted)) (each target step yields one
   token plus the accepted drafts).
+- Server counter tok/s = the rise of llama-server's ``llamacpp:tokens_predicted_total`` between
+  the telemetry snapshots at the window's start and end / the time between them: a cross-check
+  of aggregate tok/s from the server's side (absent without ``--metrics``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from analysis import intervals
 from analysis.intervals import Estimate
 from analysis.load import LoadedRun
 from rigbench.errors import AnalysisError
+from rigbench.rundir import TelemetrySnapshot
 
 SUB_WINDOWS = 10
+TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
@@ -60,6 +65,7 @@ class StepFigures:
     e2e_s: dict[str, Estimate]
     draft_acceptance: Estimate
     tokens_per_decode_step: float | None
+    server_counter_tok_s: float | None = None
 
     @property
     def window_seconds(self) -> float:
@@ -191,6 +197,19 @@ def step_figures(frame: pd.DataFrame, index: int, users: int, context: int, star
     )
 
 
+def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | None:
+    """Tokens/s from the server's own counter over the step's measured window, if recorded."""
+    at = {
+        snap.boundary: snap
+        for snap in telemetry
+        if snap.step == index and snap.error is None and TOKENS_COUNTER in snap.metrics
+    }
+    start, end = at.get("measure"), at.get("end")
+    if start is None or end is None or end.taken_at <= start.taken_at:
+        return None
+    return (end.metrics[TOKENS_COUNTER] - start.metrics[TOKENS_COUNTER]) / (end.taken_at - start.taken_at)
+
+
 def run_figures(run: LoadedRun) -> RunFigures:
     """Figures of every step with a complete measured window; the rest become warnings."""
     warnings = list(run.warnings)
@@ -208,11 +227,11 @@ def run_figures(run: LoadedRun) -> RunFigures:
         if window.measure_end is None or window.measure_end <= window.measure_start:
             warnings.append(f"step {window.index} ({window.users} users) has no closed measured window; left out")
             continue
-        steps.append(
-            step_figures(
-                frame, window.index, window.users, window.context_tokens, window.measure_start, window.measure_end
-            )
+        figures = step_figures(
+            frame, window.index, window.users, window.context_tokens, window.measure_start, window.measure_end
         )
+        figures.server_counter_tok_s = counter_tok_s(run.telemetry, window.index)
+        steps.append(figures)
     if not steps:
         raise AnalysisError(
             f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "

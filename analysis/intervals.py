@@ -19,7 +19,7 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
-BOOTSTRAP_MAX_N = 4000
+BOOTSTRAP_MAX_N = 1500
 N_RESAMPLES = 999
 SEED = 20260
 _Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))

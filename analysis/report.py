@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from analysis.compare import StepComparison, compare_runs
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
-from analysis.intervals import Estimate
+from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
@@ -91,6 +91,7 @@ def detail_table(section: RunSection) -> str:
                 step.server_tok_s_mean.format(1),
                 step.draft_acceptance.format(3),
                 tokens_per_step,
+                "-" if step.server_counter_tok_s is None else f"{step.server_counter_tok_s:.1f}",
             ]
         )
     headers = [
@@ -103,6 +104,7 @@ def detail_table(section: RunSection) -> str:
         "mean server tok/s",
         "draft acceptance",
         "tokens/decode step",
+        "server counter tok/s",
     ]
     return tabulate(rows, headers=headers, tablefmt="github")
 
@@ -198,7 +200,8 @@ def render(
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in plots]
     lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
     lines += [
-        "Intervals: 95%, scipy.stats.bootstrap (percentile, 999 resamples, fixed seed) up to 4,000 observations; "
+        f"Intervals: 95%, scipy.stats.bootstrap (percentile, {N_RESAMPLES} resamples, fixed seed) up to "
+        f"{BOOTSTRAP_MAX_N:,} observations; "
         "beyond that order-statistic intervals for percentiles, normal for means, delta method for ratios. "
         "n beside each figure is the number of requests (sub-windows for aggregate tok/s).",
         "",

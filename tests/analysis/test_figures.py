@@ -87,3 +87,17 @@ def test_run_with_no_measured_window_is_a_clear_error(kit):
     run = load_run(kit.make_run("r1", [kit.window(end=None)], shards, status="failed"))
     with pytest.raises(AnalysisError, match="no step has a measured window"):
         run_figures(run)
+
+
+def test_server_counter_rate_from_telemetry_snapshots(kit):
+    from rigbench.rundir import RunDir, TelemetrySnapshot
+
+    t0 = kit.T0
+    path = kit.make_run("r1", [kit.window()], {"p0": [kit.record("a", t_start=t0 + 101)]})
+    run_dir = RunDir(path)
+    counter = "llamacpp:tokens_predicted_total"
+    for boundary, taken_at, tokens in (("start", t0 + 95, 0.0), ("measure", t0 + 100, 40.0), ("end", t0 + 110, 240.0)):
+        snapshot = TelemetrySnapshot(taken_at=taken_at, step=0, users=1, boundary=boundary, metrics={counter: tokens})
+        run_dir.append_telemetry(snapshot)
+    step = run_figures(load_run(path)).steps[0]
+    assert step.server_counter_tok_s == pytest.approx((240 - 40) / 10)

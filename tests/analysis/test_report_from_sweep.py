@@ -55,4 +55,7 @@ def test_report_figures_match_the_ground_truth_server(tmp_path: Path) -> None:
     # one request cycle is about 40 ms + 230 ms (+ client overhead): 24 tokens per ~0.27 s per user
     assert one["aggregate_tok_s"]["value"] == pytest.approx(TOKENS / 0.27, rel=0.25)
     assert four["aggregate_tok_s"]["value"] == pytest.approx(4 * one["aggregate_tok_s"]["value"], rel=0.25)
+    # the server's own token counter over the same windows agrees with the records
+    for step in (one, four):
+        assert step["server_counter_tok_s"] == pytest.approx(step["aggregate_tok_s"]["value"], rel=0.05)
     assert (run.path / "plots" / "ttft_p90.png").exists()
