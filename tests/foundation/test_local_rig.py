@@ -1,0 +1,44 @@
+"""The local rig end to end: real build, real llama-server, real sweep, real report."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
+from rigbench.rundir import RunDir
+
+
+@pytest.mark.integration
+def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
+    report = run_local_rig(
+        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    )
+    run = RunDir(report.parent)
+    manifest = run.read_manifest()
+    assert manifest.status == "complete"
+    assert manifest.rig.kind == "local" and manifest.rig.machine.cpu_cores > 0
+    assert manifest.build.key == llama_build["key"] and manifest.build.backend == "cpu"
+    assert manifest.model.synthetic and len(manifest.model.sha256) == 64
+    assert [step.users for step in manifest.steps] == list(DEFAULT_USER_STEPS)
+    assert all(step.measure_end and step.measure_end > step.measure_start for step in manifest.steps)
+    assert "--host" in manifest.server.args and str(manifest.server.port) in manifest.server.args
+    records = run.read_records()
+    measured = [r for r in records if r.phase == "measure" and r.ok]
+    assert {r.users for r in measured} == set(DEFAULT_USER_STEPS)
+    for record in measured:
+        assert record.completion_tokens == record.content_chunks == manifest.load.max_tokens
+        assert record.timings.predicted_n == record.completion_tokens
+
+    text = report.read_text()
+    rows = [line for line in text.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
+    users_seen = [int(row.split("|")[1]) for row in rows]
+    for users in DEFAULT_USER_STEPS:
+        assert users in users_seen, f"step with {users} users missing from the report table"
+    header = next(line for line in text.splitlines() if "users" in line.lower() and "|" in line)
+    columns = [c.strip().lower() for c in header.split("|")]
+    aggregate = next(i for i, c in enumerate(columns) if "aggregate" in c)
+    for row in rows[: len(DEFAULT_USER_STEPS)]:
+        value = row.split("|")[aggregate].strip().split()[0].replace(",", "")
+        assert float(value) > 0, row
