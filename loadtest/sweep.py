@@ -228,7 +228,34 @@ def run_sweep(
     finally:
         if in_main_thread and previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
-    return _finalise(run, process.returncode, interrupted)
+    manifest = _finalise(run, process.returncode, interrupted)
+    return _flag_client_ceiling(run, manifest, settings)
+
+
+def _flag_client_ceiling(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
+    """Warn when a step asked more tok/s of each load process than ``rigbench selftest``
+    found one process can follow within 1 % on this machine."""
+    from loadtest.selftest import load_ceiling
+
+    ceiling = load_ceiling()
+    if ceiling is None or not manifest.steps:
+        return manifest
+    tokens: dict[int, int] = {}
+    with contextlib.suppress(Exception):
+        for record in run.read_records():
+            if record.phase == "measure" and record.completion_tokens:
+                tokens[record.step] = tokens.get(record.step, 0) + record.completion_tokens
+    warnings = list(manifest.warnings)
+    for step in manifest.steps:
+        if step.measure_end is None:
+            continue
+        per_process = tokens.get(step.index, 0) / (step.measure_end - step.measure_start) / max(1, settings.processes)
+        if per_process > ceiling:
+            warnings.append(
+                f"step {step.index}: each load process took {per_process:.0f} tok/s, above the {ceiling:.0f} tok/s "
+                "that `rigbench selftest` found one process follows within 1% here; use --processes N"
+            )
+    return run.update_manifest(warnings=warnings) if warnings != manifest.warnings else manifest
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

@@ -1,0 +1,74 @@
+"""``rigbench selftest``: measure the load generator against the ground-truth server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from tabulate import tabulate
+
+from rigbench.errors import LoadTestError
+
+TARGETS = {"tok_s_error_pct": 0.5, "ttft_p50_error_ms": 2.0, "itl_p50_error_ms": 0.5}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("selftest")
+    def selftest(
+        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="user counts"),
+        rate: float = typer.Option(100.0, "--rate", help="tok/s each simulated reply streams at"),
+        ttft_ms: float = typer.Option(50.0, "--ttft-ms", help="time to first token the server keeps"),
+        reply_tokens: int = typer.Option(128, "--reply-tokens"),
+        warmup: float = typer.Option(2.0, "--warmup"),
+        measure: float = typer.Option(5.0, "--measure"),
+        processes: int = typer.Option(1, "--processes", help="load processes (Locust --processes)"),
+        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+        output: Path = typer.Option(None, "--output", help="also write the table as Markdown"),
+        save: bool = typer.Option(True, "--save/--no-save", help="remember the per-process ceiling for sweeps"),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Sweep the ground-truth server and report the load generator's own error."""
+        from loadtest.selftest import ceiling, results_table, run_selftest, save_ceiling
+
+        user_steps = [int(piece) for piece in steps.split(",") if piece.strip()]
+        run, results = run_selftest(
+            runs_dir,
+            user_steps=user_steps,
+            tok_s_per_user=rate,
+            ttft_ms=ttft_ms,
+            reply_tokens=reply_tokens,
+            warmup=warmup,
+            measure=measure,
+            processes=processes,
+            progress=progress,
+        )
+        manifest = run.read_manifest()
+        if not results:
+            raise LoadTestError(
+                f"selftest produced no measured steps ({manifest.status}: {manifest.status_detail}); "
+                f"see {run.path / 'locust.log'}"
+            )
+        table = tabulate(results_table(results), headers="keys", tablefmt="github", floatfmt=".3f")
+        top = max(results, key=lambda r: r.users)
+        verdicts = [
+            f"{name} {abs(getattr(top, name)):.3f} (target <= {limit})"
+            + (" ok" if abs(getattr(top, name)) <= limit else " MISSED")
+            for name, limit in TARGETS.items()
+        ]
+        summary = (
+            f"{top.users} users x {rate:g} tok/s, {processes} process(es): "
+            + "; ".join(verdicts)
+            + f"\nhighest aggregate rate followed within 1%: {ceiling(results):.0f} tok/s"
+            f" ({ceiling(results) / processes:.0f} per process; a lower bound if every step was followed)"
+        )
+        typer.echo(table)
+        typer.echo(summary)
+        for warning in manifest.warnings:
+            typer.echo(f"warning: {warning}")
+        if save:
+            entry = save_ceiling(results, processes)
+            typer.echo(f"saved the per-process ceiling ({entry['per_process_tok_s']:.0f} tok/s) for sweep warnings")
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(f"# rigbench selftest ({run.path.name})\n\n{table}\n\n{summary}\n")
+            typer.echo(f"wrote {output}")
