@@ -9,6 +9,8 @@ Definitions (the report repeats them):
   requests' mean ITLs. Percentiles are numpy's linear interpolation (Hyndman-Fan type 7).
 - Client per-user decode tok/s = ``(completion_tokens - 1) / (t_last_token - t_first_token)``
   (the first token belongs to TTFT); server per-user tok/s = ``timings.predicted_per_second``.
+  A request's token count is ``completion_tokens`` (usage), else ``timings.predicted_n``, else
+  its content chunks (counted as a warning).
 - Aggregate output tok/s = output tokens generated inside ``[measure_start, measure_end)`` /
   window length. Each successful request's tokens are spread evenly over its decode span
   ``[t_first_token, t_last_token]`` and only the part inside the window counts, whatever step
@@ -106,6 +108,8 @@ def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
     chunks = frame["content_chunks"].to_numpy()
     tokens = frame["completion_tokens"].to_numpy()
     tokens = np.where(np.isnan(tokens), frame["timings_predicted_n"].to_numpy(), tokens)
+    frame["tokens_from_chunks"] = np.isnan(tokens) & ok
+    tokens = np.where(np.isnan(tokens), chunks, tokens)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["ok"] = ok
         frame["ttft_s"] = t_first - t_start
@@ -218,6 +222,12 @@ def run_figures(run: LoadedRun) -> RunFigures:
         detail = f" ({manifest.status_detail})" if manifest.status_detail else ""
         warnings.append(f"run status is {manifest.status}{detail}: figures cover the steps whose window closed")
     frame = add_request_metrics(run.records.copy())
+    uncounted = int(frame["tokens_from_chunks"].sum())
+    if uncounted:
+        warnings.append(
+            f"{uncounted} successful record(s) carry no token count (usage or timings); "
+            "their streamed content chunks were counted as tokens"
+        )
     known_steps = {window.index for window in manifest.steps}
     stray = int((~frame["step"].isin(known_steps)).sum())
     if stray:

@@ -179,6 +179,14 @@ def comparison_table(rows: list[StepComparison]) -> str:
     return tabulate(table, headers=headers, tablefmt="github")
 
 
+def category_table(rows: list[StepComparison]) -> str:
+    categories = sorted({name for row in rows for name in row.per_category})
+    table = [
+        [r.users, *(r.per_category[c].format(3) if c in r.per_category else "-" for c in categories)] for r in rows
+    ]
+    return tabulate(table, headers=["users", *(f"{c} B/A" for c in categories)], tablefmt="github")
+
+
 def render(
     sections: list[RunSection],
     comparisons: list[tuple[str, str, list[StepComparison]]],
@@ -196,6 +204,7 @@ def render(
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
     for label_a, label_b, rows in comparisons:
         lines += [f"## Comparison: B = {label_b} against A = {label_a}", "", comparison_table(rows), ""]
+        lines += ["Per prompt category (ratio of mean per-user tok/s):", "", category_table(rows), ""]
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in plots]
     lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]

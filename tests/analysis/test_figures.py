@@ -101,3 +101,12 @@ def test_server_counter_rate_from_telemetry_snapshots(kit):
         run_dir.append_telemetry(snapshot)
     step = run_figures(load_run(path)).steps[0]
     assert step.server_counter_tok_s == pytest.approx((240 - 40) / 10)
+
+
+def test_records_without_token_counts_fall_back_to_chunks_with_a_warning(kit):
+    t0 = kit.T0
+    record = kit.record("a", t_start=t0 + 101, ttft=0.5, decode=2.0, tokens=21, server_tok_s=None)
+    record = record.model_copy(update={"completion_tokens": None})
+    figures = run_figures(load_run(kit.make_run("r1", [kit.window()], {"p0": [record]})))
+    assert figures.steps[0].output_tokens == pytest.approx(21)
+    assert any("1 successful record(s) carry no token count" in w for w in figures.warnings)

@@ -11,7 +11,7 @@ from analysis.report import write_report
 from rigbench.cli import app
 
 
-def sweep_run(kit, run_id: str, speed: float, users=(1, 2, 4), categories=("code", "chat", "story")):
+def sweep_run(kit, run_id: str, speed: float, users=(1, 2, 4), categories=("code", "chat", "story"), code=1.3):
     """A three-step sweep: each user streams back-to-back requests; tok/s falls with users."""
     t0, steps, records = kit.T0, [], []
     for index, count in enumerate(users):
@@ -24,7 +24,7 @@ def sweep_run(kit, run_id: str, speed: float, users=(1, 2, 4), categories=("code
             while clock < start + 80:
                 phase = "measure" if clock >= start + 10 else "warmup"
                 category = categories[number % len(categories)]
-                rate = per_user * (1.3 if category == "code" else 1.0)
+                rate = per_user * (code if category == "code" else 1.0)
                 decode = 20 / rate
                 records.append(
                     kit.record(
@@ -78,18 +78,26 @@ def test_single_run_report_opens_with_the_per_step_table(kit):
 
 def test_two_runs_give_a_cross_run_report_with_paired_ratios(kit):
     base = sweep_run(kit, "base", speed=40.0)
-    faster = sweep_run(kit, "drafter", speed=60.0)
+    faster = sweep_run(kit, "drafter", speed=60.0, code=2.0)
     report = write_report([base, faster])
     assert report.parent.parent.name == "reports"
     text = report.read_text()
     assert "## Comparison: B = local drafter against A = local base" in text
     summary = json.loads((report.parent / "summary.json").read_text())
-    ratios = [step["per_user_ratio"]["value"] for step in summary["comparisons"][0]["steps"]]
-    assert ratios == pytest.approx([1.5, 1.5, 1.5], rel=1e-6)
+    steps = summary["comparisons"][0]["steps"]
+    # per category B/A: code 60 * 2.0 / (40 * 1.3), chat and story 60 / 40
+    code = 60 * 2.0 / (40 * 1.3)
+    for step in steps:
+        assert step["per_category"]["code"]["value"] == pytest.approx(code, rel=1e-6)
+        assert step["per_category"]["story"]["value"] == pytest.approx(1.5, rel=1e-6)
+        assert step["per_user_ratio"]["value"] == pytest.approx((code * 1.5 * 1.5) ** (1 / 3), rel=1e-6)
+        ratio = step["per_user_ratio"]
+        assert ratio["low"] == pytest.approx(ratio["value"]) == ratio["high"]  # no spread within categories
+    assert "code B/A" in text
     assert (report.parent / "plots" / "aggregate_tok_s.png").exists()
 
 
-def test_cli_report_compare_plan_and_errors(kit, tmp_path):
+def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     base = sweep_run(kit, "base", speed=40.0)
     faster = sweep_run(kit, "drafter", speed=60.0)
     runner = CliRunner()
@@ -99,7 +107,12 @@ def test_cli_report_compare_plan_and_errors(kit, tmp_path):
 
     result = runner.invoke(app, ["compare", str(base), str(faster), "--out", str(tmp_path / "cmp")])
     assert result.exit_code == 0, result.output
-    assert "1.500" in result.output
+    assert "1.500" in result.output  # every category 60 / 40 with the same code factor
+
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-cache.json"))
+    result = runner.invoke(app, ["prices", "show", "g6.xlarge"])
+    assert result.exit_code == 0, result.output
+    assert "(absent)" in result.output and "g6.xlarge on-demand us-east-1 $0.8048/h" in result.output
 
     result = runner.invoke(
         app, ["plan", "--users", "10", "--min-tok-s", "15", "--ttft-p90", "1", str(base), str(faster)]
