@@ -1,0 +1,103 @@
+"""Both front doors over the private sshd: `rigbench provision` (host from a fake `pulumi`) and `fab -r provision`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fake_pulumi(folder: Path, outputs: dict, stack: str = "g6-test") -> Path:
+    """A `pulumi` on PATH that prints the stack's outputs like `pulumi stack output --json`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "pulumi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1 $2" = "stack --show-name" ]; then echo {stack}; exit 0; fi\n'
+        f'if [ "$1 $2 $3" = "stack output --json" ]; then cat <<\'EOF\'\n{json.dumps(outputs)}\nEOF\nexit 0; fi\n'
+        'echo "fake pulumi: unexpected arguments $*" >&2; exit 1\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def environment(tmp_path: Path, path_first: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "RIGBENCH_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    env["PATH"] = os.pathsep.join(filter(None, [str(path_first) if path_first else None, str(BIN), env["PATH"]]))
+    return env
+
+
+def pin(sshd, tmp_path: Path, stack: str) -> Path:
+    known = tmp_path / "home" / "known_hosts" / stack
+    known.parent.mkdir(parents=True, exist_ok=True)
+    return sshd.known_hosts(known)
+
+
+def test_rigbench_provision_takes_the_rig_from_the_stack(sshd, tmp_path: Path) -> None:
+    work = tmp_path / "nvme"
+    outputs = {"publicIp": sshd.host, "sshUser": sshd.user, "nvmePath": str(work), "sshKeyPath": str(sshd.key)}
+    pin(sshd, tmp_path, "g6-test")
+    env = environment(tmp_path, fake_pulumi(tmp_path / "bin", outputs))
+    result = subprocess.run([str(BIN / "rigbench"), "provision", "--port", str(sshd.port), "--strict", "status"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["service"] == "stopped" and report["health"]["status"] == 0
+    assert (work / "rigbench" / "bin" / "rig_agent.py").exists(), "the stack's nvmePath must be the work folder"
+
+
+def test_rigbench_provision_without_pulumi_or_host_says_what_to_do(tmp_path: Path) -> None:
+    env = environment(tmp_path)
+    env["PATH"] = str(BIN)  # no pulumi here
+    result = subprocess.run([str(BIN / "rigbench"), "provision", "status"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("rigbench: error: no --host given and the pulumi CLI is not on PATH; "
+                                     "pass --host HOST or install pulumi")
+
+
+def test_stack_without_an_address_is_a_clear_error(tmp_path: Path) -> None:
+    env = environment(tmp_path, fake_pulumi(tmp_path / "bin", {"instanceId": "i-123"}))
+    result = subprocess.run([str(BIN / "rigbench"), "provision", "status"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 2 and "no publicIp or publicDns output (found: instanceId)" in result.stderr
+
+
+def test_unknown_profile_is_named(sshd, tmp_path: Path) -> None:
+    pin(sshd, tmp_path, "dev")
+    result = subprocess.run(
+        [str(BIN / "rigbench"), "provision", "--host", sshd.host, "--port", str(sshd.port), "--user", sshd.user,
+         "-i", str(sshd.key), "--work", str(tmp_path / "nvme"), "--profile", "no-such-rig", "download"],
+        capture_output=True, text=True, env=environment(tmp_path), timeout=60)
+    assert result.returncode == 2 and "unknown profile 'no-such-rig'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, "one line, no traceback"
+
+
+def test_fab_cli_runs_tasks_from_the_repo_root(sshd, tmp_path: Path) -> None:
+    pin(sshd, tmp_path, "dev")
+    work = str(tmp_path / "nvme")
+    command = [str(BIN / "fab"), "-r", "provision", "-H", f"{sshd.user}@{sshd.host}:{sshd.port}", "-i", str(sshd.key),
+               "toolkit", "status", "--work", work, "stop", "--work", work]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "no NVIDIA GPU" in result.stdout and '"service": "stopped"' in result.stdout
+    assert "nothing was running" in result.stdout
+
+
+def test_fab_cli_failure_is_one_line_naming_the_step(sshd, tmp_path: Path) -> None:
+    pin(sshd, tmp_path, "dev")
+    command = [str(BIN / "fab"), "-r", "provision", "-H", f"{sshd.user}@{sshd.host}:{sshd.port}", "-i", str(sshd.key),
+               "serve", "--profile", "tiny", "--work", str(tmp_path / "nvme")]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("rigbench: error: serve: no build manifest at")
+    assert "Traceback" not in result.stderr
