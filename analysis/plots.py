@@ -1,11 +1,11 @@
 """Small PNG plots against the user count, one line per run, 95% intervals as error bars.
 
-matplotlib runs on the Agg backend (no display on a rig or in CI).
+matplotlib runs on the Agg backend (no display on a rig or in CI). The $/Mtok plot has one
+line per run and price (on-demand, spot, hypothetical types), labelled as in the report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -16,49 +16,61 @@ import matplotlib.pyplot as plt  # noqa: E402
 from analysis.intervals import Estimate  # noqa: E402
 from analysis.report_model import RunSection  # noqa: E402
 
-PlotValue = Callable[[RunSection, int], Estimate | None]
+Series = tuple[str, list[tuple[int, Estimate]]]
 
 
-def _per_user(section: RunSection, i: int) -> Estimate:
-    step = section.figures.steps[i]
-    return step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s
+def _per_user(section: RunSection) -> list[tuple[int, Estimate]]:
+    return [
+        (step.users, step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s)
+        for step in section.figures.steps
+    ]
 
 
-def _cost(section: RunSection, i: int) -> Estimate | None:
-    priced = section.cost_rows[i]
-    return priced[0] if priced else None
+def _series(sections: list[RunSection], name: str) -> list[Series]:
+    if name == "aggregate_tok_s":
+        return [(s.label, [(st.users, st.aggregate_tok_s) for st in s.figures.steps]) for s in sections]
+    if name == "per_user_tok_s":
+        return [(s.label, _per_user(s)) for s in sections]
+    if name == "ttft_p90":
+        return [(s.label, [(st.users, st.ttft_s["p90"]) for st in s.figures.steps]) for s in sections]
+    series = []
+    for section in sections:
+        for column, label in enumerate(section.cost_labels):
+            points = [(st.users, row[column]) for st, row in zip(section.figures.steps, section.cost_rows, strict=True)]
+            series.append((f"{section.label}: {label}", points))
+    return series
 
 
-PLOTS: dict[str, tuple[str, PlotValue]] = {
-    "aggregate_tok_s.png": ("aggregate output tok/s", lambda s, i: s.figures.steps[i].aggregate_tok_s),
-    "per_user_tok_s.png": ("median per-user tok/s (client)", _per_user),
-    "ttft_p90.png": ("TTFT p90 (s)", lambda s, i: s.figures.steps[i].ttft_s["p90"]),
-    "usd_per_mtok.png": ("$ per million output tokens", _cost),
+PLOTS = {
+    "aggregate_tok_s": "aggregate output tok/s",
+    "per_user_tok_s": "median per-user tok/s (client)",
+    "ttft_p90": "TTFT p90 (s)",
+    "usd_per_mtok": "$ per million output tokens",
 }
 
 
-def _draw(path: Path, ylabel: str, sections: list[RunSection], value: PlotValue, title_note: str) -> None:
+def _draw(path: Path, ylabel: str, series: list[Series]) -> None:
     figure, axes = plt.subplots(figsize=(6, 3.6), dpi=80)
-    for section in sections:
-        xs, ys, lows, highs = [], [], [], []
-        for i, step in enumerate(section.figures.steps):
-            estimate = value(section, i)
-            if estimate is None or estimate.value is None:
-                continue
-            xs.append(step.users)
-            ys.append(estimate.value)
-            lows.append(estimate.value - (estimate.low if estimate.low is not None else estimate.value))
-            highs.append((estimate.high if estimate.high is not None else estimate.value) - estimate.value)
-        if xs:
-            axes.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3, label=section.label)
-    axes.set_xscale("log", base=2)
+    ticks: set[int] = set()
+    for label, points in series:
+        kept = [(users, e) for users, e in points if e.value is not None]
+        if not kept:
+            continue
+        xs = [users for users, _ in kept]
+        ys = [e.value for _, e in kept]
+        below = [e.value - (e.low if e.low is not None else e.value) for _, e in kept]
+        above = [(e.high if e.high is not None else e.value) - e.value for _, e in kept]
+        axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=label)
+        ticks.update(xs)
+    if ticks:
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+        axes.legend(fontsize=7)
+    else:
+        axes.text(0.5, 0.5, "no data (see the report's warnings)", ha="center", transform=axes.transAxes)
     axes.set_xlabel("concurrent users")
     axes.set_ylabel(ylabel)
-    if title_note:
-        axes.set_title(title_note, fontsize=8)
     axes.grid(True, alpha=0.3)
-    if sections:
-        axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
@@ -67,12 +79,8 @@ def _draw(path: Path, ylabel: str, sections: list[RunSection], value: PlotValue,
 def write_plots(sections: list[RunSection], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, (ylabel, value) in PLOTS.items():
-        note = ""
-        if name == "usd_per_mtok.png":
-            labels = {s.cost_labels[0] for s in sections if s.cost_labels}
-            note = "price: " + "; ".join(sorted(labels)) if labels else "no price known"
-        path = folder / name
-        _draw(path, ylabel, sections, value, note)
+    for name, ylabel in PLOTS.items():
+        path = folder / f"{name}.png"
+        _draw(path, ylabel, _series(sections, name))
         written.append(path)
     return written
