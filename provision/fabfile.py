@@ -110,12 +110,12 @@ def serve(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, port=serve_step.DEFAULT
 
 @task(help=helps('profile', 'work', 'stack', 'strict'))
 @one_line_errors
-def up(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, port=serve_step.DEFAULT_PORT, stack=DEFAULT_STACK,
+def up(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, port=serve_step.DEFAULT_PORT, cache="", stack=DEFAULT_STACK,
        strict=False):
     """toolkit, build, download and serve in one go (each step is safe to repeat)."""
     chosen, paths = load_profile(profile), RigPaths(work)
     toolkit_step.toolkit(c)
-    remote_build.build(c, chosen, paths)
+    remote_build.build(c, chosen, paths, cache=cache or None)
     download_step.download(c, chosen, paths)
     serve_step.serve(c, chosen, paths, port=int(port))
 

@@ -143,7 +143,8 @@ def register(app: typer.Typer) -> None:
              api_key=api_key, health_timeout=health_timeout, supervisor=supervisor)
 
     @group.command("up")
-    def up(ctx: typer.Context, port: int = typer.Option(8080, "--server-port")) -> None:
+    def up(ctx: typer.Context, port: int = typer.Option(8080, "--server-port"),
+           cache: str = typer.Option(None, "--cache", help="build cache on the rig")) -> None:
         """toolkit, build, download and serve (each safe to repeat)."""
         from provision.download import download as download_step
         from provision.remote_build import build as build_step
@@ -152,7 +153,7 @@ def register(app: typer.Typer) -> None:
 
         c, profile, paths = target(ctx).connection(), profile_of(ctx), target(ctx).paths()
         toolkit_step(c)
-        build_step(c, profile, paths)
+        build_step(c, profile, paths, cache=cache)
         download_step(c, profile, paths)
         serve_step(c, profile, paths, port=port)
 

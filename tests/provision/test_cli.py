@@ -101,3 +101,27 @@ def test_fab_cli_failure_is_one_line_naming_the_step(sshd, tmp_path: Path) -> No
     assert result.returncode == 2
     assert result.stderr.strip().startswith("rigbench: error: serve: no build manifest at")
     assert "Traceback" not in result.stderr
+
+
+def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, llama_build, build_cache) -> None:
+    from provision.local_server import free_port
+
+    port = free_port()
+    work = tmp_path / "nvme"
+    outputs = {"publicIp": sshd.host, "sshUser": sshd.user, "nvmePath": str(work), "sshKeyPath": str(sshd.key)}
+    pin(sshd, tmp_path, "g6-test")
+    env = environment(tmp_path, fake_pulumi(tmp_path / "bin", outputs))
+    base = [str(BIN / "rigbench"), "provision", "--port", str(sshd.port), "--strict", "--profile", "tiny"]
+    try:
+        for _ in range(2):
+            result = subprocess.run([*base, "up", "--server-port", str(port), "--cache", build_cache],
+                                    capture_output=True, text=True, env=env, timeout=180)
+            assert result.returncode == 0, result.stderr
+        assert "already serving tiny" in result.stdout
+        status = subprocess.run([*base, "status"], capture_output=True, text=True, env=env, timeout=60)
+        assert json.loads(status.stdout)["health"]["status"] == 200
+        logs = subprocess.run([*base, "logs", "-n", "200"], capture_output=True, text=True, env=env, timeout=60)
+        assert "[rigbench] serve" in logs.stdout and "llama" in logs.stdout
+    finally:
+        stop = subprocess.run([*base, "stop"], capture_output=True, text=True, env=env, timeout=60)
+    assert stop.returncode == 0 and "llama-server stopped" in stop.stdout

@@ -1,0 +1,80 @@
+"""Pure pieces of the steps: the systemd unit, the restart loop, CUDA package choice, build output."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from provision.bench import summarize
+from provision.remote_build import parse_manifest
+from provision.rig import RigPaths
+from provision.serve import render_supervisor, render_unit, server_command, systemd_quote
+from provision.toolkit import check_package_fits_driver, keyring_url, package_cuda_version
+from rigbench.errors import ProvisionError
+from rigbench.profile import load_profile
+
+
+def test_unit_serves_the_profile_on_loopback_with_restart_and_one_log() -> None:
+    profile = load_profile("gemma4-e2b")
+    paths = RigPaths()
+    command = server_command(profile, "/opt/dlami/nvme/rigbench/cache/builds/k/cmake/bin/llama-server", paths,
+                             "127.0.0.1", 8080, None)
+    unit = render_unit(command, "ubuntu", paths.serve, f"{paths.serve}/llama-server.log", "rigbench llama-server")
+    lines = unit.splitlines()
+    exec_start = next(line for line in lines if line.startswith("ExecStart="))
+    assert exec_start.startswith('ExecStart="/opt/dlami/nvme/rigbench/cache/builds/k/cmake/bin/llama-server" "-m" '
+                                 '"/opt/dlami/nvme/rigbench/models/gemma-4-E2B-it-q4_0-exact.gguf" "-md" ')
+    assert exec_start.endswith('"--host" "127.0.0.1" "--port" "8080"')
+    # systemd reads C escapes inside quotes: the regex's backslash must be doubled to survive.
+    assert '"per_layer_token_embd\\\\.weight=CUDA0"' in exec_start
+    for expected in ("User=ubuntu", "Restart=on-failure", "WorkingDirectory=/opt/dlami/nvme/rigbench/serve",
+                     "StandardOutput=append:/opt/dlami/nvme/rigbench/serve/llama-server.log",
+                     "WantedBy=multi-user.target"):
+        assert expected in lines
+    assert "--api-key" not in unit
+
+
+def test_api_key_is_passed_as_a_file_never_as_a_value() -> None:
+    command = server_command(load_profile("tiny"), "/x/llama-server", RigPaths("/w"), "0.0.0.0", 9000,
+                             "/w/rigbench/serve/api_key")
+    assert command[-2:] == ["--api-key-file", "/w/rigbench/serve/api_key"] and "--api-key" not in command
+
+
+def test_systemd_quote_escapes_what_systemd_would_expand() -> None:
+    assert systemd_quote('50%$HOME"x\\y') == '"50%%$$HOME\\"x\\\\y"'
+
+
+def test_supervisor_script_restarts_and_keeps_a_pid_file() -> None:
+    script = render_supervisor(["/x/llama-server", "-m", "/m dir/model.gguf"], "/s", "/s/log", "/s/pid")
+    assert script.startswith("#!/bin/sh\n") and "echo $$ > /s/pid" in script
+    assert f"{shlex.join(['/x/llama-server', '-m', '/m dir/model.gguf'])} >> /s/log 2>&1 &" in script
+    assert "while :; do" in script and "sleep 2" in script
+
+
+def test_cuda_package_must_not_be_newer_than_the_driver() -> None:
+    assert package_cuda_version("cuda-toolkit-13-1") == (13, 1)
+    check_package_fits_driver("cuda-toolkit-13-1", "13.1")
+    check_package_fits_driver("cuda-toolkit-12-8", "13.0")
+    with pytest.raises(ProvisionError, match="cuda-toolkit-13-1 is newer than the driver supports .*cuda-toolkit-12-8"):
+        check_package_fits_driver("cuda-toolkit-13-1", "12.8")
+    with pytest.raises(ProvisionError, match="not of the form cuda-toolkit-MAJOR-MINOR"):
+        package_cuda_version("cuda")
+
+
+def test_keyring_url_follows_nvidia_repository_layout() -> None:
+    assert keyring_url("ubuntu", "24.04", "x86_64") == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert "/ubuntu2204/sbsa/" in keyring_url("ubuntu", "22.04", "aarch64")
+
+
+def test_parse_manifest_takes_the_json_after_the_progress_lines() -> None:
+    stdout = '[build] configure: cmake ...\n[build] {not json\n{\n  "key": "abc",\n  "binaries": {}\n}\n'
+    assert parse_manifest(stdout) == {"key": "abc", "binaries": {}}
+    with pytest.raises(ProvisionError, match="printed no manifest"):
+        parse_manifest("[build] compile failed\n")
+
+
+def test_bench_summary_names_pp_and_tg() -> None:
+    rows = [{"n_prompt": 512, "n_gen": 0, "avg_ts": 1234.567}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 55.555}]
+    assert summarize(rows) == {"pp512": 1234.57, "tg128": 55.55}
