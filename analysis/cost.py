@@ -39,6 +39,17 @@ class PriceChoice:
         return f"{text} (hypothetical)" if self.hypothetical else text
 
 
+def gpu_description(instance_type: str) -> str | None:
+    """'1x L4 24 GiB' from the shared instance table, or None for a type it does not list."""
+    try:
+        from rigbench.instance_types import get_instance_type
+
+        known = get_instance_type(instance_type)
+    except Exception:  # the table is optional to analysis; an unknown type just has no GPU line
+        return None
+    return f"{known.gpu_count}x {known.gpu_name} {known.gpu_memory_gib} GiB"
+
+
 def dollars_per_mtok(usd_per_hour: float, tok_s: float | None) -> float | None:
     if tok_s is None or not math.isfinite(tok_s) or tok_s <= 0:
         return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from analysis.compare import StepComparison, compare_runs
+from analysis.cost import gpu_description
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
@@ -115,7 +116,9 @@ def cost_section(section: RunSection) -> list[str]:
         return ["No price is known for this run, so $/Mtok and run cost are left out (not zero)."]
     for choice in section.prices:
         flag = " **HYPOTHETICAL: this run did not run on this instance type**" if choice.hypothetical else ""
-        lines.append(f"- {choice.label}: {choice.quote.describe()}{flag}")
+        gpu = gpu_description(choice.quote.instance_type)
+        gpu_text = f" [{gpu}]" if gpu else ""
+        lines.append(f"- {choice.label}{gpu_text}: {choice.quote.describe()}{flag}")
     rows = []
     for step, costs in zip(section.figures.steps, section.cost_rows, strict=True):
         rows.append([step.users, _short(step.aggregate_tok_s), *(_short(c, 3) for c in costs)])
@@ -257,6 +260,33 @@ def summary(sections: list[RunSection], comparisons, plots: list[Path]) -> dict:
     }
 
 
+def build_sections(
+    run_dirs: list[Path], reference_types: list[str] | None = None, book: PriceBook | None = None
+) -> list[RunSection]:
+    if not run_dirs:
+        raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
+    book = book or PriceBook.default()
+    return [build_section(Path(path), book, reference_types) for path in run_dirs]
+
+
+def write_sections(sections: list[RunSection], out: Path) -> Path:
+    """Render already-built sections (compare with the first run when there are several)."""
+    comparisons = []
+    for section in sections[1:]:
+        try:
+            rows = compare_runs(sections[0].figures, section.figures)
+        except AnalysisError as error:
+            section.warnings.append(f"not compared with {sections[0].label}: {error}")
+            continue
+        comparisons.append((sections[0].label, section.label, rows))
+    out.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(sections, out / "plots")
+    report_path = out / "report.md"
+    report_path.write_text(render(sections, comparisons, plots, out))
+    (out / "summary.json").write_text(json.dumps(summary(sections, comparisons, plots), indent=2) + "\n")
+    return report_path
+
+
 def write_report(
     run_dirs: list[Path],
     out_dir: Path | None = None,
@@ -270,22 +300,5 @@ def write_report(
     for several. ``reference_types`` are instance types to price the runs at hypothetically
     (a local rig is priced at g6.xlarge when none is named)."""
     run_dirs = [Path(p) for p in run_dirs]
-    if not run_dirs:
-        raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
-    book = book or PriceBook.default()
-    sections = [build_section(path, book, reference_types) for path in run_dirs]
-    comparisons = []
-    for section in sections[1:]:
-        try:
-            rows = compare_runs(sections[0].figures, section.figures)
-        except AnalysisError as error:
-            section.warnings.append(f"not compared with {sections[0].label}: {error}")
-            continue
-        comparisons.append((sections[0].label, section.label, rows))
-    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
-    out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(sections, out / "plots")
-    report_path = out / "report.md"
-    report_path.write_text(render(sections, comparisons, plots, out))
-    (out / "summary.json").write_text(json.dumps(summary(sections, comparisons, plots), indent=2) + "\n")
-    return report_path
+    sections = build_sections(run_dirs, reference_types, book)
+    return write_sections(sections, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))

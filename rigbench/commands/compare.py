@@ -16,11 +16,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print B/A ratios per step (per-user tok/s, aggregate tok/s, TTFT p90) and write a cross-run report."""
         from analysis.compare import compare_runs
-        from analysis.figures import run_figures
-        from analysis.load import load_run
-        from analysis.report import comparison_table, write_report
+        from analysis.report import build_sections, comparison_table, default_out_dir, write_sections
 
-        figures_a, figures_b = run_figures(load_run(run_a)), run_figures(load_run(run_b))
-        typer.echo(f"A = {figures_a.run.label}\nB = {figures_b.run.label}\n")
-        typer.echo(comparison_table(compare_runs(figures_a, figures_b)))
-        typer.echo(f"\nreport: {write_report([run_a, run_b], out)}")
+        section_a, section_b = build_sections([run_a, run_b])
+        typer.echo(f"A = {section_a.label}\nB = {section_b.label}\n")
+        typer.echo(comparison_table(compare_runs(section_a.figures, section_b.figures)))
+        target = out if out is not None else default_out_dir([run_a, run_b])
+        typer.echo(f"\nreport: {write_sections([section_a, section_b], target)}")

@@ -165,3 +165,17 @@ def test_plans_rank_by_dollars_per_hour(kit):
     assert on_demand.usd_per_hour == pytest.approx(9 * 0.8048)
     assert spot.usd_per_mtok == pytest.approx(0.5 / (860 * 3600) * 1e6)
     assert rank([on_demand, spot]) == [spot, on_demand]
+
+
+def test_run_cost_counts_from_the_rig_launch_including_setup(kit):
+    from analysis.cost import run_uptime_seconds
+    from analysis.figures import run_figures
+    from analysis.load import load_run
+
+    rig = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1", launch_time="2027-01-15T07:50:00Z")
+    path = kit.make_run("r", [kit.window()], {"p0": [kit.record("a", t_start=kit.T0 + 101)]}, rig=rig)
+    warnings: list[str] = []
+    seconds, basis = run_uptime_seconds(run_figures(load_run(path)), warnings)
+    # launched 07:50, run ended 09:00 -> 70 minutes, setup and build included
+    assert seconds == 70 * 60
+    assert "setup and build included" in basis and warnings == []
