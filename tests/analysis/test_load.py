@@ -120,3 +120,19 @@ def test_not_a_run_directory(tmp_path):
         load_run(tmp_path / "nope")
     with pytest.raises(RunDirError, match="no manifest.json"):
         load_run(tmp_path)
+
+
+def test_run_without_records_reports_zero_requests_and_says_why(kit):
+    from analysis.report import write_report
+
+    path = kit.make_run("empty", [kit.window()], {})
+    run = load_run(path)
+    assert len(run.records) == 0
+    assert "the run has no request records" in run.warnings
+    report = write_report([path])
+    assert "the run has no request records" in report.read_text()
+    summary = json.loads((path / "summary.json").read_text())
+    step = summary["runs"][0]["steps"][0]
+    assert step["requests"] == 0 and step["aggregate_tok_s"]["value"] == 0.0
+    # no throughput -> no $/Mtok at all, rather than a zero or an infinity
+    assert all(cost["value"] is None for cost in summary["runs"][0]["usd_per_mtok"][0].values())
