@@ -1,1 +1,10 @@
-"""rigbench stage: analysis."""
+"""rigbench stage: analysis. Run directories in; figures, prices, plans and reports out.
+
+Public entry points (import them by full path; this package imports nothing heavy itself):
+
+- ``analysis.report.write_report(run_dirs, out_dir=None) -> Path``: report.md, summary.json, plots
+- ``analysis.load.load_run(path) -> LoadedRun``: a validated run as a pandas frame
+- ``analysis.figures.run_figures(run) -> RunFigures``: per-step figures with 95% intervals
+- ``analysis.compare.compare_runs(a, b)``: B/A ratios per step, paired by prompt category
+- ``analysis.plan``: capacity plans; ``analysis.prices``: AWS prices and snapshots
+"""
