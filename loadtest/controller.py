@@ -37,6 +37,7 @@ class SweepController:
         self.client = httpx.Client(base_url=environment.host, timeout=10)
         self.process = psutil.Process()
         self.process.cpu_percent()
+        self.children: dict[int, psutil.Process] = {}
         self.slots = self.options.parallel_slots or server_slots(environment.host) or None
         self.failed: str | None = None
         self.completed_steps = -1
@@ -73,10 +74,13 @@ class SweepController:
 
     # --- schedule --------------------------------------------------------------------
     def _cpu_percent(self) -> float:
+        """CPU % of this process and its ``--processes`` workers since the last call (a worker
+        is followed by one psutil object, whose first reading only starts its clock)."""
         total = self.process.cpu_percent()
         for child in self.process.children(recursive=True):
+            known = self.children.setdefault(child.pid, child)
             with contextlib.suppress(psutil.Error):
-                total += child.cpu_percent()
+                total += known.cpu_percent()
         return total
 
     def _follow_schedule(self, t0: float) -> None:

@@ -159,6 +159,9 @@ class GroundTruthApp:
                 delay = base + (config.ttft_ms + k * config.itl_ms) / 1000.0 - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if writer.is_closing() or writer.transport.is_closing():
+                    self._log(request_id, received, sends, "client_gone")
+                    return False
                 if fault == "malformed" and k == 1:
                     writer.write(_chunk(b"data: {this is not json\n\n"))
                     await writer.drain()
