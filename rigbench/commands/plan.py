@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -17,6 +18,7 @@ def register(app: typer.Typer) -> None:
         price_as: list[str] = typer.Option(
             [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
         ),
+        out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
     ) -> None:
         """Rank rigs by $/h to serve the users, reading each sweep conservatively (95% interval ends)."""
         from analysis.plan import Targets, plan_table, plans_for_sections
@@ -32,6 +34,17 @@ def register(app: typer.Typer) -> None:
             f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
         )
         typer.echo(plan_table(plans))
+        best = plans[0] if plans and plans[0].instances is not None else None
+        if best is None:
+            typer.echo("\nno measured rig meets the targets; relax them or measure smaller user steps")
+        else:
+            typer.echo(
+                f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances} instance(s) of "
+                f"{best.capacity.users_per_instance:g} users, ${best.usd_per_hour:.3f}/h"
+            )
+        if out is not None:
+            payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}
+            out.write_text(json.dumps(payload, indent=2) + "\n")
         for plan in plans:
             if plan.price.hypothetical:
                 typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on")

@@ -114,12 +114,15 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "(absent)" in result.output and "g6.xlarge on-demand us-east-1 $0.8048/h" in result.output
 
-    result = runner.invoke(
-        app, ["plan", "--users", "10", "--min-tok-s", "15", "--ttft-p90", "1", str(base), str(faster)]
-    )
+    plan_json = tmp_path / "plan.json"
+    args = ["plan", "--users", "10", "--min-tok-s", "15", "--ttft-p90", "1", str(base), str(faster), "--out"]
+    result = runner.invoke(app, [*args, str(plan_json)])
     assert result.exit_code == 0, result.output
     ranked = [line for line in result.output.splitlines() if line.startswith("|      1 ")]
     assert ranked and "drafter" in ranked[0]
+    assert "recommended: local drafter at g6.xlarge spot (hypothetical)" in result.output
+    plans = json.loads(plan_json.read_text())["plans"]
+    assert plans[0]["hypothetical"] is True and plans[0]["instances"] >= 1
 
 
 def test_cli_error_is_one_line_without_traceback(tmp_path):
