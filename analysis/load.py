@@ -2,10 +2,10 @@
 
 Why not ``RunDir.read_records``: it validates each record with pydantic, about 30 µs a line,
 so a million-record run would take half a minute. Here a shard is parsed by pyarrow's JSON
-reader against an explicit schema (types are checked as it parses, in C++), the schema
-version and required keys are checked per column, ``timings`` is flattened to
-``timings_<key>`` columns, and the first and last line of each shard also go through
-pydantic, which catches keys this code does not know. The manifest goes through pydantic
+reader against an explicit schema (types are checked as it parses, in C++); the schema
+version, required keys and unknown keys are checked per column; ``timings`` (which may carry
+extra llama-server keys) is flattened to ``timings_<key>`` columns; and the first and last
+line of each shard also go through pydantic (enums such as ``phase``). The manifest goes through pydantic
 (``RunDir.read_manifest``): it is one small file.
 
 Damage policy (same as ``RunDir.read_records``): a truncated last line of a shard (a writer
@@ -144,7 +144,7 @@ def _check_edges(path: Path, data: bytes) -> None:
 
 
 def read_shard_table(path: Path, warnings: list[str]) -> pa.Table | None:
-    """One shard as an Arrow table of RECORD_SCHEMA; None when it holds no records."""
+    """One shard as a flat Arrow table (``timings`` split into ``timings_<key>``); None when empty."""
     data = _trim_truncated_tail(path, _shard_bytes(path), warnings)
     if len(data) < 4096 and not data.strip():
         warnings.append(f"{path.name}: empty shard (no records)")
@@ -153,14 +153,40 @@ def read_shard_table(path: Path, warnings: list[str]) -> pa.Table | None:
         table = pa_json.read_json(
             pa.BufferReader(data),
             read_options=pa_json.ReadOptions(use_threads=False, block_size=BLOCK_SIZE),
-            parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="ignore"),
+            parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="infer"),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         raise _first_bad_line(path, data) from None
     _check_schema_version(table, path)
     _check_required(table, path)
+    _check_unknown_keys(table, path)
     _check_edges(path, data)
-    return table
+    return _flatten(table)
+
+
+def _check_unknown_keys(table: pa.Table, path: Path) -> None:
+    """Keys outside RECORD_SCHEMA arrive as inferred columns (timings may carry extra keys)."""
+    for name in set(table.schema.names) - set(RECORD_SCHEMA.names):
+        present = pc.is_valid(table.column(name))
+        if pc.any(present).as_py():
+            line = pc.index(present, True).as_py() + 1
+            raise RunDirError(
+                f"{path}:{line}: unknown key {name!r}; expected RequestRecord keys only (schema version "
+                f"{SCHEMA_VERSION}): was this run written by a newer rigbench?"
+            )
+
+
+def _flatten(table: pa.Table) -> pa.Table:
+    """Known top-level columns plus ``timings_<key>``, identical across shards for concat."""
+    timings = table.column("timings")
+    flat = table.select([name for name in RECORD_SCHEMA.names if name != "timings"])
+    for key in TIMING_KEYS:
+        flat = flat.append_column(f"timings_{key}", pc.struct_field(timings, key))
+    return flat
+
+
+def _empty_flat_table() -> pa.Table:
+    return _flatten(RECORD_SCHEMA.empty_table())
 
 
 def _check_schema_version(table: pa.Table, path: Path) -> None:
@@ -183,7 +209,6 @@ def _check_required(table: pa.Table, path: Path) -> None:
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
     """Arrow records to pandas: flat columns, categories for repeated strings, defaults filled."""
-    timings = table.column("timings").combine_chunks()
     columns: dict[str, object] = {}
     for key in TEXT_COLUMNS:
         column = table.column(key)
@@ -194,9 +219,8 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
             array = np.where(np.isnan(array), NUMBER_DEFAULTS[key], array)
         columns[key] = array
     columns["interrupted"] = table.column("interrupted").fill_null(False).to_numpy()
-    for index, key in enumerate(TIMING_KEYS):
-        field_values = pc.struct_field(timings, [index])
-        columns[f"timings_{key}"] = field_values.to_numpy(zero_copy_only=False)
+    for key in TIMING_KEYS:
+        columns[f"timings_{key}"] = table.column(f"timings_{key}").to_numpy()
     frame = pd.DataFrame(columns)
     for key in ("step", "users"):
         frame[key] = frame[key].astype(np.int64)
@@ -229,7 +253,7 @@ def load_run(path: Path | str) -> LoadedRun:
     if tables:
         records = table_to_frame(pa.concat_tables(tables))
     else:
-        records = table_to_frame(RECORD_SCHEMA.empty_table())
+        records = table_to_frame(_empty_flat_table())
         warnings.append("the run has no request records")
     duplicated = int(records["request_id"].duplicated().sum()) if len(records) else 0
     if duplicated:

@@ -96,7 +96,7 @@ def test_unknown_key_is_caught(kit):
     record = json.loads(shard.read_text())
     record["colour"] = "blue"
     shard.write_text(json.dumps(record) + "\n")
-    with pytest.raises(RunDirError, match="colour: unknown key"):
+    with pytest.raises(RunDirError, match=r"p1\.jsonl:1: unknown key .colour."):
         load_run(path)
 
 
@@ -136,3 +136,17 @@ def test_run_without_records_reports_zero_requests_and_says_why(kit):
     assert step["requests"] == 0 and step["aggregate_tok_s"]["value"] == 0.0
     # no throughput -> no $/Mtok at all, rather than a zero or an infinity
     assert all(cost["value"] is None for cost in summary["runs"][0]["usd_per_mtok"][0].values())
+
+
+def test_unknown_key_in_a_middle_line_is_caught_and_extra_timings_keys_are_kept_out(kit):
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    first, second = (json.loads(line) for line in shard.read_text().splitlines())
+    first["timings"]["cache_n"] = 7  # llama-server adds keys to timings; RequestRecord allows them
+    shard.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    run = load_run(path)
+    assert "timings_cache_n" not in run.records.columns and len(run.records) == 3
+    middle = dict(first, request_id="m", colour="blue")
+    shard.write_text(json.dumps(first) + "\n" + json.dumps(middle) + "\n" + json.dumps(second) + "\n")
+    with pytest.raises(RunDirError, match=r"p0\.jsonl:2: unknown key 'colour'"):
+        load_run(path)
