@@ -72,9 +72,13 @@ def read_gpu(c: Connection) -> ToolkitReport:
         reason = "nvidia-smi not found" if result.exited == 127 else f"nvidia-smi failed (exit {result.exited})"
         return ToolkitReport(message=f"no NVIDIA GPU on this machine ({reason}): skipping the CUDA toolkit; "
                                      "the build step will build llama.cpp for the CPU")
-    name, driver, cap = (part.strip() for part in lines[0].split(","))
-    header = run(c, "nvidia-smi", warn=True).stdout
-    match = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    return parse_gpu(lines[0], run(c, "nvidia-smi", warn=True).stdout)
+
+
+def parse_gpu(query_line: str, banner: str) -> ToolkitReport:
+    """From ``nvidia-smi --query-gpu=name,driver_version,compute_cap`` and the banner's "CUDA Version"."""
+    name, driver, cap = (part.strip() for part in query_line.split(","))
+    match = re.search(r"CUDA Version:\s*([\d.]+)", banner)
     return ToolkitReport(gpu=name, driver=driver, compute_cap=cap, driver_cuda=match.group(1) if match else None)
 
 

@@ -10,7 +10,7 @@ from provision.bench import summarize
 from provision.remote_build import parse_manifest
 from provision.rig import RigPaths
 from provision.serve import render_supervisor, render_unit, server_command, systemd_quote
-from provision.toolkit import check_package_fits_driver, keyring_url, package_cuda_version
+from provision.toolkit import check_package_fits_driver, keyring_url, package_cuda_version, parse_gpu
 from rigbench.errors import ProvisionError
 from rigbench.profile import load_profile
 
@@ -78,3 +78,13 @@ def test_parse_manifest_takes_the_json_after_the_progress_lines() -> None:
 def test_bench_summary_names_pp_and_tg() -> None:
     rows = [{"n_prompt": 512, "n_gen": 0, "avg_ts": 1234.567}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 55.555}]
     assert summarize(rows) == {"pp512": 1234.57, "tg128": 55.55}
+
+
+def test_gpu_parsing_on_output_seen_on_an_h200() -> None:
+    banner = ("| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n")
+    report = parse_gpu("NVIDIA H200, 580.159.04, 9.0", banner)
+    assert (report.gpu, report.driver, report.compute_cap, report.driver_cuda) == (
+        "NVIDIA H200", "580.159.04", "9.0", "13.0")
+    # That driver's CUDA 13.0 is older than the default package: the step refuses rather than installs.
+    with pytest.raises(ProvisionError, match="cuda-toolkit-13-1 is newer .*CUDA 13.0.*cuda-toolkit-13-0"):
+        check_package_fits_driver("cuda-toolkit-13-1", report.driver_cuda)

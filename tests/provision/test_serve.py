@@ -89,3 +89,19 @@ def test_serve_without_a_model_says_run_download(rig, rig_paths, llama_build, bu
     build(rig, profile, rig_paths, cache=build_cache)
     with pytest.raises(ProvisionError, match=r"serve: model file .*synthetic-llama-tiny-s0.gguf is missing"):
         serve(rig, profile, rig_paths, port=free_port())
+
+
+def test_public_serve_requires_the_key_and_keeps_it_out_of_argv(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    port, key = free_port(), "rigbench-test-key-42"
+    state = serve(rig, profile, paths, port=port, public=True, api_key=key, health_timeout=120)
+    try:
+        assert state.host == "0.0.0.0" and key not in " ".join(state.command)
+        assert oct(Path(paths.serve, "api_key").stat().st_mode & 0o777) == "0o600"
+        assert key not in Path(paths.serve, "serve.json").read_text()
+        assert key not in Path(paths.serve, "supervise.sh").read_text()
+        url = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+    finally:
+        stop(rig, paths)
