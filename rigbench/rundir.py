@@ -16,6 +16,7 @@ code does not know is a clear error rather than a guess. The JSON Schema committ
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -205,10 +206,25 @@ def new_run_id(prefix: str) -> str:
     return f"{stamp}-{prefix}-{secrets.token_hex(2)}"
 
 
+PRIVATE_UMASK = 0o077
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Inside, every file and folder this process or a child it starts creates is private to the
+    user (0600 / 0700): run directories hold prompts and server logs, and keep their modes when
+    copied off a rig. The umask is process-wide, so wrap a whole command, not a library call."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def write_json_atomic(path: Path, payload: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file."""
+    """Write via a temporary file and rename, so readers never see half a file (created 0600)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(payload)
         handle.flush()
         os.fsync(handle.fileno())
