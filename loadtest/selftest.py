@@ -7,8 +7,9 @@ For each step the client's measurements are set against the server's own send lo
 - TTFT p50: client ``t_first_token - t_start`` against server ``first send - received``;
 - ITL p50: gaps between the client's chunk arrivals against gaps between the server's sends.
 
-The highest aggregate rate one load process follows within 1 % is its ceiling on this
-machine; ``run_sweep`` warns when a real sweep asks more of a process than that.
+The highest aggregate rate one load process follows (tok/s within 1 %, TTFT p50 within
+2 ms, ITL p50 within 0.5 ms) is its ceiling on this machine; ``run_sweep`` warns when a
+real sweep asks more of a process than that.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_r
 
 CEILING_FILE = Path.home() / ".cache" / "rigbench" / "selftest.json"
 TRACKING_TOLERANCE = 0.01
+TTFT_TOLERANCE_MS = 2.0
+ITL_TOLERANCE_MS = 0.5
 
 
 @dataclass
@@ -45,7 +48,12 @@ class StepFidelity:
 
     @property
     def tracked(self) -> bool:
-        return abs(self.tok_s_error_pct) <= TRACKING_TOLERANCE * 100
+        """Followed: tok/s within 1 % and latency within the benchmark's TTFT/ITL targets."""
+        return (
+            abs(self.tok_s_error_pct) <= TRACKING_TOLERANCE * 100
+            and abs(self.ttft_p50_error_ms) <= TTFT_TOLERANCE_MS
+            and abs(self.itl_p50_error_ms) <= ITL_TOLERANCE_MS
+        )
 
 
 def read_timelines(run: RunDir) -> dict[str, list[float]]:

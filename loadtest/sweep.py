@@ -253,7 +253,7 @@ def _flag_client_ceiling(run: RunDir, manifest: RunManifest, settings: LoadSetti
         if per_process > ceiling:
             warnings.append(
                 f"step {step.index}: each load process took {per_process:.0f} tok/s, above the {ceiling:.0f} tok/s "
-                "that `rigbench selftest` found one process follows within 1% here; use --processes N"
+                "that `rigbench selftest` found one process follows faithfully here; use --processes N"
             )
     return run.update_manifest(warnings=warnings) if warnings != manifest.warnings else manifest
 

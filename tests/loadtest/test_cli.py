@@ -85,6 +85,6 @@ def test_selftest_writes_its_table_and_ceiling(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "tok_s_error_pct" in text and "highest aggregate rate followed within 1%" in text
+    assert "tok_s_error_pct" in text and "highest aggregate rate followed" in text
     assert "4 users x 100 tok/s" in text
     assert json.loads((next((tmp_path / "runs").iterdir()) / "manifest.json").read_text())["status"] == "complete"
