@@ -18,6 +18,7 @@ from pathlib import Path
 from fabric import Connection
 
 from provision.rig import RigPaths, rig_step, run
+from provision.run_metadata import annotate_runs, rig_facts
 from provision.serve import read_state
 from rigbench.errors import ProvisionError
 from rigbench.profile import RigProfile
@@ -75,8 +76,13 @@ def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
 @rig_step("sweep")
 def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str = "1,2,4,8,16,32,64",
           warmup: float = 10.0, measure: float = 30.0, extra: list[str] | None = None, rigbench: str | None = None,
-          local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S) -> list[Path]:
-    """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``."""
+          local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
+          stack_outputs: dict | None = None) -> list[Path]:
+    """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
+
+    The copied manifests get the build, model digests and GPU from the rig, and the instance,
+    market and price from ``stack_outputs`` when given.
+    """
     paths = paths or RigPaths()
     state = read_state(c, paths)
     if state is None:
@@ -93,6 +99,8 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
                  timeout=timeout, hide=False, warn=True)
     run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
+    if copied:
+        annotate_runs(copied, rig_facts(c, profile, paths), stack_outputs)
     if not result.ok:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"

@@ -29,6 +29,7 @@ class RigTarget:
     work: str
     strict: bool
     profile: str
+    outputs: dict | None = None
 
     def connection(self):
         from provision.rig import connect, known_hosts_path
@@ -74,7 +75,7 @@ def target_from_stack(stack: str | None) -> dict:
         raise ProvisionError(f"the stack has no publicIp or publicDns output (found: {', '.join(sorted(outputs))}); "
                              "is the instance up? run `pulumi up`, or pass --host")
     return {"host": host, "user": outputs.get("sshUser"), "work": outputs.get("nvmePath"),
-            "key": outputs.get("sshKeyPath")}
+            "key": outputs.get("sshKeyPath"), "outputs": outputs}
 
 
 def register(app: typer.Typer) -> None:
@@ -98,7 +99,8 @@ def register(app: typer.Typer) -> None:
         found = {} if host else target_from_stack(stack)
         ctx.obj = RigTarget(host=host or found["host"], user=user or found.get("user") or "ubuntu", port=port,
                             key=key or found.get("key"), stack=stack_name(stack) if not host or stack else "dev",
-                            work=work or found.get("work") or DEFAULT_WORK, strict=strict, profile=profile)
+                            work=work or found.get("work") or DEFAULT_WORK, strict=strict, profile=profile,
+                            outputs=found.get("outputs"))
 
     def target(ctx: typer.Context) -> RigTarget:
         return ctx.obj
@@ -210,7 +212,7 @@ def register(app: typer.Typer) -> None:
         from provision.remote_sweep import sweep as step
 
         for path in step(target(ctx).connection(), profile_of(ctx), target(ctx).paths(), steps=steps, warmup=warmup,
-                         measure=measure, local_runs=runs, rigbench=rigbench):
+                         measure=measure, local_runs=runs, rigbench=rigbench, stack_outputs=target(ctx).outputs):
             typer.echo(str(path))
 
     @group.command("fetch")

@@ -12,6 +12,7 @@ from provision.bench import bench, bench_args
 from provision.local_server import free_port
 from provision.remote_sweep import fetch, sweep
 from provision.serve import serve, stop
+from provision.synthetic_models import file_sha256
 from rigbench.errors import ProvisionError
 from rigbench.profile import RigProfile, load_profile
 from rigbench.rundir import RunDir
@@ -52,9 +53,16 @@ def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Pat
     assert len(copied) == 1 and copied[0].parent == local_runs
     manifest = RunDir(copied[0]).read_manifest()
     assert manifest.status == "complete" and manifest.server.host == "127.0.0.1"
+    assert manifest.build.key == built_rig[3]["key"] and manifest.build.backend == "cpu"
+    model_file = Path(paths.models, profile.model.local_name)
+    assert manifest.model.sha256 == file_sha256(model_file) and manifest.model.synthetic
+    assert manifest.model.size_bytes == model_file.stat().st_size and manifest.rig.kind == "local"
     remote_files = sorted(p.relative_to(paths.runs) for p in Path(paths.runs).rglob("*") if p.is_file())
     local_files = sorted(p.relative_to(local_runs) for p in local_runs.rglob("*") if p.is_file())
     assert remote_files == local_files
+    records = sorted(Path(paths.runs).rglob("*.jsonl"))
+    assert records and all(
+        (local_runs / r.relative_to(paths.runs)).read_bytes() == r.read_bytes() for r in records)
     # fetch again: everything is already here, nothing copied, same runs.
     assert fetch(rig, paths, local_runs) == copied
     with pytest.raises(ProvisionError, match="fetch: no run nope in .* runs there: "):

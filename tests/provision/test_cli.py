@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from rigbench.rundir import RunDir
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +111,9 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
 
     port = free_port()
     work = tmp_path / "nvme"
-    outputs = {"publicIp": sshd.host, "sshUser": sshd.user, "nvmePath": str(work), "sshKeyPath": str(sshd.key)}
+    outputs = {"publicIp": sshd.host, "sshUser": sshd.user, "nvmePath": str(work), "sshKeyPath": str(sshd.key),
+               "instanceType": "g6.xlarge", "availabilityZone": "us-east-1d", "market": "spot",
+               "spotPriceAtLaunch": 0.4123, "onDemandUsdPerHour": 0.8048, "launchTime": "2026-11-30T03:00:00Z"}
     pin(sshd, tmp_path, "g6-test")
     env = environment(tmp_path, fake_pulumi(tmp_path / "bin", outputs))
     base = [str(BIN / "rigbench"), "provision", "--port", str(sshd.port), "--strict", "--profile", "tiny"]
@@ -122,6 +127,17 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
         assert json.loads(status.stdout)["health"]["status"] == 200
         logs = subprocess.run([*base, "logs", "-n", "200"], capture_output=True, text=True, env=env, timeout=60)
         assert "[rigbench] serve" in logs.stdout and "llama" in logs.stdout
+        if importlib.util.find_spec("loadtest.sweep") is not None:
+            runs = tmp_path / "runs"
+            sweep = subprocess.run([*base, "sweep", "--steps", "1", "--warmup", "0.5", "--measure", "1.5", "--runs",
+                                    str(runs), "--rigbench", str(BIN / "rigbench")],
+                                   capture_output=True, text=True, env=env, timeout=120)
+            assert sweep.returncode == 0, sweep.stderr
+            manifest = RunDir(sweep.stdout.strip().splitlines()[-1]).read_manifest()
+            assert manifest.status == "complete"
+            assert (manifest.rig.kind, manifest.rig.instance_type, manifest.rig.region) == ("aws", "g6.xlarge",
+                                                                                           "us-east-1")
+            assert manifest.rig.price_per_hour == 0.4123 and manifest.rig.market == "spot"
     finally:
         stop = subprocess.run([*base, "stop"], capture_output=True, text=True, env=env, timeout=60)
     assert stop.returncode == 0 and "llama-server stopped" in stop.stdout

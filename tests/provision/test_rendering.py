@@ -88,3 +88,13 @@ def test_gpu_parsing_on_output_seen_on_an_h200() -> None:
     # That driver's CUDA 13.0 is older than the default package: the step refuses rather than installs.
     with pytest.raises(ProvisionError, match="cuda-toolkit-13-1 is newer .*CUDA 13.0.*cuda-toolkit-13-0"):
         check_package_fits_driver("cuda-toolkit-13-1", report.driver_cuda)
+
+
+def test_on_demand_rig_takes_the_list_price_from_the_stack() -> None:
+    from provision.run_metadata import aws_rig
+    from rigbench.rundir import RigInfo
+
+    rig = aws_rig({"instanceType": "g6.2xlarge", "availabilityZone": "us-west-2b", "market": "on-demand",
+                   "onDemandUsdPerHour": 0.9776}, RigInfo())
+    assert (rig.kind, rig.region, rig.market, rig.price_per_hour) == ("aws", "us-west-2", "on-demand", 0.9776)
+    assert rig.price_source.startswith("on-demand list price")

@@ -1,0 +1,87 @@
+"""What the rig knows that a run manifest needs: build, model digests, served command, instance.
+
+The sweep on the rig writes its run directories with what the load generator sees. The
+provisioning side knows the rest — the llama.cpp build, the model and drafter sha256 the
+download verified, the GPU and driver, and (from ``pulumi stack output``) the instance
+type, zone, market and price — and writes it into the copied manifests, so the
+analysis of a cloud run can say what was measured and what it cost.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from fabric import Connection
+
+from provision.download import model_paths
+from provision.remote_build import read_build_manifest
+from provision.rig import RigPaths, run
+from provision.toolkit import read_gpu
+from rigbench.profile import ModelFile, RigProfile
+from rigbench.rundir import BuildInfo, ModelInfo, RigInfo, RunDir, RunManifest
+
+
+def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict) -> ModelInfo:
+    name = Path(remote_path).name
+    size = int(run(c, f"stat -c %s {shlex.quote(remote_path)}").stdout.strip())
+    sha256 = digests.get(name, {}).get("sha256")
+    if not sha256 or digests[name].get("size_bytes") != size:
+        sha256 = run(c, f"sha256sum {shlex.quote(remote_path)}", timeout=600).stdout.split()[0]
+    return ModelInfo(name=name, sha256=sha256, size_bytes=size, repo=model.repo, synthetic=model.synthetic is not None)
+
+
+def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths) -> dict:
+    """build, model, drafter and GPU facts read from the rig (one dict of manifest fields)."""
+    build = read_build_manifest(c, paths)
+    found = run(c, f"cat {shlex.quote(paths.known_digests)}", warn=True)
+    digests = json.loads(found.stdout) if found.ok else {}
+    model_path, drafter_path = model_paths(profile, paths)
+    facts: dict = {
+        "build": BuildInfo(source=build["source"], backend=build["backend"], cuda_arch=build.get("cuda_arch"),
+                           cmake_options=build.get("cmake_options", []), build_seconds=build.get("build_seconds"),
+                           key=build.get("key")),
+        "model": model_info(c, profile.model, model_path, digests),
+        "gpu": read_gpu(c),
+    }
+    if profile.drafter is not None and drafter_path:
+        facts["drafter"] = model_info(c, profile.drafter, drafter_path, digests)
+    return facts
+
+
+def aws_rig(stack_outputs: dict, current: RigInfo) -> RigInfo:
+    """RigInfo from the stack outputs (instanceType, availabilityZone, market, prices, launchTime)."""
+    zone = stack_outputs.get("availabilityZone")
+    spot = stack_outputs.get("spotPriceAtLaunch")
+    market = stack_outputs.get("market")
+    price, source = (spot, "spot price at launch (pulumi stack output)") if market == "spot" and spot else (
+        stack_outputs.get("onDemandUsdPerHour"), "on-demand list price (pulumi stack output)")
+    return current.model_copy(update={
+        "kind": "aws", "instance_type": stack_outputs.get("instanceType"), "availability_zone": zone,
+        "region": zone[:-1] if zone else None, "market": market,
+        "price_per_hour": float(price) if price is not None else None,
+        "price_source": source if price is not None else None, "launch_time": stack_outputs.get("launchTime"),
+    })
+
+
+def annotate_runs(run_paths: list[Path], facts: dict, stack_outputs: dict | None = None) -> list[RunManifest]:
+    """Write the rig's facts into each copied run's manifest (fields the sweep could not know)."""
+    manifests = []
+    for path in run_paths:
+        rundir = RunDir(path)
+        manifest = rundir.read_manifest()
+        gpu = facts["gpu"]
+        machine = manifest.rig.machine.model_copy(update={
+            "gpu_name": gpu.gpu or manifest.rig.machine.gpu_name,
+            "driver_version": gpu.driver or manifest.rig.machine.driver_version,
+            "cuda_version": gpu.driver_cuda or manifest.rig.machine.cuda_version,
+        })
+        rig = manifest.rig.model_copy(update={"machine": machine})
+        if stack_outputs:
+            rig = aws_rig(stack_outputs, rig)
+        changes: dict = {"rig": rig, "build": facts["build"], "model": facts["model"]}
+        if "drafter" in facts:
+            changes["drafter"] = facts["drafter"]
+        manifests.append(rundir.update_manifest(**changes))
+    return manifests
