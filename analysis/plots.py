@@ -58,8 +58,10 @@ def _draw(path: Path, ylabel: str, series: list[Series]) -> None:
             continue
         xs = [users for users, _ in kept]
         ys = [e.value for _, e in kept]
-        below = [e.value - (e.low if e.low is not None else e.value) for _, e in kept]
-        above = [(e.high if e.high is not None else e.value) - e.value for _, e in kept]
+        # A bootstrap interval can sit wholly on one side of a skewed estimate; matplotlib
+        # wants non-negative arm lengths, so such an arm is drawn as zero.
+        below = [max(0.0, e.value - (e.low if e.low is not None else e.value)) for _, e in kept]
+        above = [max(0.0, (e.high if e.high is not None else e.value) - e.value) for _, e in kept]
         axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=label)
         ticks.update(xs)
     if ticks:
