@@ -1,0 +1,493 @@
+"""Bad input, table-driven: each case gets one exact, clear message, and nothing is created or lost.
+
+Every case runs inside a workspace holding a whole run directory (``runs/<run-id>``), a folder that
+is not a run, and a profile file; the workspace is fingerprinted (every path, mode and byte)
+before and after, so a refusal that leaves a half-made run folder or touches an existing file
+fails the test. Server responses are served by a small HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.config import load_rig_config
+from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
+from rigbench.cli import app
+from rigbench.errors import RigbenchError
+from rigbench.profile import load_profile
+from rigbench.rundir import LoadSettings, RecordWriter, RequestRecord, RunDir, RunManifest, StepWindow
+
+RUN_ID = "20261130T040000Z-tiny-0bad"
+GOOD_STACK = {"allowedCidrs": "203.0.113.7/32", "owner": "tester", "publicKeyPath": "~/.ssh/id_ed25519.pub"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    act: Callable[[Path, str], str]  # (workspace, server URL) -> the outcome as one line
+    expected: str  # exact; {ws} is the workspace, {url} the bad server
+
+
+# ---- how a case's outcome becomes one comparable line -------------------------------------
+
+
+def refusal(action: Callable[[], object]) -> str:
+    try:
+        action()
+    except RigbenchError as error:
+        return f"{type(error).__name__}: {error}"
+    raise AssertionError("the bad input was accepted")
+
+
+def cli(*args: str) -> str:
+    """What the user sees: a RigbenchError (printed as one line by the console script) or typer's usage error."""
+    result = CliRunner().invoke(app, list(args))
+    if isinstance(result.exception, RigbenchError):
+        return f"{type(result.exception).__name__}: {result.exception}"
+    assert result.exit_code == 2, f"expected a refusal, got exit {result.exit_code}: {result.output}"
+    boxed = " ".join(line.strip(" │") for line in result.output.splitlines() if line.startswith("│"))
+    return "UsageError: " + re.sub(r"\s+", " ", boxed).strip()
+
+
+def stack(**changes: str | None) -> Callable[[Path, str], str]:
+    config = {**GOOD_STACK, **changes}
+    return lambda ws, url: refusal(lambda: load_rig_config(get=config.get))
+
+
+def profile_file(text: str) -> Callable[[Path, str], str]:
+    def act(ws: Path, url: str) -> str:
+        path = ws / "profiles" / "bad.toml"
+        path.write_text(text)
+        try:
+            return refusal(lambda: load_profile(path))
+        finally:
+            path.unlink()
+
+    return act
+
+
+def request(path: str, model: str = "default") -> Callable[[Path, str], str]:
+    def act(ws: Path, url: str) -> str:
+        payload = build_payload(
+            [{"role": "user", "content": "hi"}],
+            model=model,
+            max_tokens=4,
+            temperature=0.0,
+            cache_prompt=False,
+            ignore_eos=False,
+        )
+        meta = RequestMeta(shard="t", step=0, users=1, phase="measure", category="short")
+        with make_client(url, read_timeout=5, connect_timeout=2) as client:
+            record = stream_chat(client, payload, meta, path=path).record
+        return f"{record.error_kind}: {record.error_message}"
+
+    return act
+
+
+def dead_port(ws: Path, url: str) -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    outcome = request("/v1/chat/completions")(ws, f"http://127.0.0.1:{port}")
+    return outcome.split(":", 1)[0]  # the OS wording of "connection refused" varies
+
+
+def edited_run(edit: Callable[[RunDir], None], read: Callable[[RunDir], object]) -> Callable[[Path, str], str]:
+    """Damage a copy of the workspace's run (kept outside the fingerprinted runs folder), then read it."""
+
+    def act(ws: Path, url: str) -> str:
+        copy = ws.parent / "damaged" / RUN_ID
+        copy.mkdir(parents=True)
+        source = ws / "runs" / RUN_ID
+        for path in source.rglob("*"):
+            target = copy / path.relative_to(source)
+            if path.is_dir():
+                target.mkdir()
+            else:
+                target.write_bytes(path.read_bytes())
+        run = RunDir(copy)
+        edit(run)
+        return refusal(lambda: read(run)).replace(str(copy), "{copy}")
+
+    return act
+
+
+def set_manifest_key(key: str, value: object) -> Callable[[RunDir], None]:
+    def edit(run: RunDir) -> None:
+        data = json.loads(run.manifest_path.read_text())
+        data[key] = value
+        run.manifest_path.write_text(json.dumps(data))
+
+    return edit
+
+
+def damage_shard_line(run: RunDir) -> None:
+    shard = run.shard_path("host-a")
+    lines = shard.read_text().splitlines(keepends=True)
+    lines[1] = '{"schema_version": 1, "request_id": 7}\n'
+    shard.write_text("".join(lines))
+
+
+# ---- the table ------------------------------------------------------------------------------
+
+CASES = [
+    # stack configuration (refused before any resource; see tests/infra for the full set)
+    Case(
+        "stack: unknown instance type",
+        stack(instanceType="g7.mega"),
+        (
+            "InfraError: config key rigbench:instanceType: instance type 'g7.mega' is not a "
+            "GPU type rigbench knows; expected one of: g4dn.xlarge, g5.2xlarge, g5.xlarge, "
+            "g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge. Pick one of those, "
+            "or add the type to rigbench/instance_types.py with its GPU figures. Fix it with "
+            "`pulumi config set <key> <value>` and run the preview again."
+        ),
+    ),
+    Case(
+        "stack: market",
+        stack(market="reserved"),
+        (
+            "InfraError: config key rigbench:market: Input should be 'spot' or 'on-demand' "
+            "(accepted: spot, on-demand). Fix it with `pulumi config set <key> <value>` and "
+            "run the preview again."
+        ),
+    ),
+    Case(
+        "stack: ttl 0",
+        stack(ttlHours="0"),
+        (
+            "InfraError: config key rigbench:ttlHours: Input should be greater than or equal "
+            "to 1 (accepted: an integer from 1 to 72). Fix it with `pulumi config set <key> "
+            "<value>` and run the preview again."
+        ),
+    ),
+    Case(
+        "stack: open ssh",
+        stack(allowedCidrs="0.0.0.0/0"),
+        (
+            "InfraError: config key rigbench:allowedCidrs: 0.0.0.0/0 opens SSH to the whole "
+            "internet; expected your own address (e.g. '203.0.113.7/32'), or set "
+            "allowOpenSsh to true to accept that. Fix it with `pulumi config set <key> "
+            "<value>` and run the preview again."
+        ),
+    ),
+    Case(
+        "stack: cidr json",
+        stack(allowedCidrs='["203.0.113.7/32"'),
+        (
+            "InfraError: config key rigbench:allowedCidrs: '[\"203.0.113.7/32\"' is not a JSON "
+            "list; expected e.g. '[\"203.0.113.7/32\"]' or '203.0.113.7/32,198.51.100.0/24'"
+        ),
+    ),
+    Case(
+        "stack: no owner",
+        stack(owner=None),
+        (
+            "InfraError: config key rigbench:owner: not set (accepted: a non-empty name, "
+            "e.g. your user name). Fix it with `pulumi config set <key> <value>` and run the "
+            "preview again."
+        ),
+    ),
+    # rig profiles
+    Case(
+        "profile: unknown name",
+        lambda ws, url: refusal(lambda: load_profile("nosuch")),
+        (
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma4-e2b, "
+            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file"
+        ),
+    ),
+    Case(
+        "profile: missing file",
+        lambda ws, url: refusal(lambda: load_profile(ws / "none.toml")),
+        "ProfileError: profile file {ws}/none.toml does not exist",
+    ),
+    Case(
+        "profile: not toml",
+        profile_file("[model\nrepo = 1"),
+        (
+            "ProfileError: {ws}/profiles/bad.toml: not valid TOML: Expected ']' at the end "
+            "of a table declaration (at line 1, column 7)"
+        ),
+    ),
+    Case(
+        "profile: reserved flag",
+        profile_file('[model.synthetic]\n[server]\nargs = "--port 9"'),
+        (
+            "ProfileError: {ws}/profiles/bad.toml: server.args: Value error, --port is set "
+            "by rigbench (from [model], [drafter] and serve options); remove it"
+        ),
+    ),
+    Case(
+        "profile: no model source",
+        profile_file("[model]\n"),
+        ("ProfileError: {ws}/profiles/bad.toml: model: Value error, give either repo and file, or a [synthetic] table"),
+    ),
+    Case(
+        "profile: zero max_tokens",
+        profile_file("[model.synthetic]\n[request]\nmax_tokens = 0"),
+        ("ProfileError: {ws}/profiles/bad.toml: request.max_tokens: Input should be greater than 0"),
+    ),
+    Case(
+        "profile: unknown key",
+        profile_file("[model.synthetic]\ncolour = 'red'"),
+        "ProfileError: {ws}/profiles/bad.toml: model.synthetic.colour: unknown key",
+    ),
+    Case(
+        "profile: flag without value",
+        profile_file('[model.synthetic]\n[server]\nargs = "-c"'),
+        "ProfileError: {ws}/profiles/bad.toml: server.args: Value error, -c needs a value",
+    ),
+    # command-line flags
+    Case(
+        "cli: local --users 0",
+        lambda ws, url: cli("local", "--users", "0"),
+        "UsageError: Invalid value: user counts must be positive integers, found '0'",
+    ),
+    Case(
+        "cli: local --users 1,x",
+        lambda ws, url: cli("local", "--users", "1,x"),
+        ("UsageError: Invalid value: expected comma-separated integers such as 1,2,4, found '1,x'"),
+    ),
+    Case(
+        "cli: local --backend tpu",
+        lambda ws, url: cli("local", "--backend", "tpu"),
+        "UsageError: Invalid value: --backend must be auto, cpu or cuda, found 'tpu'",
+    ),
+    Case(
+        "cli: local --measure 0",
+        lambda ws, url: cli("local", "--measure", "0"),
+        ("UsageError: Invalid value for '--measure': Input should be greater than or equal to 0.1"),
+    ),
+    Case(
+        "cli: local unknown profile",
+        lambda ws, url: cli("local", "--profile", "nosuch"),
+        (
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma4-e2b, "
+            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file"
+        ),
+    ),
+    Case(
+        "cli: check a non-run folder",
+        lambda ws, url: cli("check", "notes"),
+        (
+            "RunDirError: notes: not a run directory (no manifest.json and no records/); "
+            "pass a folder under runs/, e.g. runs/<run-id>"
+        ),
+    ),
+    Case(
+        "cli: check a missing folder",
+        lambda ws, url: cli("check", "runs/nothing"),
+        ("RunDirError: runs/nothing: no such directory; expected a run directory such as runs/<run-id>"),
+    ),
+    Case(
+        "cli: report a missing folder",
+        lambda ws, url: cli("report", "runs/nothing"),
+        ("RunDirError: runs/nothing: no such directory; pass a run directory such as runs/<run-id>"),
+    ),
+    Case(
+        "cli: orphans without region",
+        lambda ws, url: cli("orphans"),
+        ("InfraError: no region named; pass --region us-east-1 (repeat it for every region your rigs may be in)"),
+    ),
+    Case(
+        "cli: orphans bad region",
+        lambda ws, url: cli("orphans", "-r", "mars-1"),
+        ("InfraError: 'mars-1' is not an AWS region name such as 'us-east-1'; check --region"),
+    ),
+    Case(
+        "cli: sweep without server",
+        lambda ws, url: cli("sweep"),
+        ("LoadTestError: no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration"),
+    ),
+    Case(
+        "cli: sweep bad arm",
+        lambda ws, url: cli("sweep", "--arm", "draft2"),
+        ("LoadTestError: cannot read --arm 'draft2'; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081"),
+    ),
+    Case(
+        "cli: sweep bad steps",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1,a"),
+        "LoadTestError: cannot read --steps '1,a'; expected integers separated by commas",
+    ),
+    # run directories
+    Case(
+        "rundir: unknown schema version",
+        edited_run(set_manifest_key("schema_version", 2), RunDir.read_manifest),
+        (
+            "RunDirError: {copy}/manifest.json: schema_version 2 is not supported (this "
+            "rigbench reads version 1); upgrade rigbench or re-run"
+        ),
+    ),
+    Case(
+        "rundir: unknown status",
+        edited_run(set_manifest_key("status", "paused"), RunDir.read_manifest),
+        ("RunDirError: {copy}/manifest.json: status: Input should be 'running', 'complete', 'interrupted' or 'failed'"),
+    ),
+    Case(
+        "rundir: damaged shard",
+        edited_run(damage_shard_line, RunDir.read_records),
+        (
+            "RunDirError: {copy}/records/host-a.jsonl:2: request_id: Input should be a valid "
+            "string; shard: Field required; step: Field required; users: Field required; "
+            "phase: Field required; category: Field required; t_start: Field required; "
+            "t_end: Field required"
+        ),
+    ),
+    Case(
+        "rundir: manifest not json",
+        edited_run(lambda run: run.manifest_path.write_text("{"), RunDir.read_manifest),
+        (
+            "RunDirError: {copy}/manifest.json: not valid JSON (Expecting property name "
+            "enclosed in double quotes: line 1 column 2 (char 1))"
+        ),
+    ),
+    # server responses (a real HTTP server on 127.0.0.1)
+    Case("server: HTTP 500", request("/500"), 'http_500: {"error": "slot crashed"}'),
+    Case(
+        "server: unknown model",
+        request("/model", model="nosuch"),
+        'bad_model: {"error": {"message": "model not found: nosuch"}}',
+    ),
+    Case("server: event not JSON", request("/not-json"), "malformed_sse: event data is not JSON: '<html>oops</html>'"),
+    Case(
+        "server: error event",
+        request("/error-event"),
+        'malformed_sse: error event in stream: {"code": 503, "message": "loading model"}',
+    ),
+    Case("server: stream cut short", request("/cut"), "disconnect: stream ended before finish_reason or [DONE]"),
+    Case("server: nothing listening", dead_port, "connect"),
+]
+
+
+# ---- the workspace and the bad server -------------------------------------------------------
+
+
+def build_workspace(ws: Path) -> None:
+    manifest = RunManifest(
+        run_id=RUN_ID,
+        created_at="2026-11-30T04:00:00+00:00",
+        ended_at="2026-11-30T04:00:20+00:00",
+        status="complete",
+        profile="tiny",
+        load=LoadSettings(user_steps=[1], warmup_seconds=1, measure_seconds=2, max_tokens=4),
+        steps=[StepWindow(index=0, users=1, started_at=100.0, measure_start=101.0, measure_end=103.0)],
+        last_complete_step=0,
+    )
+    run = RunDir.create(ws / "runs", manifest)
+    with RecordWriter(run.shard_path("host-a")) as writer:
+        for n in range(3):
+            writer.write(
+                RequestRecord(
+                    request_id=f"r{n}",
+                    shard="host-a",
+                    step=0,
+                    users=1,
+                    phase="measure",
+                    category="short",
+                    t_start=101.0 + n / 2,
+                    t_end=101.2 + n / 2,
+                )
+            )
+    (ws / "notes").mkdir()
+    (ws / "notes" / "todo.txt").write_text("not a run\n")
+    (ws / "profiles").mkdir()
+
+
+def fingerprint(root: Path) -> dict[str, tuple[int, str]]:
+    return {
+        path.relative_to(root).as_posix(): (
+            path.stat().st_mode,
+            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir",
+        )
+        for path in sorted(root.rglob("*"))
+    }
+
+
+class BadServer(http.server.BaseHTTPRequestHandler):
+    """Each path answers one wrong way."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/500":
+            self.answer(500, "application/json", b'{"error": "slot crashed"}')
+        elif self.path == "/model":
+            self.answer(404, "application/json", b'{"error": {"message": "model not found: nosuch"}}')
+        elif self.path == "/not-json":
+            self.answer(200, "text/event-stream", b"data: <html>oops</html>\n\n")
+        elif self.path == "/error-event":
+            self.answer(200, "text/event-stream", b'data: {"error": {"code": 503, "message": "loading model"}}\n\n')
+        elif self.path == "/cut":
+            chunk = {"choices": [{"delta": {"content": "hel"}, "finish_reason": None}]}
+            self.answer(200, "text/event-stream", f"data: {json.dumps(chunk)}\n\n".encode())
+        else:
+            self.answer(404, "text/plain", b"no such path")
+
+    def answer(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def bad_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BadServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) >= 25
+    assert len({case.name for case in CASES}) == len(CASES)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_bad_input_is_refused_clearly_and_changes_nothing(case: Case, tmp_path, monkeypatch, bad_server):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    build_workspace(ws)
+    monkeypatch.chdir(ws)
+    before = fingerprint(ws)
+    outcome = case.act(ws, bad_server).replace(str(ws), "{ws}").replace(bad_server, "{url}")
+    assert outcome == case.expected
+    assert fingerprint(ws) == before
+
+
+@pytest.mark.integration
+def test_the_console_script_prints_one_line_without_traceback(tmp_path):
+    """What a user's terminal shows for a refusal: exit 2, one line on stderr, nothing on stdout."""
+    (tmp_path / "notes").mkdir()
+    rigbench = Path(sys.executable).with_name("rigbench")
+    result = subprocess.run([rigbench, "check", "notes"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "rigbench: error: notes: not a run directory (no manifest.json and no records/); "
+        "pass a folder under runs/, e.g. runs/<run-id>\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
