@@ -109,6 +109,7 @@ class HubFiles:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, str] = {}
         self.requests: list[dict] = []
 
 
@@ -124,6 +125,11 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             hub.requests.append({"path": self.path, "range": self.headers.get("Range"),
                                  "authorization": self.headers.get("Authorization")})
+            if self.path in hub.redirects:  # like the hub's 302 to its storage host
+                self.send_response(302)
+                self.send_header("Location", hub.redirects[self.path])
+                self.end_headers()
+                return
             body = hub.files.get(self.path)
             if body is None:
                 self.send_error(404)

@@ -141,3 +141,17 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
     finally:
         stop = subprocess.run([*base, "stop"], capture_output=True, text=True, env=env, timeout=60)
     assert stop.returncode == 0 and "llama-server stopped" in stop.stdout
+
+
+def test_fab_cli_pins_per_stack_and_strict_refuses_an_unpinned_rig(sshd, tmp_path: Path) -> None:
+    command = [str(BIN / "fab"), "-r", "provision", "-H", f"{sshd.user}@{sshd.host}:{sshd.port}", "-i", str(sshd.key),
+               "status", "--work", str(tmp_path / "nvme"), "--stack", "other", "--strict"]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
+    assert result.returncode == 2
+    assert "known_hosts/other; strict host key checking is on" in result.stderr
+    first = subprocess.run(command[:-1], capture_output=True, text=True, env=environment(tmp_path), cwd=REPO,
+                           timeout=60)
+    assert first.returncode == 0 and "pinned host key of" in first.stdout
+    assert (tmp_path / "home" / "known_hosts" / "other").read_text().split()[1:] == sshd.host_key_line.split()
+    again = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
+    assert again.returncode == 0, again.stderr

@@ -76,6 +76,16 @@ def test_token_goes_to_the_hub_but_never_into_output_or_files(rig, rig_paths, fa
     fake_hub.files["/acme/model-gguf/resolve/main/model.gguf"] = PAYLOAD
     download(rig, hub_profile("unknown"), rig_paths)
     assert fake_hub.requests[0]["authorization"] == f"Bearer {secret}"
+    # A redirect to the storage host carries the range but not the token.
+    fake_hub.redirects["/acme/drafter-gguf/resolve/main/drafter.gguf"] = "/storage/drafter?signed=1"
+    fake_hub.files["/storage/drafter?signed=1"] = PAYLOAD
+    Path(rig_paths.models, "drafter.gguf.part").write_bytes(PAYLOAD[:1000])
+    download(rig, hub_profile(DIGEST, drafter=True).model_copy(update={"model": hub_profile(DIGEST).model}),
+             rig_paths)
+    hub_hit, storage_hit = fake_hub.requests[-2:]
+    assert hub_hit["authorization"] == f"Bearer {secret}" and hub_hit["range"] == "bytes=1000-"
+    assert storage_hit["authorization"] is None and storage_hit["range"] == "bytes=1000-"
+    assert Path(rig_paths.models, "drafter.gguf").read_bytes() == PAYLOAD
     assert secret not in capsys.readouterr().out
     for path in Path(rig_paths.root).rglob("*"):
         if path.is_file() and path.suffix != ".gguf":

@@ -98,3 +98,16 @@ def test_on_demand_rig_takes_the_list_price_from_the_stack() -> None:
                    "onDemandUsdPerHour": 0.9776}, RigInfo())
     assert (rig.kind, rig.region, rig.market, rig.price_per_hour) == ("aws", "us-west-2", "on-demand", 0.9776)
     assert rig.price_source.startswith("on-demand list price")
+
+
+def test_project_archive_holds_the_packages_but_no_caches() -> None:
+    import io
+    import tarfile
+
+    from provision.remote_sweep import project_archive
+
+    with tarfile.open(fileobj=io.BytesIO(project_archive())) as archive:
+        names = archive.getnames()
+    assert "rigbench-src/pyproject.toml" in names and "rigbench-src/provision/rig_agent.py" in names
+    assert "rigbench-src/loadtest" in names and "rigbench-src/rigbench/profiles/tiny.toml" in names
+    assert not [name for name in names if "__pycache__" in name or name.startswith("rigbench-src/runs")]
