@@ -315,7 +315,9 @@ def _filler(spec: TensorSpec, rng: np.random.Generator, banned: np.ndarray, shap
 
 
 def _write(path: Path, arch: str, specs: list[TensorSpec], add_metadata: Callable[[gguf.GGUFWriter], None],
-           make_filler: Callable[[TensorSpec], Callable[[int, int], np.ndarray]], big_dtype: type) -> Path:
+           make_filler: Callable[[TensorSpec], Callable[[int, int], np.ndarray]], big_dtype: type,
+           header_only: bool = False) -> Path:
+    """Stream the GGUF to PATH.part and rename it; ``header_only`` stops before the tensor data."""
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     writer = gguf.GGUFWriter(str(part), arch)
@@ -329,7 +331,7 @@ def _write(path: Path, arch: str, specs: list[TensorSpec], add_metadata: Callabl
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for tensor in tensors:
+    for tensor in [] if header_only else tensors:
         writer.write_tensor_data(tensor)  # type: ignore[arg-type]
     writer.close()
     part.rename(path)
@@ -373,7 +375,7 @@ def _big_dtype(n_params: int) -> type:
 
 
 def write_gemma4_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int = 0,
-                      shape: Gemma4Shape | None = None, favour: float = 0.0) -> Path:
+                      shape: Gemma4Shape | None = None, favour: float = 0.0, header_only: bool = False) -> Path:
     """Write the target model (F32 when tiny, F16 when large: quantize it with llama-quantize).
 
     ``favour`` > 0 raises the logit of one visible token (FAVOURED_PIECE) by about
@@ -405,12 +407,12 @@ def write_gemma4_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int =
 
     favoured = favoured_token_id(tokens)
     return _write(Path(path), "gemma4", specs, metadata,
-                  lambda spec: _filler(spec, rng, banned, shape, favoured, favour), big_dtype)
+                  lambda spec: _filler(spec, rng, banned, shape, favoured, favour), big_dtype, header_only)
 
 
 def write_gemma4_assistant_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int = 1,
                                 target: Gemma4Shape | None = None, drafter: AssistantShape | None = None,
-                                favour: float = 0.0) -> Path:
+                                favour: float = 0.0, header_only: bool = False) -> Path:
     """Write the MTP drafter for a preset's target (``-md FILE --spec-type draft-mtp``).
 
     With ``favour`` > 0 it always drafts FAVOURED_PIECE (its dimension 0 copies the target
@@ -436,7 +438,41 @@ def write_gemma4_assistant_gguf(path: Path | str, preset: str = "tiny-gemma4", s
     tokens, _, _ = gemma4_vocabulary(target.n_vocab)
     no_bans = np.array([], dtype=int)
     return _write(Path(path), "gemma4-assistant", specs, metadata,
-                  lambda spec: _filler(spec, rng, no_bans, target, favoured_token_id(tokens), favour), big_dtype)
+                  lambda spec: _filler(spec, rng, no_bans, target, favoured_token_id(tokens), favour), big_dtype,
+                  header_only)
+
+
+def quantized_type(spec: TensorSpec, source: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
+    """The type llama-quantize gives a tensor for Q4_0 in this architecture (src/llama-quant.cpp).
+
+    1-D tensors and per_layer_model_proj keep their type; token_embd and per_layer_token_embd
+    count as the (tied) output head: Q6_K, or Q8_0 when rows are not a multiple of 256; the
+    rest is Q4_0, or F16 when rows are not a multiple of 32.
+    """
+    q = gguf.GGMLQuantizationType
+    cols = spec.shape[-1]
+    if len(spec.shape) < 2 or "per_layer_model_proj" in spec.name:
+        return source
+    if spec.name in ("token_embd.weight", "per_layer_token_embd.weight"):
+        return q.Q6_K if cols % 256 == 0 else q.Q8_0
+    return q.Q4_0 if cols % 32 == 0 else q.F16
+
+
+def tensor_bytes(spec: TensorSpec, kind: gguf.GGMLQuantizationType) -> int:
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    return spec.n_elements // block * size
+
+
+def predicted_q4_0_bytes(specs: list[TensorSpec], header_bytes: int, source_big: type = np.float16,
+                         alignment: int = 32) -> int:
+    """Size of llama-quantize's Q4_0 output: the F16 file's header plus each aligned quantized tensor."""
+    total = header_bytes
+    for spec in specs:
+        source = gguf.GGMLQuantizationType.F32 if len(spec.shape) == 1 or source_big is np.float32 \
+            else gguf.GGMLQuantizationType.F16
+        nbytes = tensor_bytes(spec, quantized_type(spec, source))
+        total += -(-nbytes // alignment) * alignment
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
