@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fabric import Connection
 
-from provision.rig import RigPaths, rig_step, run
+from provision.rig import RigPaths, privileged, rig_step, run
 from provision.run_metadata import annotate_runs, rig_facts
 from provision.serve import read_state
 from rigbench.errors import ProvisionError
@@ -56,7 +56,12 @@ def install_project(c: Connection, paths: RigPaths | None = None, timeout: int =
     c.put(io.BytesIO(project_archive()), remote=f"{paths.root}/rigbench-src.tar.gz")
     venv = f"{paths.root}/venv"
     run(c, f"tar -xzf {shlex.quote(paths.root)}/rigbench-src.tar.gz -C {shlex.quote(paths.root)}")
-    run(c, f"test -x {venv}/bin/python || python3 -m venv {venv}", timeout=300)
+    if not run(c, f"test -x {venv}/bin/python || python3 -m venv {venv}", timeout=300, warn=True).ok:
+        # Ubuntu's python3 lacks ensurepip until python3-venv is installed.
+        print("[project] python3 -m venv failed; installing python3-venv", flush=True)
+        run(c, f"rm -rf {venv} && " + privileged(c, "env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                                                    "python3-venv"), timeout=600, hide=False)
+        run(c, f"python3 -m venv {venv}", timeout=300)
     print(f"[project] pip install {source} into {venv} (first time: a few minutes)", flush=True)
     run(c, f"{venv}/bin/python -m pip install -q --upgrade pip && {venv}/bin/python -m pip install -q {source}",
         timeout=timeout, hide=False)
