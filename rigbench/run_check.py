@@ -191,38 +191,39 @@ def _check_telemetry(run: RunDir, report: CheckReport) -> None:
     report.telemetry, _ = _scan(path, RunDir.TELEMETRY, TelemetrySnapshot, report)
 
 
-def writer_pids(run: RunDir) -> list[int]:
-    """Processes that may be writing this run: pid files, and shards named ``<this host>-<pid>``."""
-    pids = []
+def writer_pids(run: RunDir) -> list[tuple[int, Path]]:
+    """Processes that may be writing this run, each with the file that names it: pid files
+    beside the manifest, and shards named ``<this host>-<pid>`` by the load processes."""
+    named = []
     for pid_file in run.path.glob(f"*{PID_FILE_SUFFIX}"):
         text = pid_file.read_text().strip()
         if text.isdigit():
-            pids.append(int(text))
+            named.append((int(text), pid_file))
     host = socket.gethostname()
     records = run.path / RunDir.RECORDS
     if records.is_dir():
         for shard in records.glob("*.jsonl"):
             stem_host, _, pid = shard.stem.rpartition("-")
             if stem_host == host and pid.isdigit():
-                pids.append(int(pid))
-    return pids
+                named.append((int(pid), shard))
+    return named
 
 
-def _alive_writer(run: RunDir) -> int | None:
-    """A live writer pid; a process started after the manifest's last write is a reused pid, not the writer."""
-    last_write = run.manifest_path.stat().st_mtime
-    for pid in writer_pids(run):
+def alive_writer(run: RunDir) -> int | None:
+    """A live writer's pid. A process started after the file naming it was last written holds a
+    reused pid, not the writer (one second of slack for clock granularity)."""
+    for pid, evidence in writer_pids(run):
         try:
-            if psutil.Process(pid).create_time() <= last_write:
+            if psutil.Process(pid).create_time() <= evidence.stat().st_mtime + 1.0:
                 return pid
-        except psutil.Error:
+        except (psutil.Error, OSError):
             continue
     return None
 
 
 def _check_status(run: RunDir, manifest: RunManifest, report: CheckReport) -> None:
     if manifest.status == "running":
-        pid = _alive_writer(run)
+        pid = alive_writer(run)
         if pid is not None:
             report.warn("status", f"running: process {pid} is still writing this run; check again when it ends")
         else:
