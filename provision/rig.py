@@ -180,8 +180,11 @@ def translate_error(step: str, c: Connection, error: BaseException) -> Provision
             f"{step}: {where} refused the SSH key {keys} ({error}); expected the key pair the stack created: "
             "check --key / the stack's keyPath output and the user name"
         )
-    if isinstance(error, paramiko.ssh_exception.NoValidConnectionsError | ConnectionError | socket.timeout
-                  | socket.gaierror | TimeoutError | OSError | EOFError | paramiko.SSHException):
+    link_errors = (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError, socket.timeout, socket.gaierror,
+                   TimeoutError, EOFError, paramiko.SSHException)
+    if isinstance(error, OSError) and not isinstance(error, link_errors) and c.is_connected:
+        return ProvisionError(f"{step}: on {where}: {error}")  # a file operation, not the link
+    if isinstance(error, (*link_errors, OSError)):
         return ProvisionError(
             f"{step}: cannot reach {where} over SSH ({type(error).__name__}: {error}); "
             "check that the instance is running, the host and port, and the security group's SSH rule"
