@@ -158,3 +158,24 @@ def test_llama_quantize_q4_0_size_matches_prediction_and_still_streams(llama_bui
     with LocalServer(llama_server_binary, args, log_path=tmp_path / "server.log") as server:
         chunks, usage, _ = stream_chat(server.base_url, 48)
     assert usage["completion_tokens"] == 48 == chunks
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("preset", ["e2b", "e4b"])
+def test_real_layer_layout_loads_with_its_drafter(llama_server_binary, tmp_path, preset):
+    """The E2B/E4B layer layout (35/42 layers, 20/18 KV-shared, 256/512 heads, swa pattern) at narrow widths."""
+    target = replace(PRESETS[preset].target, n_vocab=1024, n_embd=128, n_head=2, n_ff=256)
+    drafter = replace(PRESETS[preset].drafter, n_embd=64, n_ff=128)
+    model = write_gemma4_gguf(tmp_path / "target.gguf", preset, shape=target)
+    assistant = write_gemma4_assistant_gguf(tmp_path / "assistant.gguf", preset, target=target, drafter=drafter)
+    args = ["-m", str(model), "-md", str(assistant), "--spec-type", "draft-mtp", "--spec-draft-n-max", "2",
+            "-c", "4096", "-t", "2", "--parallel", "1"]
+    log = tmp_path / "server.log"
+    with LocalServer(llama_server_binary, args, log_path=log) as server:
+        chunks, usage, timings = stream_chat(server.base_url, 32)
+    assert usage["completion_tokens"] == 32 == chunks
+    assert timings["draft_n"] > 0
+    # the drafter's full-attention layer reads the target's last layer's KV, its sliding ones the layer before
+    n_layer = target.n_layer
+    assert f"sharing with layer {n_layer - 1}." in log.read_text()
+    assert f"sharing with layer {n_layer - 2}." in log.read_text()
