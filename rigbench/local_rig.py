@@ -27,6 +27,7 @@ from rigbench.rundir import (
     RunManifest,
     ServerInfo,
     new_run_id,
+    private_umask,
     utc_now,
 )
 
@@ -131,19 +132,20 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         ),
         load=load,
     )
-    run = RunDir.create(options.runs_root, manifest)
-    console.print(f"run directory {run.path}")
-    server.log_path = run.path / "llama-server.log"
-    try:
-        with server:
-            console.print(f"llama-server healthy at {server.base_url}")
-            run_sweep(run, server.base_url, profile=profile, settings=load)
-    except (RigbenchError, KeyboardInterrupt) as error:
-        current = run.read_manifest()
-        if current.status == "running":
-            status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-            run.update_manifest(status=status, status_detail=str(error) or type(error).__name__, ended_at=utc_now())
-        raise
-    report = write_report([run.path])
-    console.print(f"report: {report}")
-    return report
+    with private_umask():  # run files hold prompts and logs: private to the user
+        run = RunDir.create(options.runs_root, manifest)
+        console.print(f"run directory {run.path}")
+        server.log_path = run.path / "llama-server.log"
+        try:
+            with server:
+                console.print(f"llama-server healthy at {server.base_url}")
+                run_sweep(run, server.base_url, profile=profile, settings=load)
+        except (RigbenchError, KeyboardInterrupt) as error:
+            current = run.read_manifest()
+            if current.status == "running":
+                status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+                run.update_manifest(status=status, status_detail=str(error) or type(error).__name__, ended_at=utc_now())
+            raise
+        report = write_report([run.path])
+        console.print(f"report: {report}")
+        return report

@@ -118,11 +118,6 @@ def test_full_local_rig_run_leaks_no_secret(finished_run: FinishedRun):
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    strict=True,
-    reason="run_local_rig does not run under rigbench.rundir.private_umask() yet: the run folder is 0700 but "
-    "its other files (logs, telemetry, report, plots) are created 0644/0755; remove this mark once wired",
-)
 def test_full_local_rig_run_is_private(finished_run: FinishedRun):
     loose = []
     for path in [finished_run.run_dir, *finished_run.run_dir.rglob("*")]:
