@@ -262,13 +262,39 @@ def favoured_token_id(tokens: list[str]) -> int:
     return tokens.index(FAVOURED_PIECE)
 
 
-def _filler(spec: TensorSpec, rng: np.random.Generator, banned: np.ndarray, shape: Gemma4Shape,
+class RandomPool:
+    """Normal values drawn once and read at random offsets: ~10x faster than drawing every value.
+
+    The E2B file holds 4.6 G values; drawing each one costs over a minute of the GPU machine's
+    time, and which random values a throughput benchmark multiplies does not matter.
+    """
+
+    def __init__(self, rng: np.random.Generator, size: int):
+        self.rng = rng
+        self.size = max(1, size)
+        values = rng.standard_normal(self.size, dtype=np.float32)
+        self.values = np.concatenate([values, values])
+
+    def take(self, count: int) -> np.ndarray:
+        if count > self.size:
+            return self.rng.standard_normal(count, dtype=np.float32)
+        start = int(self.rng.integers(self.size))
+        return self.values[start : start + count]
+
+
+def _pool_for(specs: list[TensorSpec], rng: np.random.Generator) -> RandomPool:
+    largest = max(spec.n_elements for spec in specs)
+    return RandomPool(rng, min(largest, 1 << 24) + 7)
+
+
+def _filler(spec: TensorSpec, pool: RandomPool, banned: np.ndarray, shape: Gemma4Shape,
             favoured: int | None = None, favour: float = 0.0):
     """A row generator for one tensor; see the module docstring for why dimension 0 is special."""
     cols = spec.shape[1] if len(spec.shape) > 1 else 1
 
     def random_rows(start: int, stop: int) -> np.ndarray:
-        return rng.standard_normal((stop - start, cols), dtype=np.float32) / np.float32(np.sqrt(cols))
+        values = pool.take((stop - start) * cols).reshape(stop - start, cols)
+        return values * np.float32(1.0 / np.sqrt(cols))
 
     if spec.fill == "random":
         return random_rows
@@ -406,8 +432,9 @@ def write_gemma4_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int =
         _add_vocab(writer, shape.n_vocab)
 
     favoured = favoured_token_id(tokens)
+    pool = _pool_for(specs, rng)
     return _write(Path(path), "gemma4", specs, metadata,
-                  lambda spec: _filler(spec, rng, banned, shape, favoured, favour), big_dtype, header_only)
+                  lambda spec: _filler(spec, pool, banned, shape, favoured, favour), big_dtype, header_only)
 
 
 def write_gemma4_assistant_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int = 1,
@@ -437,8 +464,9 @@ def write_gemma4_assistant_gguf(path: Path | str, preset: str = "tiny-gemma4", s
 
     tokens, _, _ = gemma4_vocabulary(target.n_vocab)
     no_bans = np.array([], dtype=int)
+    pool = _pool_for(specs, rng)
     return _write(Path(path), "gemma4-assistant", specs, metadata,
-                  lambda spec: _filler(spec, rng, no_bans, target, favoured_token_id(tokens), favour), big_dtype,
+                  lambda spec: _filler(spec, pool, no_bans, target, favoured_token_id(tokens), favour), big_dtype,
                   header_only)
 
 
