@@ -78,6 +78,18 @@ def target_from_stack(stack: str | None) -> dict:
             "key": outputs.get("sshKeyPath"), "outputs": outputs}
 
 
+def resolve_target(host: str | None, user: str | None, port: int, key: str | None, stack: str | None,
+                   work: str | None, profile: str, strict: bool) -> RigTarget:
+    """The command line's options, completed from the stack's outputs when no host is given."""
+    from provision.rig import DEFAULT_WORK
+
+    found = {} if host else target_from_stack(stack)
+    return RigTarget(host=host or found["host"], user=user or found.get("user") or "ubuntu", port=port,
+                     key=key or found.get("key"), stack=stack_name(stack) if not host or stack else "dev",
+                     work=work or found.get("work") or DEFAULT_WORK, strict=strict, profile=profile,
+                     outputs=found.get("outputs"))
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...",
                         no_args_is_help=True)
@@ -94,15 +106,13 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Option("gemma4-e2b", "--profile", "-p", help="bundled profile name or .toml path"),
         strict: bool = typer.Option(False, "--strict", help="refuse a host key that is not pinned yet"),
     ) -> None:
-        from provision.rig import DEFAULT_WORK
-
-        found = {} if host else target_from_stack(stack)
-        ctx.obj = RigTarget(host=host or found["host"], user=user or found.get("user") or "ubuntu", port=port,
-                            key=key or found.get("key"), stack=stack_name(stack) if not host or stack else "dev",
-                            work=work or found.get("work") or DEFAULT_WORK, strict=strict, profile=profile,
-                            outputs=found.get("outputs"))
+        # Resolved on first use, so `rigbench provision STEP --help` needs no stack.
+        ctx.obj = {"host": host, "user": user, "port": port, "key": key, "stack": stack, "work": work,
+                   "profile": profile, "strict": strict}
 
     def target(ctx: typer.Context) -> RigTarget:
+        if not isinstance(ctx.obj, RigTarget):
+            ctx.obj = resolve_target(**ctx.obj)
         return ctx.obj
 
     def profile_of(ctx: typer.Context):

@@ -66,6 +66,9 @@ def test_rigbench_provision_without_pulumi_or_host_says_what_to_do(tmp_path: Pat
     assert result.returncode == 2
     assert result.stderr.strip() == ("rigbench: error: no --host given and the pulumi CLI is not on PATH; "
                                      "pass --host HOST or install pulumi")
+    helped = subprocess.run([str(BIN / "rigbench"), "provision", "serve", "--help"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert helped.returncode == 0 and "--public" in helped.stdout, "help must not need the stack"
 
 
 def test_stack_without_an_address_is_a_clear_error(tmp_path: Path) -> None:
