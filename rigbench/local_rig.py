@@ -17,7 +17,7 @@ from provision.local_server import LocalServer
 from provision.synthetic_models import file_sha256, write_synthetic_model
 from rigbench.errors import ProfileError, RigbenchError
 from rigbench.machine import machine_info
-from rigbench.profile import RigProfile, load_profile
+from rigbench.profile import RigProfile, load_profile, merge_server_args
 from rigbench.rundir import (
     BuildInfo,
     LoadSettings,
@@ -44,8 +44,13 @@ class LocalRigOptions:
     backend: str = "auto"
     model_path: Path | None = None
     drafter_path: Path | None = None
+    no_drafter: bool = False
     prompts: str = "mixed"
     max_tokens: int | None = None
+    processes: int = 1
+    context_tokens: int = 0
+    server_overrides: list[str] = field(default_factory=list)
+    label: str | None = None
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -75,6 +80,31 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
     )
 
 
+def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> tuple[Path | None, ModelInfo | None]:
+    """The drafter to serve, if any: ``--drafter PATH``, else the profile's from the model
+    cache, unless ``--no-drafter``."""
+    if options.no_drafter:
+        return None, None
+    path = options.drafter_path
+    if path is None and profile.drafter is not None:
+        path = cache / "models" / profile.drafter.local_name
+        if not path.exists():
+            raise ProfileError(
+                f"drafter file {path} for profile {profile.name!r} is missing; download it, "
+                "pass --drafter PATH, or serve without it with --no-drafter"
+            )
+    if path is None:
+        return None, None
+    if not path.exists():
+        raise ProfileError(f"--drafter: file {path} does not exist")
+    return path, ModelInfo(
+        name=path.name,
+        sha256=file_sha256(path),
+        size_bytes=path.stat().st_size,
+        repo=profile.drafter.repo if profile.drafter else None,
+    )
+
+
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path."""
     from analysis.report import write_report
@@ -93,13 +123,10 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
     how = "cached" if built.get("cached") else f"built in {built['build_seconds']} s"
     console.print(f"llama.cpp {built['backend']} build {built['key']} ({how})")
     model_path, model = model_file(profile, options.model_path, cache)
-    drafter = None
-    drafter_path = options.drafter_path
-    if drafter_path is not None:
-        drafter = ModelInfo(
-            name=drafter_path.name, sha256=file_sha256(drafter_path), size_bytes=drafter_path.stat().st_size
-        )
+    drafter_path, drafter = drafter_file(profile, options, cache)
     server_args = profile.server_args(model_path, drafter_path)
+    if options.server_overrides:
+        server_args = merge_server_args(server_args, options.server_overrides)
     server = LocalServer(built["binaries"]["llama-server"], server_args)
     request = profile.request
     load = LoadSettings(
@@ -111,9 +138,12 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         cache_prompt=request.cache_prompt,
         ignore_eos=request.ignore_eos,
         prompts=options.prompts,
+        processes=options.processes,
+        context_tokens=options.context_tokens,
+        arm=options.label,
     )
     manifest = RunManifest(
-        run_id=new_run_id(profile.name),
+        run_id=new_run_id(f"{profile.name}-{options.label}" if options.label else profile.name),
         created_at=utc_now(),
         profile=profile.name,
         rig=RigInfo(kind="local", machine=machine_info()),

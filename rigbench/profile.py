@@ -25,9 +25,25 @@ UNKNOWN_SHA256 = "unknown"
 RESERVED_SERVER_FLAGS = {"-m", "--model", "-md", "--model-draft", "--host", "--port", "--api-key"}
 # Flags whose value must be an integer; checked so a typo fails at load, not on the rig.
 INTEGER_SERVER_FLAGS = {
-    "-c", "--ctx-size", "-ngl", "--n-gpu-layers", "--gpu-layers", "-np", "--parallel",
-    "-t", "--threads", "-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size",
-    "--spec-draft-n-max", "--draft-max", "--draft-min", "--spec-draft-n-min",
+    "-c",
+    "--ctx-size",
+    "-ngl",
+    "--n-gpu-layers",
+    "--gpu-layers",
+    "-np",
+    "--parallel",
+    "-t",
+    "--threads",
+    "-tb",
+    "--threads-batch",
+    "-b",
+    "--batch-size",
+    "-ub",
+    "--ubatch-size",
+    "--spec-draft-n-max",
+    "--draft-max",
+    "--draft-min",
+    "--spec-draft-n-min",
 }
 
 
@@ -144,6 +160,19 @@ class ServerSettings(StrictModel):
         return int(value) if value is not None else None
 
 
+class DrafterFile(ModelFile):
+    """A drafter model plus the llama-server flags that only make sense when it is served
+    (``--spec-type``, ``-ngld``, ``--spec-draft-n-max``): serving without the drafter then
+    needs no edit of the main line."""
+
+    args: list[str] = Field(default_factory=list)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _check_args(cls, value: object) -> object:
+        return ServerSettings(args=value).args  # type: ignore[arg-type]
+
+
 class RequestDefaults(StrictModel):
     max_tokens: int = Field(256, gt=0)
     temperature: float = Field(0.0, ge=0.0)
@@ -156,7 +185,7 @@ class RigProfile(StrictModel):
     description: str = ""
     llama_cpp: LlamaCppSource = Field(default_factory=LlamaCppSource)
     model: ModelFile
-    drafter: ModelFile | None = None
+    drafter: DrafterFile | None = None
     server: ServerSettings = Field(default_factory=ServerSettings)
     request: RequestDefaults = Field(default_factory=RequestDefaults)
     source_path: str | None = Field(default=None, exclude=True)
@@ -169,11 +198,43 @@ class RigProfile(StrictModel):
         if drafter_path is not None:
             args += ["-md", str(drafter_path)]
         args += list(self.server.args)
+        if drafter_path is not None and self.drafter is not None:
+            args += list(self.drafter.args)
         if host is not None:
             args += ["--host", host]
         if port is not None:
             args += ["--port", str(port)]
         return args
+
+
+def split_flags(args: list[str]) -> list[list[str]]:
+    """Group an argument list into [flag, value...] pieces (a value is anything not starting
+    with '-' that is not itself a negative number's flag), so flags can be replaced whole."""
+    groups: list[list[str]] = []
+    for token in args:
+        is_flag = token.startswith("-") and not token.lstrip("-").replace(".", "", 1).isdigit()
+        if is_flag or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return groups
+
+
+def merge_server_args(base: list[str], overrides: list[str]) -> list[str]:
+    """``base`` with every flag named in ``overrides`` replaced by the override's value.
+
+    This is how a trial changes a setting without rewriting the profile: ``--parallel 64``
+    replaces ``--parallel 1``; a flag the base lacks is appended. Reserved flags are refused as
+    they are in profiles.
+    """
+    try:
+        ServerSettings(args=overrides)  # same checks as a profile's line
+    except ValidationError as error:
+        raise ProfileError(describe_validation_error(error, "server argument overrides")) from None
+    override_groups = split_flags(overrides)
+    replaced = {group[0] for group in override_groups}
+    kept = [group for group in split_flags(base) if group[0] not in replaced]
+    return [token for group in kept + override_groups for token in group]
 
 
 def available_profiles() -> list[str]:

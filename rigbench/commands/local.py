@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -31,6 +32,13 @@ def register(app: typer.Typer) -> None:
         model: Path | None = typer.Option(None, "--model", help="serve this GGUF instead of the profile's"),
         drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
         max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="tokens per reply"),
+        processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
+        context: int = typer.Option(0, "--context", min=0, help="tokens of a long document ahead of each prompt"),
+        server_arg: list[str] = typer.Option(
+            [], "--server-arg", help="llama-server flag(s) replacing the profile's, e.g. --server-arg='--parallel 64'"
+        ),
+        label: str | None = typer.Option(None, "--label", help="arm label, kept in the run id and manifest"),
+        no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
     ) -> None:
         """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
         if backend not in ("auto", "cpu", "cuda"):
@@ -46,6 +54,11 @@ def register(app: typer.Typer) -> None:
                 model_path=model,
                 drafter_path=drafter,
                 max_tokens=max_tokens,
+                processes=processes,
+                context_tokens=context,
+                server_overrides=[token for item in server_arg for token in shlex.split(item)],
+                label=label,
+                no_drafter=no_drafter,
             )
         )
         typer.echo(str(report))

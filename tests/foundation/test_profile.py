@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rigbench.errors import ProfileError
-from rigbench.profile import available_profiles, load_profile
+from rigbench.profile import available_profiles, load_profile, merge_server_args
 
 GOOD = """
 description = "test"
@@ -36,7 +36,9 @@ def test_bundled_profiles_load():
     assert e2b.model.sha256 == "unknown"
     assert e2b.drafter is not None and e2b.drafter.repo == "xbill9/gemma-4-E2B-it-qat-assistant-q4_0-exact-gguf"
     assert e2b.server.flag_value("-ot") == r"per_layer_token_embd\.weight=CUDA0"
-    assert e2b.server.flag_value("--spec-type") == "draft-mtp"
+    assert e2b.drafter.args == ["--spec-type", "draft-mtp", "-ngld", "all", "--spec-draft-n-max", "2"]
+    assert "--spec-type" not in e2b.server_args("m.gguf", None)
+    assert e2b.server_args("m.gguf", "d.gguf")[-6:] == e2b.drafter.args
     assert e2b.server.context_size == 131072
     assert load_profile("gemma4-e2b-many").server.parallel_slots == 64
     assert load_profile("tiny").model.synthetic is not None
@@ -80,3 +82,17 @@ def test_unknown_profile_lists_bundled():
         load_profile("nope")
     with pytest.raises(ProfileError, match="does not exist"):
         load_profile("/nonexistent/x.toml")
+
+
+def test_merge_server_args_replaces_whole_flags():
+    base = ["-ngl", "99", "--parallel", "1", "-fa", "1", "--metrics", "--spec-draft-n-max", "2"]
+    merged = merge_server_args(base, ["--parallel", "64", "-kvu", "--spec-draft-n-max", "3"])
+    assert merged == ["-ngl", "99", "-fa", "1", "--metrics", "--parallel", "64", "-kvu", "--spec-draft-n-max", "3"]
+    assert merge_server_args(["--temp", "-1", "-c", "4096"], ["-c", "8192"]) == ["--temp", "-1", "-c", "8192"]
+
+
+def test_merge_server_args_refuses_reserved_and_bad_values():
+    with pytest.raises(ProfileError, match="server argument overrides: args: .*--port is set by rigbench"):
+        merge_server_args([], ["--port", "1"])
+    with pytest.raises(ProfileError, match="--parallel needs an integer"):
+        merge_server_args([], ["--parallel", "many"])
