@@ -19,6 +19,7 @@ import io
 import os
 import shlex
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +118,8 @@ class PinNewHostKey(paramiko.MissingHostKeyPolicy):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as handle:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        print(f"[ssh] pinned host key of {hostname}: {key.get_name()} {fingerprint} in {self.path}", flush=True)
+        print(f"[ssh] pinned host key of {hostname}: {key.get_name()} {fingerprint} in {self.path}",
+              file=sys.stderr, flush=True)
 
 
 def pin_host_keys(c: Connection, known_hosts: Path, strict: bool = False) -> Connection:

@@ -154,7 +154,8 @@ def test_fab_cli_pins_per_stack_and_strict_refuses_an_unpinned_rig(sshd, tmp_pat
     assert "known_hosts/other; strict host key checking is on" in result.stderr
     first = subprocess.run(command[:-1], capture_output=True, text=True, env=environment(tmp_path), cwd=REPO,
                            timeout=60)
-    assert first.returncode == 0 and "pinned host key of" in first.stdout
+    assert first.returncode == 0 and "pinned host key of" in first.stderr
+    assert json.loads(first.stdout)["service"] == "stopped", "stdout stays JSON for scripts"
     assert (tmp_path / "home" / "known_hosts" / "other").read_text().split()[1:] == sshd.host_key_line.split()
     again = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
     assert again.returncode == 0, again.stderr
