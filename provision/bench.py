@@ -15,49 +15,13 @@ import time
 from fabric import Connection
 
 from provision.download import model_paths
+from provision.llama_bench import bench_args, summarize
 from provision.remote_build import read_build_manifest
 from provision.rig import RigPaths, rig_step, run, upload_text
 from rigbench.errors import ProvisionError
 from rigbench.profile import RigProfile
 
 BENCH_TIMEOUT_S = 1800
-# server flag -> llama-bench flag, for the settings that change raw speed.
-BENCH_FLAGS = {
-    "-ngl": "-ngl", "--n-gpu-layers": "-ngl", "--gpu-layers": "-ngl",
-    "-fa": "-fa", "--flash-attn": "-fa",
-    "-ctk": "-ctk", "--cache-type-k": "-ctk", "-ctv": "-ctv", "--cache-type-v": "-ctv",
-    "-t": "-t", "--threads": "-t", "-b": "-b", "--batch-size": "-b", "-ub": "-ub", "--ubatch-size": "-ub",
-    "-ot": "-ot", "--override-tensor": "-ot",
-}
-FLASH_ATTN_VALUES = {"on": "1", "off": "0", "1": "1", "0": "0"}
-
-
-def bench_args(profile: RigProfile) -> list[str]:
-    """The profile's server flags translated for llama-bench (``-fa on`` becomes ``-fa 1``)."""
-    args = profile.server.args
-    translated: list[str] = []
-    for index, token in enumerate(args[:-1]):
-        flag = BENCH_FLAGS.get(token)
-        if flag is None:
-            continue
-        value = args[index + 1]
-        if flag == "-fa":
-            if value not in FLASH_ATTN_VALUES:
-                continue  # "auto": llama-bench's own default
-            value = FLASH_ATTN_VALUES[value]
-        translated += [flag, value]
-    return translated
-
-
-def summarize(results: list[dict]) -> dict[str, float]:
-    """{"pp512": tok/s, "tg128": tok/s} from llama-bench's JSON rows."""
-    summary = {}
-    for row in results:
-        if row.get("n_prompt") and not row.get("n_gen"):
-            summary[f"pp{row['n_prompt']}"] = round(row["avg_ts"], 2)
-        elif row.get("n_gen") and not row.get("n_prompt"):
-            summary[f"tg{row['n_gen']}"] = round(row["avg_ts"], 2)
-    return summary
 
 
 @rig_step("bench")

@@ -17,7 +17,7 @@ from provision.local_server import LocalServer
 from provision.synthetic_models import file_sha256, write_synthetic_model
 from rigbench.errors import ProfileError, RigbenchError
 from rigbench.machine import machine_info
-from rigbench.profile import RigProfile, load_profile, merge_server_args
+from rigbench.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from rigbench.rundir import (
     BuildInfo,
     LoadSettings,
@@ -158,7 +158,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         model=model,
         drafter=drafter,
         server=ServerInfo(
-            args=server.args, host=server.host, port=server.port, parallel_slots=profile.server.parallel_slots
+            args=server.args, host=server.host, port=server.port, parallel_slots=parallel_slots(server_args)
         ),
         load=load,
     )

@@ -114,6 +114,21 @@ class ModelFile(StrictModel):
         return self.file
 
 
+def flag_value(args: list[str], *names: str) -> str | None:
+    """The value after the last of ``names`` in an argument list (llama.cpp keeps the last)."""
+    found = None
+    for index, token in enumerate(args[:-1]):
+        if token in names:
+            found = args[index + 1]
+    return found
+
+
+def parallel_slots(args: list[str]) -> int:
+    """llama-server's slot count for an argument list (its default is 1)."""
+    value = flag_value(args, "-np", "--parallel")
+    return int(value) if value is not None else 1
+
+
 class ServerSettings(StrictModel):
     """llama-server's arguments, as a list or as one shell-quoted line."""
 
@@ -144,15 +159,11 @@ class ServerSettings(StrictModel):
         return args
 
     def flag_value(self, *names: str) -> str | None:
-        for index, token in enumerate(self.args[:-1]):
-            if token in names:
-                return self.args[index + 1]
-        return None
+        return flag_value(self.args, *names)
 
     @property
     def parallel_slots(self) -> int:
-        value = self.flag_value("-np", "--parallel")
-        return int(value) if value is not None else 1
+        return parallel_slots(self.args)
 
     @property
     def context_size(self) -> int | None:

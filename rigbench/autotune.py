@@ -1,0 +1,161 @@
+"""Autotune: sweep a few llama-server settings on this card and keep the best, recording every trial.
+
+Why a command rather than a table of advice: what limits llama-server differs per card and
+model (sampling over a 262,144-token vocabulary on the CPU, slots, batch sizes, the unified
+KV cache), so it is measured where it runs. Each trial is a short local-rig sweep (by default
+1 user and 64 users) with the profile's serving line plus the trial's flags; one line per
+trial goes to ``autotune.jsonl`` as soon as it ends, failures included, so an interrupted
+tuning loses nothing already measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from rigbench.errors import RigbenchError
+from rigbench.rundir import utc_now
+
+# Settings worth a trial on a GPU serving many users; each is added to the profile's line.
+DEFAULT_TRIALS: dict[str, list[str]] = {
+    "profile": [],
+    "backend-sampling": ["--backend-sampling"],
+    "top-k-1": ["--samplers", "top_k", "--top-k", "1"],
+    "backend-sampling+ub1024": ["--backend-sampling", "-ub", "1024", "-b", "4096"],
+}
+
+
+class TrialResult(BaseModel):
+    """One trial's settings and headline figures (None where the trial failed)."""
+
+    name: str
+    overrides: list[str]
+    run_path: str | None = None
+    status: str
+    error: str | None = None
+    started_at: str
+    one_user_server_tok_s: float | None = None
+    one_user_client_tok_s: float | None = None
+    max_users: int | None = None
+    aggregate_tok_s_at_max_users: float | None = None
+    one_user_vs_bench: float | None = None
+    scaling_vs_one_user: float | None = None
+    bench_tg: float | None = Field(None, description="llama-bench tg128 of the same model and build")
+
+
+def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
+    """One-user and largest-step figures from analysis' summary.json."""
+    summary = json.loads(summary_path.read_text())
+    steps = summary["runs"][0]["steps"]
+    if not steps:
+        return {}
+    first = min(steps, key=lambda step: step["users"])
+    last = max(steps, key=lambda step: step["users"])
+
+    def value(step: dict, key: str) -> float | None:
+        figure = step.get(key) or {}
+        return figure.get("value")
+
+    one_user_aggregate = value(first, "aggregate_tok_s")
+    top_aggregate = value(last, "aggregate_tok_s")
+    return {
+        "one_user_server_tok_s": value(first, "server_tok_s") if first["users"] == 1 else None,
+        "one_user_client_tok_s": value(first, "client_tok_s") if first["users"] == 1 else None,
+        "max_users": last["users"],
+        "aggregate_tok_s_at_max_users": top_aggregate,
+        "scaling_vs_one_user": top_aggregate / one_user_aggregate if one_user_aggregate and top_aggregate else None,
+    }
+
+
+def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
+    """The highest aggregate at the largest step among trials whose one user keeps at least
+    ``min_one_user_vs_bench`` of llama-bench (all complete trials when no bench figure)."""
+    complete = [r for r in results if r.status == "complete" and r.aggregate_tok_s_at_max_users]
+    eligible = [r for r in complete if r.one_user_vs_bench is None or r.one_user_vs_bench >= min_one_user_vs_bench]
+    pool = eligible or complete
+    return max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
+
+
+def run_autotune(
+    base_options,  # rigbench.local_rig.LocalRigOptions
+    trials: dict[str, list[str]],
+    out_dir: Path,
+    bench_tg: float | None = None,
+) -> list[TrialResult]:
+    """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``."""
+    from dataclasses import replace
+
+    from rigbench.local_rig import run_local_rig
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "autotune.jsonl"
+    results = []
+    for name, overrides in trials.items():
+        started = utc_now()
+        options = replace(
+            base_options,
+            runs_root=out_dir,
+            server_overrides=[*base_options.server_overrides, *overrides],
+            label=name.replace("+", "-"),
+        )
+        try:
+            report = run_local_rig(options)
+            figures = headline_figures(report.parent / "summary.json")
+            result = TrialResult(
+                name=name,
+                overrides=overrides,
+                run_path=str(report.parent),
+                status="complete",
+                started_at=started,
+                bench_tg=bench_tg,
+                **figures,
+            )
+            if bench_tg and result.one_user_server_tok_s:
+                result.one_user_vs_bench = result.one_user_server_tok_s / bench_tg
+        except RigbenchError as error:
+            result = TrialResult(
+                name=name,
+                overrides=overrides,
+                status="failed",
+                error=str(error)[:2000],
+                started_at=started,
+                bench_tg=bench_tg,
+            )
+        with open(log, "a") as handle:
+            handle.write(result.model_dump_json() + "\n")
+        results.append(result)
+    return results
+
+
+def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
+    from tabulate import tabulate
+
+    def fmt(number: float | None, digits: int = 1) -> str:
+        return "-" if number is None else f"{number:,.{digits}f}"
+
+    rows = [
+        [
+            ("**" + r.name + "**") if best is not None and r.name == best.name else r.name,
+            " ".join(r.overrides) or "(profile as is)",
+            r.status,
+            fmt(r.one_user_server_tok_s),
+            fmt(r.one_user_client_tok_s),
+            fmt(r.one_user_vs_bench, 2),
+            fmt(r.aggregate_tok_s_at_max_users),
+            fmt(r.scaling_vs_one_user, 2),
+        ]
+        for r in results
+    ]
+    headers = [
+        "trial",
+        "flags added",
+        "status",
+        "1 user server tok/s",
+        "1 user client tok/s",
+        "1 user / llama-bench tg",
+        "aggregate tok/s at max users",
+        "max users / 1 user",
+    ]
+    return tabulate(rows, headers=headers, tablefmt="github")

@@ -1,0 +1,67 @@
+"""``rigbench autotune``: try serving flags on this machine's card, keep the best, record every trial."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+
+from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
+from rigbench.commands.local import parse_user_steps
+from rigbench.local_rig import LocalRigOptions
+
+
+def parse_trials(items: list[str]) -> dict[str, list[str]]:
+    """``NAME=FLAGS`` items (FLAGS shell-quoted; empty for the profile as is)."""
+    trials: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, flags = item.partition("=")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"--trial takes NAME=FLAGS, e.g. --trial 'bs=--backend-sampling', found {item!r}")
+        try:
+            trials[name.strip()] = shlex.split(flags)
+        except ValueError as error:
+            raise typer.BadParameter(f"--trial {item!r}: cannot parse flags: {error}") from None
+    return trials
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("autotune")
+    def autotune(
+        profile: str = typer.Option(..., "--profile", "-p", help="bundled profile name or .toml path"),
+        trial: list[str] = typer.Option(
+            [], "--trial", help="NAME=FLAGS added to the serving line (repeatable; default: a built-in set)"
+        ),
+        users: str = typer.Option("1,64", "--users", help="user counts per trial sweep"),
+        warmup: float = typer.Option(2.0, "--warmup", min=0.0),
+        measure: float = typer.Option(10.0, "--measure", min=0.1),
+        out: Path = typer.Option(Path("runs/autotune"), "--out", help="folder for trial runs and autotune.jsonl"),
+        model: Path | None = typer.Option(None, "--model"),
+        drafter: Path | None = typer.Option(None, "--drafter"),
+        no_drafter: bool = typer.Option(False, "--no-drafter"),
+        processes: int = typer.Option(1, "--processes", min=1),
+        bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
+        backend: str = typer.Option("auto", "--backend"),
+    ) -> None:
+        """Run each trial as a short sweep; print the table and the best flags."""
+        trials = parse_trials(trial) if trial else dict(DEFAULT_TRIALS)
+        options = LocalRigOptions(
+            profile=profile,
+            user_steps=parse_user_steps(users),
+            warmup_seconds=warmup,
+            measure_seconds=measure,
+            backend=backend,
+            model_path=model,
+            drafter_path=drafter,
+            no_drafter=no_drafter,
+            processes=processes,
+        )
+        results = run_autotune(options, trials, out, bench_tg=bench_tg)
+        best = best_trial(results)
+        table = autotune_table(results, best)
+        (out / "autotune.md").write_text(f"# autotune: {profile}\n\n{table}\n")
+        typer.echo(table)
+        if best is None:
+            raise typer.Exit(1)
+        typer.echo(f"best: {best.name}: {' '.join(best.overrides) or '(profile as is)'}")
