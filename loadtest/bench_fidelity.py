@@ -63,10 +63,10 @@ def main() -> None:
         "Targets at 64 users: tok/s error <= 0.5 %, TTFT p50 error <= 2 ms, ITL p50 error <= 0.5 ms.",
         "",
     ]
-    _, results = run_selftest(
+    _, target = run_selftest(
         args.scratch, user_steps=[1, 2, 4, 8, 16, 32, 64], warmup=2.0, measure=args.measure, progress=False
     )
-    sections += [_table(results), ""]
+    sections += [_table(target), ""]
 
     steps = [int(s) for s in args.ceiling_steps.split(",")]
     sections += [f"## Ceiling: users x {args.ceiling_rate:g} tok/s each, by load processes", ""]
@@ -81,12 +81,14 @@ def main() -> None:
             processes=processes,
             progress=False,
         )
-        top = ceiling(results)
+        top = max(ceiling(results), ceiling(target) if processes == 1 else 0.0)
         followed_all = all(r.tracked for r in results)
         summary.append([processes, top, top / processes, "lower bound (every step followed)" if followed_all else ""])
         sections += [f"### --processes {processes}", "", _table(results), ""]
     sections += [
-        "## Highest aggregate rate followed (tok/s within 1 %, TTFT p50 within 2 ms, ITL p50 within 0.5 ms)",
+        "## Highest aggregate rate followed (1-process figures include the target run above)",
+        "",
+        "Followed means: tok/s within 1 %, TTFT p50 within 2 ms, ITL p50 within 0.5 ms.",
         "",
         tabulate(
             summary, headers=["processes", "tok/s", "tok/s per process", "note"], tablefmt="github", floatfmt=".0f"
