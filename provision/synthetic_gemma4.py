@@ -6,9 +6,10 @@ head), not on the values. These files have the real shapes, so llama-bench and l
 read the same bytes per token as the published files; only the text is random.
 
 Shapes follow the pinned llama.cpp (``src/models/gemma4.cpp`` / ``gemma4-assistant.cpp`` and
-``conversion/gemma.py``). The E2B/E4B dimensions reproduce the published sizes: E2B Q4_0 is
-predicted within 0.5% of 3,349,516,256 bytes, E4B has 7.52 B parameters as llama.cpp's docs
-list. The drafter dimensions are NOT published anywhere we could read; they are a labelled guess.
+``conversion/gemma.py``). The E2B/E4B dimensions reproduce the published sizes: the synthetic E2B
+quantized by the pinned llama-quantize to Q4_0 measured 3,351,079,136 bytes (published file:
+3,349,516,256, +0.05%), and E4B has the 7.52 B parameters llama.cpp's docs list. The drafter
+dimensions are NOT published anywhere we could read; they are a labelled guess (``guesses``).
 
 Visible text (one streamed chunk per token) uses the ``synthetic_models`` anchor idea adapted
 to Gemma 4, whose output head is tied to ``token_embd``: dimension 0 of every embedding row is
@@ -16,8 +17,10 @@ to Gemma 4, whose output head is tied to ``token_embd``: dimension 0 of every em
 dimension 0 (its weight in every post-norm is 0). The last position's hidden state therefore
 keeps a positive dimension 0 whenever its token is sampleable, so banned tokens sit at the
 softcap floor (-30) far below every other token. "\\n" is a normal piece, so chat prompts (which
-end in "\\n") never end on a banned token. Only numpy and gguf are imported, so the lead can run
-this on a bare GPU machine with ``PYTHONPATH=<llama.cpp>/gguf-py``.
+end in "\\n") never end on a banned token. Limitation: a raw ``/completion`` prompt whose last
+token is banned (a control token, or a byte of a non-ASCII character) flips the sign and makes
+banned tokens likely; send ASCII prompts. Only numpy and gguf are imported, so this runs on a bare
+GPU machine with ``PYTHONPATH=<llama.cpp>/gguf-py``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import gguf
@@ -501,6 +504,23 @@ def predicted_q4_0_bytes(specs: list[TensorSpec], header_bytes: int, source_big:
         nbytes = tensor_bytes(spec, quantized_type(spec, source))
         total += -(-nbytes // alignment) * alignment
     return total
+
+
+def preset_summary(name: str) -> dict:
+    """What a run manifest should say about a synthetic model: dims, parameter counts, guesses."""
+    preset = PRESETS[name]
+    return {
+        "preset": name,
+        "architecture": "gemma4",
+        "drafter_architecture": "gemma4-assistant",
+        "synthetic": True,
+        "target": asdict(preset.target),
+        "drafter": asdict(preset.drafter),
+        "target_parameters": parameter_count(gemma4_tensors(preset.target)),
+        "drafter_parameters": parameter_count(assistant_tensors(preset.drafter, preset.target)),
+        "notes": preset.notes,
+        "guesses": list(preset.guesses),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

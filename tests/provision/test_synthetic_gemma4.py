@@ -23,6 +23,7 @@ from provision.synthetic_gemma4 import (
     gemma4_vocabulary,
     parameter_count,
     predicted_q4_0_bytes,
+    preset_summary,
     write_gemma4_assistant_gguf,
     write_gemma4_gguf,
 )
@@ -179,3 +180,11 @@ def test_real_layer_layout_loads_with_its_drafter(llama_server_binary, tmp_path,
     n_layer = target.n_layer
     assert f"sharing with layer {n_layer - 1}." in log.read_text()
     assert f"sharing with layer {n_layer - 2}." in log.read_text()
+
+
+def test_preset_summary_labels_synthetic_models_and_their_guesses():
+    summary = preset_summary("e2b")
+    assert summary["synthetic"] is True and summary["architecture"] == "gemma4"
+    assert summary["target"]["n_layer"] == 35 and summary["target"]["n_embd_per_layer"] == 256
+    assert any("drafter" in guess for guess in summary["guesses"])
+    assert summary["target_parameters"] > 20 * summary["drafter_parameters"]
