@@ -26,6 +26,8 @@ GPU machine with ``PYTHONPATH=<llama.cpp>/gguf-py``.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -523,6 +525,13 @@ def preset_summary(name: str) -> dict:
     }
 
 
+def _quantize(binary: Path, source: Path, out: Path, threads: int) -> None:
+    """Run llama-quantize Q4_0 (its own rules decide which tensors stay F32/F16/Q6_K), then drop the F16."""
+    subprocess.run([str(binary), str(source), str(out), "Q4_0", str(threads)], check=True,
+                   stdout=subprocess.DEVNULL)
+    source.unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a synthetic Gemma 4 GGUF (F16 for e2b/e4b).")
     parser.add_argument("--preset", choices=list(PRESETS), default="tiny-gemma4")
@@ -531,12 +540,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--favour", type=float, default=0.0,
                         help="bias one visible token (sets draft acceptance: 0 = ~none, 1 = ~all)")
+    parser.add_argument("--llama-quantize", type=Path,
+                        help="quantize to Q4_0 with this binary: OUT and DRAFTER are then Q4_0 files")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    write_gemma4_gguf(args.out, args.preset, args.seed, favour=args.favour)
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
+    jobs = [(args.out, lambda path: write_gemma4_gguf(path, args.preset, args.seed, favour=args.favour))]
     if args.drafter:
-        write_gemma4_assistant_gguf(args.drafter, args.preset, args.seed + 1, favour=args.favour)
-        print(f"wrote {args.drafter} ({args.drafter.stat().st_size} bytes)")
+        jobs.append((args.drafter, lambda path: write_gemma4_assistant_gguf(
+            path, args.preset, args.seed + 1, favour=args.favour)))
+    for out, write in jobs:
+        if args.llama_quantize:
+            source = write(out.with_name(out.name + ".f16.gguf"))
+            _quantize(args.llama_quantize, source, out, args.threads)
+        else:
+            write(out)
+        print(f"wrote {out} ({out.stat().st_size} bytes)")
     return 0
 
 

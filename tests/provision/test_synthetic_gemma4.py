@@ -21,6 +21,7 @@ from provision.synthetic_gemma4 import (
     assistant_tensors,
     gemma4_tensors,
     gemma4_vocabulary,
+    main,
     parameter_count,
     predicted_q4_0_bytes,
     preset_summary,
@@ -188,3 +189,15 @@ def test_preset_summary_labels_synthetic_models_and_their_guesses():
     assert summary["target"]["n_layer"] == 35 and summary["target"]["n_embd_per_layer"] == 256
     assert any("drafter" in guess for guess in summary["guesses"])
     assert summary["target_parameters"] > 20 * summary["drafter_parameters"]
+
+
+@pytest.mark.integration
+def test_cli_writes_and_quantizes_model_and_drafter(llama_build, tmp_path):
+    out, drafter = tmp_path / "tiny-q4_0.gguf", tmp_path / "tiny-assistant-q4_0.gguf"
+    code = main(["--preset", "tiny-gemma4", "--out", str(out), "--drafter", str(drafter),
+                 "--llama-quantize", llama_build["binaries"]["llama-quantize"], "--threads", "2"])
+    assert code == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([out.name, drafter.name])  # F16 removed
+    for path in (out, drafter):
+        types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
+        assert types["blk.0.ffn_up.weight"] == "Q4_0"
