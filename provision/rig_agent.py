@@ -199,6 +199,8 @@ def command_probe(args: argparse.Namespace) -> int:
 
 def command_port_free(args: argparse.Namespace) -> int:
     with socket.socket() as probe:
+        # As llama-server does: connections in TIME_WAIT from an earlier server do not block the port.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", args.port))
         except OSError:

@@ -14,6 +14,7 @@ command again is a no-op; a changed command restarts the service.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import time
@@ -43,6 +44,7 @@ class ServeState(BaseModel):
     port: int
     host: str
     log: str
+    api_key_sha256: str | None = None
     started_at: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
@@ -127,10 +129,19 @@ def pid_file(paths: RigPaths) -> str:
     return f"{paths.serve}/supervisor.pid"
 
 
+def supervisor_pid(c: Connection, paths: RigPaths) -> str | None:
+    """The live supervisor's pid; a stale pid file (reboot, reused pid) counts as none."""
+    pid = run(c, f"cat {shlex.quote(pid_file(paths))}", warn=True).stdout.strip()
+    if not pid.isdigit():
+        return None
+    alive = run(c, f"grep -q supervise.sh /proc/{pid}/cmdline", warn=True).ok
+    return pid if alive else None
+
+
 def is_running(c: Connection, paths: RigPaths, state: ServeState | None) -> bool:
     if state is not None and state.supervisor == "systemd":
         return run(c, f"systemctl is-active --quiet {UNIT_NAME}", warn=True).ok
-    return run(c, f"kill -0 $(cat {shlex.quote(pid_file(paths))} 2>/dev/null) 2>/dev/null", warn=True).ok
+    return supervisor_pid(c, paths) is not None
 
 
 def log_tail(c: Connection, paths: RigPaths, lines: int = 30) -> str:
@@ -164,8 +175,8 @@ def stop_service(c: Connection, paths: RigPaths, state: ServeState | None, timeo
         was_active = is_running(c, paths, state)
         run(c, privileged(c, f"systemctl stop {UNIT_NAME}"), warn=True)
         return was_active
-    pid = run(c, f"cat {shlex.quote(pid_file(paths))}", warn=True).stdout.strip()
-    if not pid.isdigit() or not run(c, f"kill -0 {pid}", warn=True).ok:
+    pid = supervisor_pid(c, paths)
+    if pid is None:
         run(c, f"rm -f {shlex.quote(pid_file(paths))}", warn=True)
         return False
     run(c, f"kill -TERM -- -{pid}", warn=True)
@@ -217,10 +228,12 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
     state = ServeState(profile=profile.name, supervisor=pick_supervisor(c, supervisor), port=port, host=host,
                        command=server_command(profile, manifest["binaries"]["llama-server"], paths, host, port,
                                               key_file),
-                       log=f"{paths.serve}/{LOG_NAME}")
+                       log=f"{paths.serve}/{LOG_NAME}",
+                       api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None)
     previous = read_state(c, paths)
     if previous is not None and is_running(c, paths, previous):
-        if previous.command == state.command and agent(c, paths, f"health --port {port} --timeout 5", warn=True).ok:
+        same = (previous.command, previous.api_key_sha256) == (state.command, state.api_key_sha256)
+        if same and agent(c, paths, f"health --port {port} --timeout 5", warn=True).ok:
             print(f"[serve] already serving {profile.name} on {host}:{port}; nothing to do", flush=True)
             return previous
         print("[serve] the served command changed; restarting", flush=True)

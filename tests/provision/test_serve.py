@@ -103,5 +103,9 @@ def test_public_serve_requires_the_key_and_keeps_it_out_of_argv(built_rig) -> No
         url = f"http://127.0.0.1:{port}/v1/models"
         assert httpx.get(url, timeout=10).status_code == 401
         assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+        # A new key restarts the server: the old key stops working.
+        serve(rig, profile, paths, port=port, public=True, api_key="rotated-key", health_timeout=120)
+        assert httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer rotated-key"}, timeout=10).status_code == 200
     finally:
         stop(rig, paths)
