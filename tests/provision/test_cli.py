@@ -159,3 +159,42 @@ def test_fab_cli_pins_per_stack_and_strict_refuses_an_unpinned_rig(sshd, tmp_pat
     assert (tmp_path / "home" / "known_hosts" / "other").read_text().split()[1:] == sshd.host_key_line.split()
     again = subprocess.run(command, capture_output=True, text=True, env=environment(tmp_path), cwd=REPO, timeout=60)
     assert again.returncode == 0, again.stderr
+
+
+def test_fab_tunnel_forwards_until_interrupted(sshd, tmp_path: Path) -> None:
+    import signal
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from provision.local_server import free_port
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"status":"ok"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    rig_server = ThreadingHTTPServer(("127.0.0.1", 0), Health)  # stands in for llama-server on the rig
+    threading.Thread(target=rig_server.serve_forever, daemon=True).start()
+    pin(sshd, tmp_path, "dev")
+    local_port = free_port()
+    command = [str(BIN / "fab"), "-r", "provision", "-H", f"{sshd.user}@{sshd.host}:{sshd.port}", "-i", str(sshd.key),
+               "tunnel", "--local-port", str(local_port), "--port", str(rig_server.server_address[1])]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment(tmp_path), cwd=REPO)
+    try:
+        first_line = process.stdout.readline()
+        assert first_line.startswith(f"[tunnel] http://127.0.0.1:{local_port} -> rig 127.0.0.1:"), first_line
+        import httpx
+
+        assert httpx.get(f"http://127.0.0.1:{local_port}/health", timeout=10).json() == {"status": "ok"}
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+        rig_server.shutdown()
+    assert "[tunnel] closed" in out, err
