@@ -409,10 +409,13 @@ def write_gemma4_gguf(path: Path | str, preset: str = "tiny-gemma4", seed: int =
                       shape: Gemma4Shape | None = None, favour: float = 0.0, header_only: bool = False) -> Path:
     """Write the target model (F32 when tiny, F16 when large: quantize it with llama-quantize).
 
-    ``favour`` > 0 raises the logit of one visible token (FAVOURED_PIECE) by about
-    favour * 12 before the softcap, so the text repeats it more often; with the drafter (which
-    always drafts that token when written with favour > 0) this sets the draft acceptance rate,
-    from ~0 (favour 0: uniform random text) to ~1 (favour >= 1). Measure it: it is not calibrated.
+    ``favour`` > 0 raises the logit of one visible token (FAVOURED_PIECE), so the text repeats it
+    more often; with the drafter (which always drafts that token when written with favour > 0)
+    this sets the draft acceptance rate. Measured on CPU at E2B / E4B widths and depths with
+    llama-server's default sampling (temp 0.8, top-k 40, min-p 0.05), --spec-draft-n-max 2:
+    favour 0 -> 0.00 / 0.00, 0.1 -> 0.07 / 0.06, 0.2 -> 0.22 / 0.19, 0.25 -> 0.26 / 0.39,
+    0.27 -> 0.33 / -, 0.3 -> 1.00 / 1.00 (min-p then drops every other token). Greedy sampling
+    accepts everything for any favour > 0. Re-measure under other sampling settings.
     """
     shape = shape or PRESETS[preset].target
     shape.validate()
