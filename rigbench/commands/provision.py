@@ -34,8 +34,14 @@ class RigTarget:
     def connection(self):
         from provision.rig import connect, known_hosts_path
 
-        return connect(self.host, user=self.user, port=self.port, key_filename=self.key,
-                       known_hosts=known_hosts_path(self.stack), strict_host_key=self.strict)
+        return connect(
+            self.host,
+            user=self.user,
+            port=self.port,
+            key_filename=self.key,
+            known_hosts=known_hosts_path(self.stack),
+            strict_host_key=self.strict,
+        )
 
     def paths(self):
         from provision.rig import RigPaths
@@ -48,8 +54,10 @@ def pulumi_json(arguments: list[str]) -> object:
         raise ProvisionError("no --host given and the pulumi CLI is not on PATH; pass --host HOST or install pulumi")
     result = subprocess.run(["pulumi", *arguments], capture_output=True, text=True, timeout=120, check=False)
     if result.returncode != 0:
-        raise ProvisionError(f"`pulumi {' '.join(arguments)}` failed: {result.stderr.strip() or result.stdout.strip()}"
-                             "; run `pulumi up` first, or pass --host")
+        raise ProvisionError(
+            f"`pulumi {' '.join(arguments)}` failed: {result.stderr.strip() or result.stdout.strip()}"
+            "; run `pulumi up` first, or pass --host"
+        )
     try:
         return json.loads(result.stdout)
     except ValueError:
@@ -59,8 +67,11 @@ def pulumi_json(arguments: list[str]) -> object:
 def stack_name(stack: str | None) -> str:
     if stack:
         return stack
-    result = subprocess.run(["pulumi", "stack", "--show-name"], capture_output=True, text=True, timeout=60,
-                            check=False) if shutil.which("pulumi") else None
+    result = (
+        subprocess.run(["pulumi", "stack", "--show-name"], capture_output=True, text=True, timeout=60, check=False)
+        if shutil.which("pulumi")
+        else None
+    )
     return result.stdout.strip() if result is not None and result.returncode == 0 and result.stdout.strip() else "dev"
 
 
@@ -72,27 +83,50 @@ def target_from_stack(stack: str | None) -> dict:
         raise ProvisionError("`pulumi stack output --json` did not print an object")
     host = outputs.get("publicIp") or outputs.get("publicDns")
     if not host:
-        raise ProvisionError(f"the stack has no publicIp or publicDns output (found: {', '.join(sorted(outputs))}); "
-                             "is the instance up? run `pulumi up`, or pass --host")
-    return {"host": host, "user": outputs.get("sshUser"), "work": outputs.get("nvmePath"),
-            "key": outputs.get("sshKeyPath"), "outputs": outputs}
+        raise ProvisionError(
+            f"the stack has no publicIp or publicDns output (found: {', '.join(sorted(outputs))}); "
+            "is the instance up? run `pulumi up`, or pass --host"
+        )
+    return {
+        "host": host,
+        "user": outputs.get("sshUser"),
+        "work": outputs.get("nvmePath"),
+        "key": outputs.get("sshKeyPath"),
+        "outputs": outputs,
+    }
 
 
-def resolve_target(host: str | None, user: str | None, port: int, key: str | None, stack: str | None,
-                   work: str | None, profile: str, strict: bool) -> RigTarget:
+def resolve_target(
+    host: str | None,
+    user: str | None,
+    port: int,
+    key: str | None,
+    stack: str | None,
+    work: str | None,
+    profile: str,
+    strict: bool,
+) -> RigTarget:
     """The command line's options, completed from the stack's outputs when no host is given."""
     from provision.rig import DEFAULT_WORK
 
     found = {} if host else target_from_stack(stack)
-    return RigTarget(host=host or found["host"], user=user or found.get("user") or "ubuntu", port=port,
-                     key=key or found.get("key"), stack=stack_name(stack) if not host or stack else "dev",
-                     work=work or found.get("work") or DEFAULT_WORK, strict=strict, profile=profile,
-                     outputs=found.get("outputs"))
+    return RigTarget(
+        host=host or found["host"],
+        user=user or found.get("user") or "ubuntu",
+        port=port,
+        key=key or found.get("key"),
+        stack=stack_name(stack) if not host or stack else "dev",
+        work=work or found.get("work") or DEFAULT_WORK,
+        strict=strict,
+        profile=profile,
+        outputs=found.get("outputs"),
+    )
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...",
-                        no_args_is_help=True)
+    group = typer.Typer(
+        help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...", no_args_is_help=True
+    )
 
     @group.callback()
     def options(
@@ -107,8 +141,16 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(False, "--strict", help="refuse a host key that is not pinned yet"),
     ) -> None:
         # Resolved on first use, so `rigbench provision STEP --help` needs no stack.
-        ctx.obj = {"host": host, "user": user, "port": port, "key": key, "stack": stack, "work": work,
-                   "profile": profile, "strict": strict}
+        ctx.obj = {
+            "host": host,
+            "user": user,
+            "port": port,
+            "key": key,
+            "stack": stack,
+            "work": work,
+            "profile": profile,
+            "strict": strict,
+        }
 
     def target(ctx: typer.Context) -> RigTarget:
         if not isinstance(ctx.obj, RigTarget):
@@ -128,8 +170,11 @@ def register(app: typer.Typer) -> None:
         step(target(ctx).connection(), cuda_package=cuda_package)
 
     @group.command("build")
-    def build(ctx: typer.Context, cache: str = typer.Option(None, "--cache", help="build cache on the rig"),
-              backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda")) -> None:
+    def build(
+        ctx: typer.Context,
+        cache: str = typer.Option(None, "--cache", help="build cache on the rig"),
+        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
+    ) -> None:
         """Build llama.cpp on the rig for its GPU (cached); keep the build manifest."""
         from provision.remote_build import build as step
 
@@ -143,20 +188,34 @@ def register(app: typer.Typer) -> None:
         step(target(ctx).connection(), profile_of(ctx), target(ctx).paths())
 
     @group.command("serve")
-    def serve(ctx: typer.Context, port: int = typer.Option(8080, "--server-port", help="llama-server's port"),
-              public: bool = typer.Option(False, "--public", help="listen on 0.0.0.0 (needs --api-key)"),
-              api_key: str = typer.Option(None, "--api-key", envvar="RIGBENCH_API_KEY"),
-              health_timeout: int = typer.Option(300, "--health-timeout"),
-              supervisor: str = typer.Option("auto", "--supervisor", help="auto, systemd or process")) -> None:
+    def serve(
+        ctx: typer.Context,
+        port: int = typer.Option(8080, "--server-port", help="llama-server's port"),
+        public: bool = typer.Option(False, "--public", help="listen on 0.0.0.0 (needs --api-key)"),
+        api_key: str = typer.Option(None, "--api-key", envvar="RIGBENCH_API_KEY"),
+        health_timeout: int = typer.Option(300, "--health-timeout"),
+        supervisor: str = typer.Option("auto", "--supervisor", help="auto, systemd or process"),
+    ) -> None:
         """Serve the profile with llama-server and wait for /health."""
         from provision.serve import serve as step
 
-        step(target(ctx).connection(), profile_of(ctx), target(ctx).paths(), port=port, public=public,
-             api_key=api_key, health_timeout=health_timeout, supervisor=supervisor)
+        step(
+            target(ctx).connection(),
+            profile_of(ctx),
+            target(ctx).paths(),
+            port=port,
+            public=public,
+            api_key=api_key,
+            health_timeout=health_timeout,
+            supervisor=supervisor,
+        )
 
     @group.command("up")
-    def up(ctx: typer.Context, port: int = typer.Option(8080, "--server-port"),
-           cache: str = typer.Option(None, "--cache", help="build cache on the rig")) -> None:
+    def up(
+        ctx: typer.Context,
+        port: int = typer.Option(8080, "--server-port"),
+        cache: str = typer.Option(None, "--cache", help="build cache on the rig"),
+    ) -> None:
         """toolkit, build, download and serve (each safe to repeat)."""
         from provision.download import download as download_step
         from provision.remote_build import build as build_step
@@ -199,8 +258,11 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(report["summary"]))
 
     @group.command("tunnel")
-    def tunnel(ctx: typer.Context, local_port: int = typer.Option(8080, "--local-port"),
-               port: int = typer.Option(8080, "--server-port")) -> None:
+    def tunnel(
+        ctx: typer.Context,
+        local_port: int = typer.Option(8080, "--local-port"),
+        port: int = typer.Option(8080, "--server-port"),
+    ) -> None:
         """Forward a local port to the rig's llama-server until Ctrl-C."""
         from provision.tunnel import hold_tunnel
 
@@ -214,15 +276,28 @@ def register(app: typer.Typer) -> None:
         typer.echo(install_project(target(ctx).connection(), target(ctx).paths()))
 
     @group.command("sweep")
-    def sweep(ctx: typer.Context, steps: str = typer.Option("1,2,4,8,16,32,64", "--steps"),
-              warmup: float = typer.Option(10.0, "--warmup"), measure: float = typer.Option(30.0, "--measure"),
-              runs: Path = typer.Option(Path("runs"), "--runs", help="local folder for run directories"),
-              rigbench: str = typer.Option(None, "--rigbench", help="rigbench on the rig")) -> None:
+    def sweep(
+        ctx: typer.Context,
+        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps"),
+        warmup: float = typer.Option(10.0, "--warmup"),
+        measure: float = typer.Option(30.0, "--measure"),
+        runs: Path = typer.Option(Path("runs"), "--runs", help="local folder for run directories"),
+        rigbench: str = typer.Option(None, "--rigbench", help="rigbench on the rig"),
+    ) -> None:
         """Run the load sweep on the rig against 127.0.0.1; copy the runs into local runs/."""
         from provision.remote_sweep import sweep as step
 
-        for path in step(target(ctx).connection(), profile_of(ctx), target(ctx).paths(), steps=steps, warmup=warmup,
-                         measure=measure, local_runs=runs, rigbench=rigbench, stack_outputs=target(ctx).outputs):
+        for path in step(
+            target(ctx).connection(),
+            profile_of(ctx),
+            target(ctx).paths(),
+            steps=steps,
+            warmup=warmup,
+            measure=measure,
+            local_runs=runs,
+            rigbench=rigbench,
+            stack_outputs=target(ctx).outputs,
+        ):
             typer.echo(str(path))
 
     @group.command("fetch")
