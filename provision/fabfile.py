@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,7 @@ HELP = {
     "rigbench": "rigbench on the rig (default: the one the project task installed)",
     "public": "listen on 0.0.0.0 (needs --api-key)",
     "api_key": "key clients must send",
+    "sweep_args": "more `rigbench sweep` options, e.g. '--context-tokens 0,8192'",
 }
 
 
@@ -163,13 +165,14 @@ def project(c, work=DEFAULT_WORK, stack=DEFAULT_STACK, strict=False):
     remote_sweep.install_project(c, RigPaths(work))
 
 
-@task(help=helps('profile', 'work', 'stack', 'strict', 'runs', 'rigbench'))
+@task(help=helps('profile', 'work', 'stack', 'strict', 'runs', 'rigbench', 'sweep_args'))
 @one_line_errors
 def sweep(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, steps="1,2,4,8,16,32,64", warmup=10.0, measure=30.0,
-          runs="runs", rigbench="", stack=DEFAULT_STACK, strict=False):
+          runs="runs", rigbench="", sweep_args="", stack=DEFAULT_STACK, strict=False):
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
     copied = remote_sweep.sweep(c, load_profile(profile), RigPaths(work), steps=steps, warmup=float(warmup),
-                                measure=float(measure), local_runs=runs, rigbench=rigbench or None)
+                                measure=float(measure), local_runs=runs, rigbench=rigbench or None,
+                                extra=shlex.split(sweep_args))
     for path in copied:
         print(path)
 

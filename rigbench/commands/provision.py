@@ -283,8 +283,13 @@ def register(app: typer.Typer) -> None:
         measure: float = typer.Option(30.0, "--measure"),
         runs: Path = typer.Option(Path("runs"), "--runs", help="local folder for run directories"),
         rigbench: str = typer.Option(None, "--rigbench", help="rigbench on the rig"),
+        sweep_args: str = typer.Option(
+            "", "--sweep-args", help="more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'"
+        ),
     ) -> None:
         """Run the load sweep on the rig against 127.0.0.1; copy the runs into local runs/."""
+        import shlex
+
         from provision.remote_sweep import sweep as step
 
         for path in step(
@@ -297,6 +302,7 @@ def register(app: typer.Typer) -> None:
             local_runs=runs,
             rigbench=rigbench,
             stack_outputs=target(ctx).outputs,
+            extra=shlex.split(sweep_args),
         ):
             typer.echo(str(path))
 

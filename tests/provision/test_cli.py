@@ -133,7 +133,7 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
         if importlib.util.find_spec("loadtest.sweep") is not None:
             runs = tmp_path / "runs"
             sweep = subprocess.run([*base, "sweep", "--steps", "1", "--warmup", "0.5", "--measure", "1.5", "--runs",
-                                    str(runs), "--rigbench", str(BIN / "rigbench")],
+                                    str(runs), "--rigbench", str(BIN / "rigbench"), "--sweep-args", "--max-tokens 8"],
                                    capture_output=True, text=True, env=env, timeout=120)
             assert sweep.returncode == 0, sweep.stderr
             manifest = RunDir(sweep.stdout.strip().splitlines()[-1]).read_manifest()
@@ -141,6 +141,7 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
             assert (manifest.rig.kind, manifest.rig.instance_type, manifest.rig.region) == ("aws", "g6.xlarge",
                                                                                            "us-east-1")
             assert manifest.rig.price_per_hour == 0.4123 and manifest.rig.market == "spot"
+            assert manifest.load.max_tokens == 8, "--sweep-args reach the rig's rigbench sweep"
     finally:
         stop = subprocess.run([*base, "stop"], capture_output=True, text=True, env=env, timeout=60)
     assert stop.returncode == 0 and "llama-server stopped" in stop.stdout
