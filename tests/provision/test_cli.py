@@ -142,6 +142,13 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
                                                                                            "us-east-1")
             assert manifest.rig.price_per_hour == 0.4123 and manifest.rig.market == "spot"
             assert manifest.load.max_tokens == 8, "--sweep-args reach the rig's rigbench sweep"
+        bench = subprocess.run([*base, "bench", "-r", "1"], capture_output=True, text=True, env=env, timeout=120)
+        assert bench.returncode == 0, bench.stderr
+        assert set(json.loads(bench.stdout.strip().splitlines()[-1])) == {"pp512", "tg128"}
+        fetched = subprocess.run([*base, "fetch", "--runs", str(tmp_path / "fetched")], capture_output=True,
+                                 text=True, env=env, timeout=60)
+        assert fetched.returncode == 0, fetched.stderr
+        assert len(list((tmp_path / "fetched" / "rig-bench").glob("bench-tiny-*.json"))) == 1
     finally:
         stop = subprocess.run([*base, "stop"], capture_output=True, text=True, env=env, timeout=60)
     assert stop.returncode == 0 and "llama-server stopped" in stop.stdout
