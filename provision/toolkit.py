@@ -1,6 +1,7 @@
 """Step ``toolkit``: the NVIDIA driver, its CUDA version and nvcc, installing the toolkit when missing.
 
-The DLAMI base image has nvcc; the PyTorch variant has a driver but no nvcc, which is why the
+Build tools (cmake, g++, ninja) are installed with apt-get when missing. The DLAMI base image
+has nvcc; the PyTorch variant has a driver but no nvcc, which is why the
 seed installs CUDA 13.1 from NVIDIA's apt repository (``cuda-keyring``). The toolkit must not
 be newer than the CUDA version the driver supports, so the package is checked against
 ``nvidia-smi`` before anything is installed. A machine without an NVIDIA GPU is told so and
@@ -21,6 +22,8 @@ DEFAULT_CUDA_PACKAGE = "cuda-toolkit-13-1"
 KEYRING_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/cuda-keyring_1.1-1_all.deb"
 NVCC_CANDIDATES = ("nvcc", "/usr/local/cuda/bin/nvcc")
 INSTALL_TIMEOUT_S = 1800
+# (command, Debian package) the build step needs; the DLAMI has most of them.
+BUILD_TOOLS = (("cmake", "cmake"), ("g++", "g++"), ("ninja", "ninja-build"), ("curl", "curl"))
 
 
 class ToolkitReport(BaseModel):
@@ -106,9 +109,21 @@ def install_toolkit(c: Connection, package: str) -> None:
         run(c, command, timeout=INSTALL_TIMEOUT_S, hide=False)
 
 
+def ensure_build_tools(c: Connection) -> list[str]:
+    """cmake, a C++ compiler and ninja for the build step; apt-get installs the missing ones."""
+    missing = [package for tool, package in BUILD_TOOLS if not run(c, f"command -v {tool}", warn=True).ok]
+    if missing:
+        print(f"[toolkit] installing build tools: {' '.join(missing)}", flush=True)
+        run(c, privileged(c, "apt-get update -q"), timeout=INSTALL_TIMEOUT_S, hide=False)
+        run(c, privileged(c, f"env DEBIAN_FRONTEND=noninteractive apt-get install -y -q {' '.join(missing)}"),
+            timeout=INSTALL_TIMEOUT_S, hide=False)
+    return missing
+
+
 @rig_step("toolkit")
 def toolkit(c: Connection, cuda_package: str = DEFAULT_CUDA_PACKAGE, require_gpu: bool = False) -> ToolkitReport:
-    """Report the GPU, driver and nvcc; install ``cuda_package`` when nvcc is missing. Idempotent."""
+    """Build tools; the GPU, driver and nvcc; install ``cuda_package`` when nvcc is missing. Idempotent."""
+    ensure_build_tools(c)
     report = read_gpu(c)
     if report.gpu is None:
         if require_gpu:

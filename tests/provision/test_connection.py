@@ -9,7 +9,7 @@ import pytest
 
 from provision.local_server import free_port
 from provision.rig import connect, run
-from provision.toolkit import toolkit
+from provision.toolkit import ensure_build_tools, toolkit
 from rigbench.errors import ProvisionError
 
 pytestmark = pytest.mark.integration
@@ -67,5 +67,6 @@ def test_toolkit_without_gpu_says_so_and_takes_the_cpu_path(rig, capsys) -> None
     assert first.gpu is None and second == first
     assert "no NVIDIA GPU" in first.message and "for the CPU" in first.message
     assert "no NVIDIA GPU" in capsys.readouterr().out
+    assert ensure_build_tools(rig) == [], "cmake, g++, ninja and curl are here: nothing to install"
     with pytest.raises(ProvisionError, match="toolkit: no NVIDIA GPU.*expected a GPU instance"):
         toolkit(rig, require_gpu=True)
