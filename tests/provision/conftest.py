@@ -8,6 +8,8 @@ is an error), and its own remote work folder standing in for /opt/dlami/nvme.
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import os
 import socket
 import subprocess
@@ -71,12 +73,13 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
         "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n"
     )
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    with contextlib.suppress(PermissionError):  # sshd needs it as root; a non-root sshd does without
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
     try:
         wait_listening(port, process)
         host_key = " ".join((folder / "host_ed25519.pub").read_text().split()[:2])
-        yield PrivateSshd("127.0.0.1", port, os.environ.get("USER") or "root", folder / "client_ed25519",
+        yield PrivateSshd("127.0.0.1", port, getpass.getuser(), folder / "client_ed25519",
                           host_key, folder)
     finally:
         process.terminate()
