@@ -96,12 +96,16 @@ def on_init(environment: Any, **_: Any) -> None:
         environment.shape_class.stages = stages
     if not environment.host:
         return
-    if not options.rigbench_run_dir:
+    hand_run = not options.rigbench_run_dir
+    if hand_run:
         options.rigbench_run_dir = str(_new_run_dir(options, environment.host).path)
-    run = RunDir(options.rigbench_run_dir)
 
     def on_reset(t0: float) -> None:
         global _controller
+        if hand_run and RunDir(options.rigbench_run_dir).read_manifest().status != "running":
+            # a second start from the web UI: a fresh run directory, the finished one stays as it was
+            options.rigbench_run_dir = str(_new_run_dir(options, environment.host).path)
+        run = RunDir(options.rigbench_run_dir)
         options.rigbench_t0 = t0
         if _controller is not None:
             _controller.stop()
@@ -112,8 +116,14 @@ def on_init(environment: Any, **_: Any) -> None:
         environment.shape_class.on_reset = on_reset
 
 
-@events.quitting.add_listener
-def on_quitting(environment: Any, **_: Any) -> None:
+@events.test_stop.add_listener
+def on_test_stop(environment: Any, **_: Any) -> None:
+    """The web UI's stop, or the shape's end: the run gets its final status."""
     if _controller is not None:
         _controller.stop()
         _controller.finish()
+
+
+@events.quitting.add_listener
+def on_quitting(environment: Any, **_: Any) -> None:
+    on_test_stop(environment)

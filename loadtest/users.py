@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import socket
 import threading
@@ -24,6 +25,8 @@ from loadtest.prompts import Prompt, load_prompts, rotation
 from loadtest.schedule import Stage, locate_or_last, make_stages, parse_steps
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 from rigbench.rundir import RecordWriter, RequestRecord, RunDir
+
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown Locust's own output
 
 
 class LoadContext:
