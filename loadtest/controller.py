@@ -18,6 +18,7 @@ import gevent
 import httpx
 import psutil
 
+from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Stage, boundaries
 from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
 from rigbench.rundir import RunDir, StepWindow, utc_now
@@ -39,6 +40,8 @@ class SweepController:
         self.process.cpu_percent()
         self.children: dict[int, psutil.Process] = {}
         self.slots = self.options.parallel_slots or server_slots(environment.host) or None
+        # the exact document prefix every user sends (same cut, same server count as theirs)
+        self.context_tokens = context_for_tokens(environment.host, self.options.context_tokens)[1]
         self.failed: str | None = None
         self.completed_steps = -1
         self.t0: float | None = None
@@ -110,7 +113,13 @@ class SweepController:
         assert self.run is not None
         manifest = self.run.read_manifest()
         started = t0 + sum(s.duration for s in self.stages[:index])
-        window = StepWindow(index=index, users=stage.users, started_at=started, measure_start=started + stage.warmup)
+        window = StepWindow(
+            index=index,
+            users=stage.users,
+            started_at=started,
+            measure_start=started + stage.warmup,
+            context_tokens=self.context_tokens,
+        )
         warnings = list(manifest.warnings)
         if self.slots is not None and stage.users > self.slots:
             warnings.append(

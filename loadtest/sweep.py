@@ -20,6 +20,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import httpx
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtest.schedule import make_stages, total_duration
@@ -189,6 +190,14 @@ def run_sweep(
     telemetry land in it as the sweep goes; a ``failed`` manifest carries the reason in
     ``status_detail``."""
     manifest = run.read_manifest()
+    if settings.context_tokens > 0:
+        from loadtest.long_context import context_for_tokens
+
+        try:  # fail here, in one clear line, rather than in every simulated user
+            context_for_tokens(base_url, settings.context_tokens)
+        except (LoadTestError, httpx.HTTPError) as error:
+            run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
+            raise LoadTestError(f"long-context sweep cannot start: {error}") from None
     slots = manifest.server.parallel_slots if manifest.server else profile.server.parallel_slots
     stop_timeout = max(30.0, settings.measure_seconds)
     command = locust_command(

@@ -82,3 +82,23 @@ def test_long_context_prefix_is_counted_exactly_by_the_server(llama_server) -> N
     with make_client(llama_server.base_url, read_timeout=120) as client:
         record = stream_chat(client, payload, meta).record
     assert record.ok and record.prompt_tokens > 300 and record.context_tokens == 300
+
+
+def test_long_context_sweep_records_the_exact_prefix_length(llama_server, tmp_path: Path) -> None:
+    profile = load_profile("tiny")
+    settings = LoadSettings(
+        user_steps=[1], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=4, ignore_eos=True, context_tokens=200
+    )
+    manifest = RunManifest(
+        run_id=new_run_id("ctx"),
+        created_at=utc_now(),
+        profile=profile.name,
+        load=settings,
+        server=ServerInfo(args=[], host="127.0.0.1", port=llama_server.port, parallel_slots=4),
+    )
+    run = RunDir.create(tmp_path, manifest)
+    result = run_sweep(run, llama_server.base_url, profile=profile, settings=settings, progress=False)
+    assert result.status == "complete", result.status_detail
+    assert [s.context_tokens for s in result.steps] == [200]
+    records = run.read_records()
+    assert records and all(r.ok and r.context_tokens == 200 and r.prompt_tokens > 200 for r in records)

@@ -141,3 +141,15 @@ def test_sigterm_leaves_the_run_interrupted_with_its_records(tmp_path: Path) -> 
     assert manifest.status == "interrupted" and manifest.ended_at
     records = run.read_records()
     assert len(records) > 5 and all(json.loads(r.model_dump_json())["shard"] for r in records)
+
+
+def test_long_context_without_detokenize_fails_before_starting(tmp_path: Path) -> None:
+    from rigbench.errors import LoadTestError
+
+    settings = LoadSettings(user_steps=[1], warmup_seconds=1, measure_seconds=1, max_tokens=8, context_tokens=100)
+    with GroundTruthServer(GroundTruthConfig(model="default"), tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=1)
+        with pytest.raises(LoadTestError, match="detokenize answered HTTP 404"):
+            run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+    manifest = run.read_manifest()
+    assert manifest.status == "failed" and "detokenize" in manifest.status_detail
