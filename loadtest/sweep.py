@@ -188,7 +188,8 @@ def run_sweep(
 
     The caller has created ``run`` (status ``running``). Records, step windows and
     telemetry land in it as the sweep goes; a ``failed`` manifest carries the reason in
-    ``status_detail``."""
+    ``status_detail``. Ctrl-C or SIGTERM stops Locust (it writes what it has), marks the
+    run ``interrupted`` and then raises ``KeyboardInterrupt`` to the caller."""
     manifest = run.read_manifest()
     if settings.context_tokens > 0:
         from loadtest.long_context import context_for_tokens
@@ -238,6 +239,8 @@ def run_sweep(
         if in_main_thread and previous_handler is not None:
             signal.signal(signal.SIGTERM, previous_handler)
     manifest = _finalise(run, process.returncode, interrupted)
+    if interrupted:
+        raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
     return _flag_client_ceiling(run, manifest, settings)
 
 

@@ -109,16 +109,19 @@ def register(app: typer.Typer) -> None:
                 run.update_manifest(linked_runs=[r.path.name for r in runs])
                 runs.append(run)
                 typer.echo(f"sweep {run.path} ({arm_name or 'default'} arm, context {context}) against {arm_url}")
-                manifest = run_sweep(
-                    run,
-                    arm_url,
-                    profile=profile,
-                    settings=settings,
-                    progress=progress,
-                    model=model,
-                    max_error_rate=max_error_rate,
-                    timeline=timeline,
-                )
+                try:
+                    manifest = run_sweep(
+                        run,
+                        arm_url,
+                        profile=profile,
+                        settings=settings,
+                        progress=progress,
+                        model=model,
+                        max_error_rate=max_error_rate,
+                        timeline=timeline,
+                    )
+                except KeyboardInterrupt:
+                    raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
                 for warning in manifest.warnings:
                     typer.echo(f"warning: {warning}")
                 typer.echo(
