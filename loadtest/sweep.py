@@ -43,6 +43,7 @@ def locust_command(
     stop_timeout: float = 60.0,
     max_error_rate: float = 0.5,
     timeline: bool = False,
+    read_timeout: float = 60.0,
 ) -> list[str]:
     """The exact ``locust`` command line for a sweep (also printed for reproducing it)."""
     command = [
@@ -76,6 +77,8 @@ def locust_command(
         str(max_error_rate),
         "--model",
         model,
+        "--read-timeout",
+        str(read_timeout),
         "--stop-timeout",
         str(int(stop_timeout)),
         "--csv",
@@ -183,6 +186,7 @@ def run_sweep(
     model: str = "default",
     max_error_rate: float = 0.5,
     timeline: bool = False,
+    read_timeout: float = 60.0,
 ) -> RunManifest:
     """Run the whole sweep in one ``locust --headless`` process and return the final manifest.
 
@@ -210,6 +214,7 @@ def run_sweep(
         stop_timeout=stop_timeout,
         max_error_rate=max_error_rate,
         timeline=timeline,
+        read_timeout=read_timeout,
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     log_path = run.path / LOCUST_LOG

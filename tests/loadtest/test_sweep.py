@@ -155,3 +155,30 @@ def test_long_context_without_detokenize_fails_before_starting(tmp_path: Path) -
             run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
     manifest = run.read_manifest()
     assert manifest.status == "failed" and "detokenize" in manifest.status_detail
+
+
+def test_every_fault_kind_is_recorded_while_the_sweep_goes_on(tmp_path: Path) -> None:
+    config = GroundTruthConfig(
+        ttft_ms=5,
+        itl_ms=5,
+        model="default",
+        stall_seconds=3,
+        fault_cycle=["none", "none", "none", "http_500", "disconnect", "malformed", "stall"],
+    )
+    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=1, measure_seconds=2.5, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=4)
+        manifest = run_sweep(
+            run,
+            server.base_url,
+            profile=load_profile("tiny"),
+            settings=settings,
+            progress=False,
+            max_error_rate=0.9,
+            read_timeout=0.5,
+        )
+    assert manifest.status == "complete", manifest.status_detail
+    records = run.read_records()
+    kinds = {r.error_kind for r in records}
+    assert kinds == {None, "http_500", "disconnect", "malformed_sse", "timeout"}
+    assert {r.step for r in records if r.ok and r.phase == "measure"} == {0, 1}
