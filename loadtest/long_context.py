@@ -48,7 +48,10 @@ def context_for_tokens(base_url: str, tokens: int, *, attempts: int = 4) -> tupl
         return "", 0
     with httpx.Client(base_url=base_url, timeout=120) as client:
         document = document_text()
-        all_tokens = _tokenize(client, document)
+        # a generous prefix first (English runs ~4 characters a token), the whole text if short
+        all_tokens = _tokenize(client, document[: tokens * 8])
+        if len(all_tokens) < tokens:
+            all_tokens = _tokenize(client, document)
         if not all_tokens:
             raise LoadTestError(f"{base_url}/tokenize returned no tokens for the context document")
         while len(all_tokens) < tokens:
