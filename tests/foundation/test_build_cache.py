@@ -57,11 +57,11 @@ def test_sdist_sha256_mismatch_is_refused(tmp_path, monkeypatch):
     import threading
 
     payload = b"not the sdist"
-    release = {"urls": [{"packagetype": "sdist", "url": ""}]}
+    listing = {"files": [{"filename": "pkg-1.0.tar.gz", "url": "/files/pkg-1.0.tar.gz"}]}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            body = json.dumps(release).encode() if self.path.endswith("/json") else payload
+            body = json.dumps(listing).encode() if self.path == "/simple/pkg/" else payload
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -73,8 +73,7 @@ def test_sdist_sha256_mismatch_is_refused(tmp_path, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    release["urls"][0]["url"] = f"{base}/file.tar.gz"
-    monkeypatch.setenv("RIGBENCH_PYPI_JSON", base + "/pypi/{package}/{version}/json")
+    monkeypatch.setenv("RIGBENCH_PYPI_SIMPLE", base + "/simple")
     dest = tmp_path / "x.tar.gz"
     try:
         lb.download_sdist("pkg", "1.0", "0" * 64, dest)
