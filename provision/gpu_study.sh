@@ -26,7 +26,7 @@ for preset in ${presets//,/ }; do
   if [ ! -s "$models/$preset-q4_0.gguf" ]; then
     log "write $preset"
     python3 provision/synthetic_gemma4.py --preset "$preset" --out "$models/$preset-f16.gguf" \
-      --drafter "$models/$preset-assistant-f16.gguf" --favour "${FAVOUR:-0.5}" | tee -a "$out/models.txt"
+      --drafter "$models/$preset-assistant-f16.gguf" --favour "${FAVOUR:-0}" | tee -a "$out/models.txt"
     for name in "$preset" "$preset-assistant"; do
       log "quantize $name"
       "$bin/llama-quantize" "$models/$name-f16.gguf" "$models/$name-q4_0.gguf" Q4_0 > "$out/quantize-$name.log" 2>&1
@@ -51,6 +51,6 @@ trials=()
 for t in "$@"; do trials+=(--trial "$t"); done
 log "autotune $first (tg128 $tg)"
 python3 -c "from rigbench.cli import main; main()" autotune -p gemma4-e2b --model "$models/$first-q4_0.gguf" --no-drafter \
-  --users "${USERS:-1,64}" --warmup 2 --measure "${MEASURE:-8}" --bench-tg "$tg" --out "$out/autotune" \
+  --users "${USERS:-1,64}" --warmup 2 --measure "${MEASURE:-60}" --bench-tg "$tg" --out "$out/autotune" \
   --processes "${PROCESSES:-1}" --backend "$backend" "${trials[@]}" 2>&1 | grep -v "━" | tail -20
 log done
