@@ -14,7 +14,8 @@ client. Like llama-server, the last chunk carries ``usage`` and ``timings``; ``/
 
 Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % n]``:
 ``none``, ``http_500``, ``disconnect`` (closes mid-stream), ``malformed`` (a non-JSON
-event), ``stall`` (stops sending for ``stall_seconds``). A model name other than
+event), ``stall`` (stops sending for ``stall_seconds``), ``error_event`` (llama-server's
+mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens). A model name other than
 ``model`` gets a 404 ``model_not_found``, as OpenAI answers.
 """
 
@@ -35,7 +36,8 @@ from pydantic import BaseModel, Field
 
 from rigbench.errors import LoadTestError
 
-FAULTS = ("none", "http_500", "disconnect", "malformed", "stall")
+FAULTS = ("none", "http_500", "disconnect", "malformed", "stall", "error_event")
+CONTEXT_EXCEEDED = {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}
 
 
 class GroundTruthConfig(BaseModel):
@@ -165,6 +167,9 @@ class GroundTruthApp:
                 if fault == "malformed" and k == 1:
                     writer.write(_chunk(b"data: {this is not json\n\n"))
                     await writer.drain()
+                    return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
+                if fault == "error_event" and k == 2:
+                    writer.write(_chunk(_event({"error": CONTEXT_EXCEEDED}) + b"data: [DONE]\n\n"))
                     return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
                 if fault == "disconnect" and k == 2:
                     writer.transport.abort()

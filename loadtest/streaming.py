@@ -15,7 +15,9 @@ Error kinds (``RequestRecord.error_kind``):
     connect         no connection could be made
     timeout         the stream stalled longer than the read timeout
     disconnect      the connection closed before the stream finished
-    malformed_sse   an event that is not the JSON chunk the protocol promises
+    server_error    the server sent an error event mid-stream (``data: {"error": {...}}``, e.g.
+                    llama-server's "Context size has been exceeded."); the message says code and text
+    malformed_sse   an event that is not the JSON chunk the protocol promises (unparseable)
 """
 
 from __future__ import annotations
@@ -123,6 +125,21 @@ class _Malformed(Exception):
     pass
 
 
+class _ServerErrorEvent(Exception):
+    """An ``{"error": ...}`` event in a 200 stream: the server gave up, it did not garble."""
+
+
+def describe_error_event(error: object) -> str:
+    """One line from an error event's payload: ``code 500 (server_error): Context size ...``."""
+    if not isinstance(error, dict):
+        return f"error event: {str(error)[:200]}"
+    parts = [f"code {error['code']}" if "code" in error else "no code"]
+    if error.get("type"):
+        parts[0] += f" ({error['type']})"
+    message = error.get("message")
+    return f"error event, {parts[0]}: {message}" if message else f"error event, {parts[0]}: {json.dumps(error)[:200]}"
+
+
 def stream_chat(
     client: httpx.Client,
     payload: dict[str, Any],
@@ -166,6 +183,8 @@ def stream_chat(
         error_kind, error_message = "connect", f"connect timed out: {error}"
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
         error_kind, error_message = "disconnect", str(error)[:300] or type(error).__name__
+    except _ServerErrorEvent as error:
+        error_kind, error_message = "server_error", str(error)
     except (_Malformed, SSEError) as error:
         error_kind, error_message = "malformed_sse", str(error)[:300]
     except BaseException:
@@ -213,7 +232,7 @@ def _follow_events(source: EventSource, chunk_times: list[float], state: dict[st
         if not isinstance(chunk, dict):
             raise _Malformed(f"event data is not a JSON object: {data[:80]!r}")
         if "error" in chunk:
-            raise _Malformed(f"error event in stream: {json.dumps(chunk['error'])[:200]}")
+            raise _ServerErrorEvent(describe_error_event(chunk["error"])[:300])
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("content") or delta.get("reasoning_content"):

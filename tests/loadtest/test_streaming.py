@@ -13,7 +13,7 @@ from provision.local_server import free_port
 
 pytestmark = pytest.mark.integration
 META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")
-FAULTS = ["none", "http_500", "disconnect", "malformed", "stall"]
+FAULTS = ["none", "http_500", "disconnect", "malformed", "stall", "error_event"]
 
 
 def payload(model: str = "ground-truth", max_tokens: int = 8) -> dict:
@@ -49,8 +49,13 @@ def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(fau
         results = [stream_chat(client, payload(), META) for _ in FAULTS]
         bad_model = stream_chat(client, payload(model="no-such-model"), META)
     kinds = [r.record.error_kind for r in results]
-    assert kinds == [None, "http_500", "disconnect", "malformed_sse", "timeout"]
+    assert kinds == [None, "http_500", "disconnect", "malformed_sse", "timeout", "server_error"]
     assert results[1].record.http_status == 500
+    # llama-server's mid-stream error event is the server's fault, named with its code and message
+    errored = results[5].record
+    assert errored.error_message == "error event, code 500 (server_error): Context size has been exceeded."
+    assert errored.http_status == 200 and errored.content_chunks == 2
+    assert results[3].record.error_message.startswith("event data is not JSON")
     assert bad_model.record.error_kind == "bad_model" and bad_model.record.http_status == 404
 
     good = results[0]
