@@ -12,11 +12,17 @@ Definitions (the report repeats them):
   A request's token count is ``completion_tokens`` (usage), else ``timings.predicted_n``, else
   its content chunks (counted as a warning).
 - Aggregate output tok/s = output tokens generated inside ``[measure_start, measure_end)`` /
-  window length. Each successful request's tokens are spread evenly over its decode span
-  ``[t_first_token, t_last_token]`` and only the part inside the window counts, whatever step
-  or phase the request is tagged with; so requests straddling either edge count pro rata and
-  warm-up requests still decoding in the window count for the tokens they made in it. Its
-  interval comes from the rates of 10 equal sub-windows.
+  window length. The tokens of every request that streamed any are spread evenly over its
+  decode span ``[t_first_token, t_last_token]`` and only the part inside the window counts,
+  whatever step or phase the request is tagged with; so requests straddling either edge count
+  pro rata, warm-up requests still decoding in the window count for the tokens they made in it,
+  and a request longer than the window still counts. A successful request's count is its token
+  count (above); a request stopped by the harness (``interrupted``, e.g. still streaming when the
+  sweep ended) or cut by an error counts its content chunks, since llama-server sends one token
+  per chunk (a drafter may pack more: then this undercounts). Its interval comes from the rates
+  of 10 equal sub-windows.
+- Completed in window = successful requests whose ``t_end`` falls inside the window; fewer than
+  the step's users means the window is shorter than a request (a counted warning).
 - Geometric mean over prompt categories of each category's mean per-request tok/s (server
   timings, else client), the seeds' single-number figure.
 - Drafter acceptance = sum(draft_n_accepted) / sum(draft_n); tokens per decode step =
@@ -68,6 +74,7 @@ class StepFigures:
     draft_acceptance: Estimate
     tokens_per_decode_step: float | None
     server_counter_tok_s: float | None = None
+    completed_in_window: int = 0
 
     @property
     def window_seconds(self) -> float:
@@ -117,7 +124,8 @@ def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
         frame["itl_s"] = np.where(chunks > 1, span / (chunks - 1), np.nan)
         frame["client_tok_s"] = np.where((tokens > 1) & (span > 0), (tokens - 1) / span, np.nan)
         frame["server_tok_s"] = frame["timings_predicted_per_second"].to_numpy()
-        frame["output_tokens"] = np.where(ok, np.nan_to_num(tokens, nan=0.0), 0.0)
+        # partial requests (interrupted, or cut by an error) made the tokens they streamed
+        frame["output_tokens"] = np.where(ok, np.nan_to_num(tokens, nan=0.0), np.nan_to_num(chunks, nan=0.0))
     return frame
 
 
@@ -198,6 +206,7 @@ def step_figures(frame: pd.DataFrame, index: int, users: int, context: int, star
         e2e_s=_percentiles(measured_ok["e2e_s"].to_numpy()),
         draft_acceptance=intervals.ratio_of_sums(draft["timings_draft_n_accepted"], draft["timings_draft_n"]),
         tokens_per_decode_step=float(draft["timings_predicted_n"].sum() / steps_taken) if steps_taken > 0 else None,
+        completed_in_window=completed,
     )
 
 
@@ -212,6 +221,38 @@ def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | Non
     if start is None or end is None or end.taken_at <= start.taken_at:
         return None
     return (end.metrics[TOKENS_COUNTER] - start.metrics[TOKENS_COUNTER]) / (end.taken_at - start.taken_at)
+
+
+def typical_request_seconds(records: pd.DataFrame, max_tokens: int | None) -> float | None:
+    """How long one request of this step takes: the median end-to-end of successful ones, else
+    (none finished) a partial request's time to its last chunk scaled up to ``max_tokens``."""
+    finished = records["e2e_s"][records["ok"]].dropna()
+    if len(finished):
+        return float(finished.median())
+    partial = records[(records["content_chunks"] > 0) & records["t_last_token"].notna()]
+    if not len(partial) or not max_tokens:
+        return None
+    scale = np.maximum(1.0, max_tokens / partial["content_chunks"].to_numpy())
+    return float(np.median((partial["t_last_token"] - partial["t_start"]).to_numpy() * scale))
+
+
+def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: int | None) -> str:
+    """The step's window held fewer finished requests than users: per-request figures come from
+    few or no requests, and the aggregate rests on partial ones."""
+    seconds = typical_request_seconds(frame[frame["step"] == figures.index], max_tokens)
+    advice = f"measure at least ~{np.ceil(2 * seconds):.0f} s" if seconds else "measure longer"
+    counter = figures.server_counter_tok_s
+    beside = f"{counter:.1f} tok/s" if counter is not None else "not recorded"
+    return (
+        f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
+        f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request "
+        f"(one takes ~{seconds:.1f} s): {advice}. Aggregate {figures.aggregate_tok_s.value:.1f} tok/s counts partial "
+        f"requests' streamed chunks; server counter {beside}"
+        if seconds
+        else f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
+        f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request: "
+        f"{advice}. Aggregate {figures.aggregate_tok_s.value:.1f} tok/s; server counter {beside}"
+    )
 
 
 def run_figures(run: LoadedRun) -> RunFigures:
@@ -241,6 +282,8 @@ def run_figures(run: LoadedRun) -> RunFigures:
             frame, window.index, window.users, window.context_tokens, window.measure_start, window.measure_end
         )
         figures.server_counter_tok_s = counter_tok_s(run.telemetry, window.index)
+        if figures.completed_in_window < window.users:
+            warnings.append(short_window_warning(frame, figures, manifest.load.max_tokens if manifest.load else None))
         steps.append(figures)
     if not steps:
         raise AnalysisError(

@@ -110,3 +110,58 @@ def test_records_without_token_counts_fall_back_to_chunks_with_a_warning(kit):
     figures = run_figures(load_run(kit.make_run("r1", [kit.window()], {"p0": [record]})))
     assert figures.steps[0].output_tokens == pytest.approx(21)
     assert any("1 successful record(s) carry no token count" in w for w in figures.warnings)
+
+
+def test_interrupted_and_partial_requests_count_their_streamed_chunks_in_the_window(kit):
+    t0 = kit.T0
+    # window [t0+100, t0+110): 10 s, 2 users; each request takes ~30 s, longer than the window
+    still_streaming = kit.record("a", users=2, t_start=t0 + 99.0, ttft=1.0, decode=12.0, tokens=25).model_copy(
+        # stopped by the harness at t0+112: 25 chunks over decode [100, 112] -> 10 of 12 s inside -> 25*10/12
+        update={"interrupted": True, "completion_tokens": None, "timings": None, "t_end": t0 + 112.0}
+    )
+    cut = kit.record("b", users=2, t_start=t0 + 104.0, ttft=1.0, decode=4.0, tokens=9).model_copy(
+        # a disconnect after 9 chunks over [105, 109], wholly inside -> 9 tokens that were generated
+        update={"error_kind": "disconnect", "completion_tokens": None, "timings": None}
+    )
+    shards = {"p0": [still_streaming, cut, kit.record("c", users=2, t_start=t0 + 103.0, error_kind="http_500")]}
+    run = kit.make_run("r1", [kit.window(users=2)], shards, status="complete")
+    figures = run_figures(load_run(run))
+    step = figures.steps[0]
+    assert step.output_tokens == pytest.approx(25 * 10 / 12 + 9)
+    assert step.aggregate_tok_s.value == pytest.approx((25 * 10 / 12 + 9) / 10)
+    # neither partial request is a success; the interrupted one is no error either
+    assert step.ok == 0 and step.errors == {"disconnect": 1, "http_500": 1} and step.requests == 3
+    assert step.completed_in_window == 0
+    [warning] = [w for w in figures.warnings if "window shorter than a request" in w]
+    # no request finished: each partial one's time to its last chunk, scaled up to max_tokens 21 (never down):
+    # a: 13 s for 25 chunks -> 13 s; b: 5 s for 9 chunks -> 5 * 21 / 9 = 11.67 s; median 12.33 s; advice twice
+    # that, rounded up: 25 s
+    assert "only 0 request(s) completed inside its 10.0 s window" in warning
+    assert "one takes ~12.3 s" in warning and "measure at least ~25 s" in warning
+    assert "server counter not recorded" in warning
+
+
+def test_a_window_with_fewer_completions_than_users_is_warned_with_the_server_counter(kit):
+    from rigbench.rundir import TelemetrySnapshot
+
+    t0 = kit.T0
+    # 2 users, one finished request inside [100, 110) (e2e 0.5 + 4 + 0.01 s), one finishing after it
+    shards = {
+        "p0": [
+            kit.record("a", users=2, t_start=t0 + 101, ttft=0.5, decode=4.0, tokens=9),
+            kit.record("b", users=2, t_start=t0 + 107, ttft=0.5, decode=8.0, tokens=9),
+        ]
+    }
+    run = kit.make_run("r1", [kit.window(users=2)], shards)
+    counter = "llamacpp:tokens_predicted_total"
+    snaps = [
+        TelemetrySnapshot(taken_at=t0 + 100, step=0, users=2, boundary="measure", metrics={counter: 100.0}),
+        TelemetrySnapshot(taken_at=t0 + 110, step=0, users=2, boundary="end", metrics={counter: 115.0}),
+    ]
+    (run / "telemetry.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in snaps))
+    figures = run_figures(load_run(run))
+    assert figures.steps[0].completed_in_window == 1
+    [warning] = [w for w in figures.warnings if "window shorter than a request" in w]
+    # median e2e of the finished requests: (4.51 + 8.51) / 2 = 6.51 s -> at least ceil(13.02) = 14 s
+    assert "one takes ~6.5 s" in warning and "measure at least ~14 s" in warning
+    assert "server counter 1.5 tok/s" in warning
