@@ -1,0 +1,427 @@
+"""Fault tests: real processes hurt in one way each, then the next command must still work.
+
+Each test records what had completed on disk before the fault and asserts that none of it
+is lost afterwards, that the run ends with the right status and a clear message, and that
+``rigbench check`` / ``rigbench report`` (or a new run) work on what is left. Faults inside
+single requests (HTTP 500, disconnects, malformed events, stalls) are already recorded one
+by one in tests/loadtest/test_sweep.py (``test_every_fault_kind_is_recorded...``,
+``test_errors_are_recorded_and_the_threshold...``); here they are followed to the run level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.sweep import run_sweep
+from rigbench.profile import load_profile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+RIGBENCH = str(Path(sys.executable).parent / "rigbench")
+
+# The private sshd and the rig built on it live in the provision tests' conftest; load them
+# here under their own names so pytest finds them as fixtures of this module.
+_spec = importlib.util.spec_from_file_location("provision_test_fixtures", ROOT / "tests/provision/conftest.py")
+_provision_fixtures = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault(_spec.name, _provision_fixtures)  # dataclasses look their module up there
+_spec.loader.exec_module(_provision_fixtures)
+sshd = _provision_fixtures.sshd
+rig = _provision_fixtures.rig
+rig_paths = _provision_fixtures.rig_paths
+build_cache = _provision_fixtures.build_cache
+built_rig = _provision_fixtures.built_rig
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def completed_lines(run_path: Path) -> set[str]:
+    """Every whole record line (newline-terminated) on disk now: what a fault must not lose."""
+    lines: set[str] = set()
+    for shard in (run_path / RunDir.RECORDS).glob("*.jsonl"):
+        with open(shard, errors="replace") as handle:
+            lines.update(line for line in handle if line.endswith("\n"))
+    return lines
+
+
+def ok_records(run_path: Path) -> int:
+    return sum(1 for line in completed_lines(run_path) if '"error_kind"' not in line)
+
+
+def only_run(runs: Path) -> Path | None:
+    found = [p for p in runs.glob("*") if (p / RunDir.MANIFEST).exists()] if runs.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([RIGBENCH, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line contains ``text`` (a run folder, a port argument)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            if process.info["status"] != psutil.STATUS_ZOMBIE and text in " ".join(process.info["cmdline"] or []):
+                found.append(process)
+    return found
+
+
+def assert_next_commands_work(run_path: Path, check_exit: int = 0, report_refusal: str | None = None) -> None:
+    """``rigbench check`` gives its verdict and ``rigbench report`` writes a report (or, for a
+    run with no measured step, refuses in one line saying so and writes nothing)."""
+    checked = cli("check", str(run_path), "--quiet")
+    assert checked.returncode == check_exit, checked.stdout + checked.stderr
+    reported = cli("report", str(run_path))
+    if report_refusal is None:
+        assert reported.returncode == 0, reported.stderr
+        assert Path(last_line(reported.stdout)).is_file()
+    else:
+        assert reported.returncode == 2 and report_refusal in last_line(reported.stderr), reported.stderr
+        assert "Traceback" not in reported.stderr and not (run_path / "report.md").exists()
+
+
+def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
+    manifest = RunManifest(
+        run_id=new_run_id("fault"),
+        created_at=utc_now(),
+        profile="tiny",
+        server=ServerInfo(args=[], host="127.0.0.1", port=port, parallel_slots=slots),
+        load=settings,
+    )
+    return RunDir.create(root, manifest)
+
+
+def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
+    return subprocess.Popen(
+        [RIGBENCH, "local", "--users", users, "--warmup", "0.5", "--measure", measure, "--max-tokens", "16",
+         "--runs", str(runs)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+    )
+
+
+def wait_for_records(runs: Path, process: subprocess.Popen, count: int = 5, timeout: float = 240) -> Path:
+    def ready() -> Path | None:
+        if process.poll() is not None:
+            raise AssertionError(f"the load process ended early ({process.returncode}): {process.stderr.read()}")
+        run_path = only_run(runs)
+        return run_path if run_path is not None and ok_records(run_path) >= count else None
+
+    return wait_for(ready, timeout, f"{count} completed records under {runs}")
+
+
+def wait_for_first_step(run_path: Path, process: subprocess.Popen, timeout: float = 60) -> None:
+    """Until step 0's measure window has closed, so the run has something to report."""
+
+    def done() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"the load process ended early ({process.returncode}): {process.stderr.read()}")
+        with contextlib.suppress(Exception):
+            return RunDir(run_path).read_manifest().last_complete_step == 0
+        return False
+
+    wait_for(done, timeout, f"step 0 of {run_path} to complete")
+    time.sleep(1.0)  # well into step 1
+
+
+# ---------------------------------------------------------------- 1. llama-server dies mid-step
+
+
+@dataclass
+class FaultedRun:
+    """A run hurt once; several tests read the same outcome (a fault is slow to stage)."""
+
+    run_path: Path
+    before: set[str]
+    returncode: int
+    stderr: str
+    server_port: int
+
+
+def fault_local_rig(runs: Path, hurt: Callable[[subprocess.Popen], None]) -> FaultedRun:
+    """Start ``rigbench local``, wait until step 0 is done and step 1 under way, then ``hurt`` it."""
+    process = start_local_rig(runs)
+    try:
+        run_path = wait_for_records(runs, process)
+        wait_for_first_step(run_path, process)
+        port = RunDir(run_path).read_manifest().server.port
+        before = completed_lines(run_path)
+        hurt(process)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return FaultedRun(run_path, before, process.returncode, stderr, port)
+
+
+def kill_llama_server(process: subprocess.Popen) -> None:
+    servers = [p for p in psutil.Process(process.pid).children(recursive=True) if p.name() == "llama-server"]
+    assert len(servers) == 1, servers
+    servers[0].send_signal(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server_killed(tmp_path_factory: pytest.TempPathFactory, llama_server_binary: Path) -> FaultedRun:
+    return fault_local_rig(tmp_path_factory.mktemp("killed") / "runs", kill_llama_server)
+
+
+def test_llama_server_killed_mid_step_fails_the_run_keeping_every_completed_record(
+    server_killed: FaultedRun, tmp_path: Path
+) -> None:
+    run_path = server_killed.run_path
+    after = completed_lines(run_path)
+    assert server_killed.before <= after, f"{len(server_killed.before - after)} completed record(s) lost"
+    errors = [json.loads(line) for line in after - server_killed.before if '"error_kind"' in line]
+    assert errors and {e["error_kind"] for e in errors} <= {"connect", "disconnect"}
+    manifest = RunDir(run_path).read_manifest()
+    assert manifest.status == "failed" and manifest.ended_at and manifest.last_complete_step == 0
+    assert "error rate" in manifest.status_detail and "connect" in manifest.status_detail
+    assert not processes_mentioning(str(run_path)), "locust outlived the run"
+    assert_next_commands_work(run_path)
+    # the rig is usable again: a fresh local run on a new server completes
+    again = cli("local", "--users", "1", "--warmup", "0.5", "--measure", "1", "--max-tokens", "8",
+                "--runs", str(tmp_path / "again"), timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert RunDir(only_run(tmp_path / "again")).read_manifest().status == "complete"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rigbench/local_rig.py run_local_rig ignores the manifest run_sweep returns: a sweep that ended "
+    "`failed` (llama-server gone, error rate over the limit) still gets a report and `rigbench local` "
+    "exits 0 with no line saying the run failed"))
+def test_llama_server_killed_mid_step_makes_rigbench_local_exit_non_zero_saying_so(server_killed: FaultedRun) -> None:
+    assert server_killed.returncode != 0, "a run whose server died must not exit 0"
+    line = last_line(server_killed.stderr)
+    assert server_killed.run_path.name in line and "failed" in line, server_killed.stderr
+
+
+# ---------------------------------------------------------------- 2. faults inside requests, at the run level
+
+
+def test_stalls_500s_and_disconnects_leave_a_complete_run_that_checks_and_reports(tmp_path: Path) -> None:
+    """A stalled stream hits the client's read timeout; the run completes and its report counts each kind."""
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default", stall_seconds=5,
+                               fault_cycle=["none", "none", "none", "http_500", "disconnect", "stall"])
+    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=0.5, measure_seconds=3, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path / "runs", settings, server.port, slots=4)
+        manifest = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False,
+                             max_error_rate=0.9, read_timeout=0.5)
+    assert manifest.status == "complete", manifest.status_detail
+    records = run.read_records()
+    assert {r.error_kind for r in records} == {None, "http_500", "disconnect", "timeout"}
+    assert_next_commands_work(run.path)
+    summary = json.loads((run.path / "summary.json").read_text())
+    assert "timeout" in json.dumps(summary) and "http_500" in json.dumps(summary)
+
+
+def test_error_rate_above_the_limit_fails_rigbench_sweep_in_one_line_keeping_records(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", fault_cycle=["none", "http_500", "disconnect"])
+    runs = tmp_path / "runs"
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        result = cli("sweep", "--url", server.base_url, "--steps", "1,2", "--warmup", "0.5", "--measure", "3",
+                     "--max-tokens", "8", "--runs-dir", str(runs), "--max-error-rate", "0.3", "--no-progress")
+    assert result.returncode == 2
+    line = last_line(result.stderr)
+    assert line.startswith("rigbench: error: ") and "failed" in line and "error rate" in line, result.stderr
+    assert "Traceback" not in result.stderr
+    run_path = only_run(runs)
+    manifest = RunDir(run_path).read_manifest()
+    assert manifest.status == "failed" and manifest.ended_at
+    kinds = {r.error_kind for r in RunDir(run_path).read_records()}
+    assert None in kinds and {"http_500", "disconnect"} & kinds
+    assert_next_commands_work(run_path, report_refusal="no step has a measured window")
+
+
+# ---------------------------------------------------------------- 3. SIGTERM to the load process
+
+
+def test_sigterm_to_rigbench_sweep_interrupts_keeps_records_and_leaves_no_locust(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
+    runs = tmp_path / "runs"
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        process = subprocess.Popen(
+            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure", "2",
+             "--max-tokens", "16", "--runs-dir", str(runs), "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        run_path = wait_for_records(runs, process, timeout=60)
+        wait_for_first_step(run_path, process)
+        before = completed_lines(run_path)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=90)
+    assert process.returncode == 2
+    assert last_line(stderr) == f"rigbench: error: {run_path}: interrupted (Ctrl-C or SIGTERM); its records are kept"
+    assert before <= completed_lines(run_path)
+    manifest = RunDir(run_path).read_manifest()
+    assert manifest.status == "interrupted" and manifest.ended_at and manifest.last_complete_step == 0
+    assert not processes_mentioning(str(run_path)), "locust outlived rigbench sweep"
+    assert_next_commands_work(run_path)
+
+
+@pytest.fixture(scope="module")
+def local_rig_terminated(tmp_path_factory: pytest.TempPathFactory, llama_server_binary: Path) -> FaultedRun:
+    return fault_local_rig(tmp_path_factory.mktemp("sigterm") / "runs", lambda p: p.send_signal(signal.SIGTERM))
+
+
+def test_sigterm_to_rigbench_local_interrupts_and_stops_llama_server_and_locust(
+    local_rig_terminated: FaultedRun,
+) -> None:
+    run_path = local_rig_terminated.run_path
+    assert local_rig_terminated.before <= completed_lines(run_path)
+    manifest = RunDir(run_path).read_manifest()
+    assert manifest.status == "interrupted" and manifest.ended_at and manifest.last_complete_step == 0
+    assert manifest.status_detail == "stopped by Ctrl-C or SIGTERM"
+    assert not processes_mentioning(str(run_path)), "locust outlived rigbench local"
+    port = f"--port {local_rig_terminated.server_port}"
+    assert not [p for p in processes_mentioning(port) if p.name() == "llama-server"], "orphan llama-server"
+    assert local_rig_terminated.returncode != 0
+    assert_next_commands_work(run_path)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rigbench/commands/local.py lets the KeyboardInterrupt that run_sweep re-raises on SIGTERM escape: "
+    "the process exits non-zero but prints nothing after `llama-server healthy at ...`; `rigbench sweep` "
+    "turns the same interrupt into `rigbench: error: RUN: interrupted (Ctrl-C or SIGTERM); its records are kept`"))
+def test_sigterm_to_rigbench_local_ends_with_one_clear_line(local_rig_terminated: FaultedRun) -> None:
+    line = last_line(local_rig_terminated.stderr)
+    assert line.startswith("rigbench: error: ") and "interrupted" in line, local_rig_terminated.stderr
+    assert local_rig_terminated.run_path.name in line
+
+
+# ---------------------------------------------------------------- 4. full disk
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path):
+    """A 2 MiB tmpfs as the runs folder (root only), unmounted afterwards."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here, so no small filesystem for the full-disk test")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a 2 MiB tmpfs (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_disk_fails_the_sweep_naming_the_run_folder_and_keeps_what_was_written(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    runs = small_disk / "runs"
+    config = GroundTruthConfig(ttft_ms=1, itl_ms=0, model="default")
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        process = subprocess.Popen(
+            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5", "--measure", "60",
+             "--max-tokens", "4", "--runs-dir", str(runs), "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        run_path = wait_for_records(runs, process, count=20, timeout=60)
+        # leave ~24 KiB: the sweep fills it within seconds
+        free = shutil.disk_usage(small_disk).free
+        with open(small_disk / "filler", "wb") as filler:
+            filler.write(b"\0" * max(0, free - 24 * 1024))
+        before = completed_lines(run_path)
+        try:
+            _, stderr = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert before <= completed_lines(run_path), "records written before the disk filled were lost"
+    assert process.returncode != 0, "a sweep that could not write its records must not succeed"
+    line = last_line(stderr)
+    assert str(run_path) in line and "No space left" in line, stderr
+    (small_disk / "filler").unlink()  # room for check and report to work again
+    manifest = RunDir(run_path).read_manifest()
+    assert manifest.status in ("failed", "interrupted") and "No space left" in (manifest.status_detail or "")
+    assert_next_commands_work(run_path)
+
+
+# ---------------------------------------------------------------- 5. the SSH link drops during a remote sweep
+
+
+def test_ssh_drop_during_remote_sweep_names_the_step_and_fetch_gets_the_rig_results(
+    built_rig, sshd, tmp_path: Path
+) -> None:
+    from provision.local_server import free_port
+    from provision.remote_sweep import fetch, sweep
+    from provision.rig import connect
+    from provision.serve import serve, stop
+    from rigbench.errors import ProvisionError
+
+    connection, paths, profile, _ = built_rig
+    local_runs = tmp_path / "runs"
+    serve(connection, profile, paths, port=free_port(), health_timeout=120)
+    listener = psutil.Process(int((sshd.folder / "sshd.pid").read_text()))
+    remote_runs = Path(paths.runs)
+
+    def drop_link_when_records_appear() -> None:
+        run_path = wait_for(lambda: only_run(remote_runs) if remote_runs.is_dir() else None, 120, "the rig's run")
+        wait_for(lambda: ok_records(run_path) >= 5, 120, "records on the rig")
+        for child in listener.children():  # the sshd serving this connection; the rig's processes live on
+            child.send_signal(signal.SIGKILL)
+
+    import threading
+
+    killer = threading.Thread(target=drop_link_when_records_appear, daemon=True)
+    killer.start()
+    again = None
+    try:
+        with pytest.raises(ProvisionError) as raised:
+            sweep(connection, profile, paths, steps="2,4", warmup=0.5, measure=8.0, local_runs=local_runs,
+                  rigbench=RIGBENCH)
+        killer.join(timeout=5)
+        message = str(raised.value)
+        assert message.startswith("sweep: ") and "SSH" in message, message
+        run_path = only_run(remote_runs)
+        # the rig finishes on its own; a new connection fetches everything it wrote
+        wait_for(lambda: RunDir(run_path).read_manifest().status != "running", 120, "the rig's sweep to end")
+        again = connect(sshd.host, user=sshd.user, port=sshd.port, key_filename=str(sshd.key),
+                        known_hosts=sshd.known_hosts(tmp_path / "known_hosts2"), strict_host_key=True)
+        copied = fetch(again, paths, local_runs)
+    finally:
+        with contextlib.suppress(Exception):
+            stop(again or connection, paths)
+        if again is not None:
+            again.close()
+    assert copied == [local_runs / run_path.name]
+    assert completed_lines(copied[0]) == completed_lines(run_path)
+    assert RunDir(copied[0]).read_manifest().status == RunDir(run_path).read_manifest().status
+    assert_next_commands_work(copied[0])
