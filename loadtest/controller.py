@@ -9,9 +9,11 @@ they only send requests and write their shards.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -26,7 +28,8 @@ from rigbench.rundir import RunDir, StepWindow, utc_now
 log = logging.getLogger("rigbench.sweep")
 CPU_WARN_PERCENT = 90.0
 FAILED_EXIT_CODE = 3
-ERROR_KIND = re.compile(r"\b(http_\d+|bad_model|connect|timeout|disconnect|malformed_sse)\b")
+MARKER_POLL_SECONDS = 0.5
+ERROR_KIND = re.compile(r"\b(http_\d+|bad_model|connect|timeout|disconnect|malformed_sse|server_error)\b")
 
 
 class SweepController:
@@ -43,6 +46,7 @@ class SweepController:
         # the exact document prefix every user sends (same cut, same server count as theirs)
         self.context_tokens = context_for_tokens(environment.host, self.options.context_tokens)[1]
         self.failed: str | None = None
+        self.interrupted: str | None = None
         self.completed_steps = -1
         self.t0: float | None = None
         self.greenlets: list[gevent.Greenlet] = []
@@ -50,6 +54,9 @@ class SweepController:
     # --- lifecycle -------------------------------------------------------------------
     def start(self, t0: float) -> None:
         self.greenlets = [gevent.spawn(self._follow_schedule, t0), gevent.spawn(self._watch_errors)]
+        marker = getattr(self.options, "interruption_marker", "")
+        if marker:
+            self.greenlets.append(gevent.spawn(self._watch_marker, Path(marker), time.time()))
 
     def stop(self) -> None:
         for greenlet in self.greenlets:
@@ -62,9 +69,11 @@ class SweepController:
         t0 = self.t0
         if t0 is not None:
             # Locust may stop a hair before the last "end" boundary is handled: close what is due.
+            # Its snapshot is taken too: the server-counter cross-check needs the last step's "end".
             for elapsed, index, boundary in boundaries(self.stages):
                 if boundary == "end" and index > self.completed_steps and t0 + elapsed <= time.time() + 0.05:
-                    self._close_step(index, t0 + elapsed, 0.0)
+                    with contextlib.suppress(Exception):
+                        self._at_boundary(t0, elapsed, index, boundary)
         manifest = self.run.read_manifest()
         if manifest.status != "running":
             return
@@ -140,6 +149,38 @@ class SweepController:
             )
         self.completed_steps = index
         self.run.update_manifest(steps=steps, last_complete_step=index, warnings=warnings)
+
+    # --- spot interruption ------------------------------------------------------------
+    def _watch_marker(self, marker: Path, since: float) -> None:
+        """Poll the spot watcher's marker file; a marker written before this sweep started
+        (an earlier notice, left on disk) counts only once it is written again."""
+        while True:
+            gevent.sleep(MARKER_POLL_SECONDS)
+            with contextlib.suppress(OSError):
+                if marker.stat().st_mtime >= since - 1.0:
+                    self._interrupt(marker)
+                    return
+
+    def _interrupt(self, marker: Path) -> None:
+        notice = ""
+        with contextlib.suppress(OSError, ValueError):
+            detected = json.loads(marker.read_text()).get("detected_at")
+            notice = f" (detected at {detected})" if detected else ""
+        done = self.completed_steps + 1
+        detail = (
+            f"spot interruption notice: marker {marker} appeared{notice}; stopped after {done} of "
+            f"{len(self.stages)} steps. Continue with `rigbench sweep --resume <this run directory>`"
+        )
+        log.warning(detail)
+        if self.run is not None:
+            self.run.update_manifest(
+                status="interrupted",
+                status_detail=detail,
+                last_complete_step=self.completed_steps if self.completed_steps >= 0 else None,
+                ended_at=utc_now(),
+            )
+        self.interrupted = detail
+        self.environment.runner.quit()
 
     # --- error threshold -------------------------------------------------------------
     def _watch_errors(self) -> None:

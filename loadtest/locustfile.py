@@ -47,6 +47,9 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--min-requests-for-error-rate", type=int, default=10)
     group.add_argument("--parallel-slots", type=int, default=0, help="server slots (0: ask /slots)")
     group.add_argument("--timeline", action="store_true", default=False, help="also keep every chunk's arrival")
+    group.add_argument(
+        "--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears"
+    )
 
 
 def _settings_from(options: Any) -> LoadSettings:

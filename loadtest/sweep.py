@@ -21,6 +21,7 @@ from collections import deque
 from pathlib import Path
 
 import httpx
+import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtest.schedule import make_stages, total_duration
@@ -31,6 +32,7 @@ from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
 LOCUST_LOG = "locust.log"
+WORKER_GRACE_SECONDS = 15.0  # a --processes worker still writing its last records after the master exited
 
 
 def locust_command(
@@ -40,10 +42,11 @@ def locust_command(
     *,
     parallel_slots: int,
     model: str = "default",
-    stop_timeout: float = 60.0,
+    stop_timeout: float = 0.0,
     max_error_rate: float = 0.5,
     timeline: bool = False,
     read_timeout: float = 60.0,
+    interruption_marker: Path | None = None,
 ) -> list[str]:
     """The exact ``locust`` command line for a sweep (also printed for reproducing it)."""
     command = [
@@ -97,6 +100,8 @@ def locust_command(
         command.append("--timeline")
     if settings.processes > 1:
         command += ["--processes", str(settings.processes)]
+    if interruption_marker is not None:
+        command += ["--interruption-marker", str(interruption_marker)]
     return command
 
 
@@ -187,13 +192,21 @@ def run_sweep(
     max_error_rate: float = 0.5,
     timeline: bool = False,
     read_timeout: float = 60.0,
+    interruption_marker: Path | None = None,
 ) -> RunManifest:
     """Run the whole sweep in one ``locust --headless`` process and return the final manifest.
 
     The caller has created ``run`` (status ``running``). Records, step windows and
     telemetry land in it as the sweep goes; a ``failed`` manifest carries the reason in
     ``status_detail``. Ctrl-C or SIGTERM stops Locust (it writes what it has), marks the
-    run ``interrupted`` and then raises ``KeyboardInterrupt`` to the caller."""
+    run ``interrupted`` and then raises ``KeyboardInterrupt`` to the caller.
+
+    At the end of the last step Locust stops its users at once: a request still streaming
+    is recorded ``interrupted`` with the tokens it had (a harness stop, not a server fault).
+    When ``interruption_marker`` (the spot watcher's file) appears mid-sweep, the sweep
+    stops the same way and the run ends ``interrupted`` at its last complete step, ready
+    for ``rigbench sweep --resume``. Every Locust process (``--processes`` workers too)
+    has exited when this returns."""
     manifest = run.read_manifest()
     if settings.context_tokens > 0:
         from loadtest.long_context import context_for_tokens
@@ -204,17 +217,17 @@ def run_sweep(
             run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
             raise LoadTestError(f"long-context sweep cannot start: {error}") from None
     slots = manifest.server.parallel_slots if manifest.server else profile.server.parallel_slots
-    stop_timeout = max(30.0, settings.measure_seconds)
+    stop_grace = max(30.0, settings.measure_seconds)  # how long a Ctrl-C'd Locust may take to write up
     command = locust_command(
         run,
         base_url,
         settings,
         parallel_slots=slots,
         model=model,
-        stop_timeout=stop_timeout,
         max_error_rate=max_error_rate,
         timeline=timeline,
         read_timeout=read_timeout,
+        interruption_marker=interruption_marker,
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     log_path = run.path / LOCUST_LOG
@@ -232,9 +245,11 @@ def run_sweep(
             )
             try:
                 _watch(process, run, settings, progress)
+                _reap_group(process.pid, grace=WORKER_GRACE_SECONDS)
             except KeyboardInterrupt:
                 interrupted = True
-                _stop(process, grace=stop_timeout + 10)
+                _stop(process, grace=stop_grace + 10)
+                _reap_group(process.pid, grace=5.0)
     except OSError as error:
         run.update_manifest(status="failed", status_detail=f"could not start locust: {error}", ended_at=utc_now())
         raise LoadTestError(
@@ -289,3 +304,32 @@ def _stop(process: subprocess.Popen, grace: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def _group_members(group: int) -> list[psutil.Process]:
+    """Live (not zombie) processes of a process group: Locust's ``--processes`` workers are
+    forked into the master's group, and outlive it when the master exits first."""
+    members = []
+    for process in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == group:
+                members.append(process)
+    return members
+
+
+def _reap_group(group: int, grace: float) -> None:
+    """Wait (bounded) for every process of the Locust session to end, then end the rest, so
+    no worker is still streaming (and later recorded as a disconnect) once the sweep returns."""
+    members = _group_members(group)
+    if not members:
+        return
+    _, alive = psutil.wait_procs(members, timeout=grace)
+    if not alive:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    _, alive = psutil.wait_procs(alive, timeout=5.0)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=5.0)

@@ -51,7 +51,9 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
         assert len(RunDir(path).shard_paths()) == 2  # one shard per worker process
         records = RunDir(path).read_records()
         assert {r.users for r in records if r.phase == "measure"} == {2, 4}
-        assert {r.completion_tokens for r in records} == {8}
+        # requests still streaming at the sweep's end are interrupted by the harness, without a count
+        assert {r.completion_tokens for r in records if not r.interrupted} == {8}
+        assert all(r.error_kind is None for r in records)
 
 
 def test_sweep_without_a_server_is_one_clear_line() -> None:
