@@ -78,6 +78,7 @@ class LoadedRun:
     records: pd.DataFrame
     telemetry: list[TelemetrySnapshot] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    chain: list[str] = field(default_factory=list)  # run ids joined, oldest first, for a resumed sweep
 
     @property
     def label(self) -> str:
@@ -232,7 +233,102 @@ def _expected_shards(manifest: RunManifest) -> int | None:
 
 
 def load_run(path: Path | str) -> LoadedRun:
-    """Read and validate one run directory; raises RunDirError with file and line on damage."""
+    """Read and validate one run directory; raises RunDirError with file and line on damage.
+
+    A sweep continued with ``rigbench sweep --resume`` is several linked run directories; any
+    one of them loads as the whole chain, joined into one sweep (``LoadedRun.chain`` names them)."""
+    chain = resume_chain(Path(path))
+    if len(chain) == 1:
+        return load_one_run(path)
+    return join_chain([load_one_run(link) for link in chain], requested=Path(path))
+
+
+def _sibling_manifest(folder: Path, run_id: str) -> RunManifest | None:
+    try:
+        return RunDir(folder / run_id).read_manifest()
+    except RunDirError:
+        return None
+
+
+def resume_chain(path: Path) -> list[Path]:
+    """The run directories of a resumed sweep, oldest first: back through ``resumed_from``,
+    forward through linked runs that name the current one as theirs. Runs sit side by side."""
+    first = RunDir(path)
+    if not first.manifest_path.exists():
+        return [path]
+    folder = path.parent
+    manifest = first.read_manifest()
+    chain = [path]
+    seen = {path.name}
+    back = manifest
+    while back.resumed_from and back.resumed_from not in seen:
+        earlier = _sibling_manifest(folder, back.resumed_from)
+        if earlier is None:
+            break
+        chain.insert(0, folder / back.resumed_from)
+        seen.add(back.resumed_from)
+        back = earlier
+    current = manifest
+    while True:
+        following = [
+            (name, later)
+            for name in current.linked_runs
+            if name not in seen
+            and (later := _sibling_manifest(folder, name)) is not None
+            and later.resumed_from == current.run_id
+        ]
+        if not following:
+            return chain
+        name, current = following[0]
+        chain.append(folder / name)
+        seen.add(name)
+
+
+def join_chain(parts: list[LoadedRun], requested: Path) -> LoadedRun:
+    """One sweep from a resumed chain: each interrupted run keeps its complete steps (the step it
+    was cut in ran again in the next run), renumbered to follow on; the last run keeps all."""
+    frames, telemetry, steps, warnings, described = [], [], [], [], []
+    for position, part in enumerate(parts):
+        manifest = part.manifest
+        last = position == len(parts) - 1
+        complete = -1 if manifest.last_complete_step is None else manifest.last_complete_step
+        kept = [w for w in manifest.steps if last or w.index <= complete]
+        kept_index = {w.index for w in kept}
+        offset = len(steps)
+        records = part.records[part.records["step"].isin(kept_index)].copy()
+        records["step"] = records["step"] + offset
+        frames.append(records)
+        telemetry += [t.model_copy(update={"step": t.step + offset}) for t in part.telemetry if t.step in kept_index]
+        steps += [w.model_copy(update={"index": w.index + offset}) for w in kept]
+        dropped = len(part.records) - len(records)
+        warnings += [f"{manifest.run_id}: {w}" for w in part.warnings]
+        span = f"steps {offset}-{offset + len(kept) - 1}" if kept else "no complete step"
+        described.append(
+            f"{manifest.run_id} ({span}, {manifest.status}"
+            + (f"; {dropped} record(s) of its cut step left out" if dropped and not last else "")
+            + ")"
+        )
+    final = parts[-1].manifest
+    first = parts[0].manifest
+    load = final.load.model_copy(update={"user_steps": [w.users for w in steps]}) if final.load else None
+    joined_manifest = final.model_copy(
+        update={
+            "steps": steps,
+            "load": load,
+            "created_at": first.created_at,
+            "last_complete_step": None
+            if final.last_complete_step is None
+            else len(steps) - len(final.steps) + final.last_complete_step,
+            "warnings": [],
+        }
+    )
+    warnings.insert(0, f"resumed sweep: {len(parts)} linked runs joined into one: " + " + ".join(described))
+    records = pd.concat(frames, ignore_index=True)
+    return LoadedRun(requested, joined_manifest, records, telemetry, warnings, chain=[p.manifest.run_id for p in parts])
+
+
+def load_one_run(path: Path | str) -> LoadedRun:
+    """Read and validate one run directory, on its own (no resume chain)."""
     run_dir = RunDir(path)
     if not run_dir.path.is_dir():
         raise RunDirError(f"{run_dir.path}: no such directory; pass a run directory such as runs/<run-id>")
@@ -269,6 +365,12 @@ def load_run(path: Path | str) -> LoadedRun:
 
 
 def load_runs(paths: list[Path]) -> list[LoadedRun]:
+    """Each run once: two directories of one resumed chain load as that chain, once."""
     if not paths:
         raise RunDirError("no run directory given; pass one or more runs/<run-id> folders")
-    return [load_run(path) for path in paths]
+    runs: list[LoadedRun] = []
+    for path in paths:
+        run = load_run(path)
+        if not run.chain or all(other.chain != run.chain for other in runs):
+            runs.append(run)
+    return runs

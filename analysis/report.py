@@ -145,6 +145,9 @@ def _describe_run(section: RunSection) -> str:
     if machine.gpu_name:
         where += f", GPU {machine.gpu_name}"
     parts = [f"status {manifest.status}", f"profile {manifest.profile}", f"rig {rig.kind}: {where}"]
+    chain = section.figures.run.chain
+    if chain:
+        parts.insert(1, f"resumed sweep joined from {len(chain)} linked runs ({' + '.join(chain)})")
     if manifest.model is not None:
         parts.append(f"model {manifest.model.label or manifest.model.name} ({manifest.model.sha256[:12]})")
     parts.append(f"drafter {manifest.drafter.name}" if manifest.drafter is not None else "no drafter")

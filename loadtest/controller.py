@@ -56,7 +56,7 @@ class SweepController:
         self.greenlets = [gevent.spawn(self._follow_schedule, t0), gevent.spawn(self._watch_errors)]
         marker = getattr(self.options, "interruption_marker", "")
         if marker:
-            self.greenlets.append(gevent.spawn(self._watch_marker, Path(marker), time.time()))
+            self.greenlets.append(gevent.spawn(self._watch_marker, Path(marker)))
 
     def stop(self) -> None:
         for greenlet in self.greenlets:
@@ -151,15 +151,20 @@ class SweepController:
         self.run.update_manifest(steps=steps, last_complete_step=index, warnings=warnings)
 
     # --- spot interruption ------------------------------------------------------------
-    def _watch_marker(self, marker: Path, since: float) -> None:
-        """Poll the spot watcher's marker file; a marker written before this sweep started
-        (an earlier notice, left on disk) counts only once it is written again."""
+    def _watch_marker(self, marker: Path) -> None:
+        """Poll the spot watcher's marker file; a marker already there when the sweep started
+        (an earlier notice left on disk, e.g. before ``--resume``) counts only once rewritten."""
+        baseline = _mtime(marker)
+        if baseline is not None and self.run is not None:
+            manifest = self.run.read_manifest()
+            note = f"interruption marker {marker} was already present at the start; ignored unless written again"
+            self.run.update_manifest(warnings=[*manifest.warnings, note])
         while True:
             gevent.sleep(MARKER_POLL_SECONDS)
-            with contextlib.suppress(OSError):
-                if marker.stat().st_mtime >= since - 1.0:
-                    self._interrupt(marker)
-                    return
+            current = _mtime(marker)
+            if current is not None and current != baseline:
+                self._interrupt(marker)
+                return
 
     def _interrupt(self, marker: Path) -> None:
         notice = ""
@@ -213,3 +218,10 @@ class SweepController:
                 self.environment.process_exit_code = FAILED_EXIT_CODE
                 self.environment.runner.quit()
                 return
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None

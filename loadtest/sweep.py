@@ -32,6 +32,8 @@ from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
 LOCUST_LOG = "locust.log"
+# where infra/templates/spot_watcher.sh writes its notice on the rig (RIGBENCH_SPOT_MARKER overrides both)
+RIG_INTERRUPTION_MARKER = Path("/opt/dlami/nvme/rigbench/spot-interruption.json")
 WORKER_GRACE_SECONDS = 15.0  # a --processes worker still writing its last records after the master exited
 
 
@@ -103,6 +105,14 @@ def locust_command(
     if interruption_marker is not None:
         command += ["--interruption-marker", str(interruption_marker)]
     return command
+
+
+def default_interruption_marker() -> Path | None:
+    """The spot watcher's marker path when this machine is a rig (its folder exists), else None."""
+    configured = os.environ.get("RIGBENCH_SPOT_MARKER")
+    if configured:
+        return Path(configured)
+    return RIG_INTERRUPTION_MARKER if RIG_INTERRUPTION_MARKER.parent.is_dir() else None
 
 
 def _count_records(run: RunDir) -> tuple[int, int]:

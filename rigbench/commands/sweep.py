@@ -6,6 +6,7 @@ manifests, so a drafter on/off comparison or a long-context series is one comman
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import typer
@@ -77,11 +78,27 @@ def register(app: typer.Typer) -> None:
         max_error_rate: float = typer.Option(0.5, "--max-error-rate", help="stop the sweep above this error share"),
         timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
+        interruption_marker: Path = typer.Option(
+            None,
+            "--interruption-marker",
+            help="stop the sweep (status interrupted, resumable) when this file appears; "
+            "default: the spot watcher's marker when run on a rig",
+        ),
+        resume: Path = typer.Option(
+            None,
+            "--resume",
+            help="continue an interrupted run's remaining steps (its own settings) into a linked run; "
+            "--url for a new server",
+        ),
     ) -> None:
         """Step a streaming chat load through user counts against a running server."""
-        from loadtest.sweep import run_sweep
+        from loadtest.sweep import default_interruption_marker, run_sweep
         from loadtest.telemetry import server_slots
 
+        marker = interruption_marker or default_interruption_marker()
+        if resume is not None:
+            _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate)
+            return
         profile = load_profile(profile_name)
         user_steps = parse_int_list(steps, "--steps")
         contexts = parse_int_list(context_tokens, "--context-tokens")
@@ -119,6 +136,7 @@ def register(app: typer.Typer) -> None:
                         model=model,
                         max_error_rate=max_error_rate,
                         timeline=timeline,
+                        interruption_marker=marker,
                     )
                 except KeyboardInterrupt:
                     raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
@@ -134,3 +152,44 @@ def register(app: typer.Typer) -> None:
                         raise LoadTestError("; ".join(failures) + "; remaining sweeps not run")
         if failures:
             raise LoadTestError("; ".join(failures))
+
+
+def _resume(
+    old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float
+) -> None:
+    """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
+    from loadtest.resume import start_resumed_run
+    from loadtest.sweep import run_sweep
+    from loadtest.telemetry import server_slots
+    from rigbench.errors import ProfileError
+
+    old = RunDir(old_path)
+    run, server_url = start_resumed_run(old, url)
+    manifest = run.read_manifest()
+    try:
+        profile = load_profile(manifest.profile)
+    except ProfileError:
+        profile = load_profile("tiny")  # only its slot count is used, and the manifest has the real one
+    slots = server_slots(server_url)
+    if slots is not None and manifest.server is not None:
+        run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots}))
+    assert manifest.load is not None
+    typer.echo(f"resuming {old.path.name}: steps {manifest.load.user_steps} into {run.path} against {server_url}")
+    try:
+        manifest = run_sweep(
+            run,
+            server_url,
+            profile=profile,
+            settings=manifest.load,
+            progress=progress,
+            model=model,
+            max_error_rate=max_error_rate,
+            interruption_marker=marker,
+        )
+    except KeyboardInterrupt:
+        raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
+    for warning in manifest.warnings:
+        typer.echo(f"warning: {warning}")
+    typer.echo(f"{run.path}: {manifest.status}" + (f" ({manifest.status_detail})" if manifest.status_detail else ""))
+    if manifest.status != "complete":
+        raise LoadTestError(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")

@@ -1,0 +1,79 @@
+"""Continue an interrupted sweep in a new, linked run directory (``rigbench sweep --resume``).
+
+A spot rig can be reclaimed mid-sweep; the run then ends ``interrupted`` with
+``last_complete_step``. The remaining steps run with the same load settings (read from the
+old manifest, so nothing the user typed the first time has to be typed again), against the
+same or a new server, into a sibling run directory. The two point at each other
+(``resumed_from`` on the new one, ``linked_runs`` on both), and ``analysis.load`` joins the
+chain back into one sweep. A new run rather than appending to the old one keeps every run
+directory written by exactly one sweep process, so its shards, telemetry and manifest agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from urllib.parse import urlsplit
+
+from rigbench.errors import LoadTestError, RunDirError
+from rigbench.rundir import RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+
+def remaining_steps(manifest: RunManifest) -> list[int]:
+    """User counts of the steps after the last complete one (a half-done step runs again)."""
+    if manifest.load is None:
+        raise LoadTestError(f"{manifest.run_id}: the manifest has no load settings; it was not written by a sweep")
+    done = -1 if manifest.last_complete_step is None else manifest.last_complete_step
+    return manifest.load.user_steps[done + 1 :]
+
+
+def resume_url(manifest: RunManifest, url: str | None) -> str:
+    """``--url`` if given (a new rig), else the server the interrupted run used."""
+    if url:
+        return url
+    if manifest.server is None or not manifest.server.host:
+        raise LoadTestError(f"{manifest.run_id}: the manifest names no server; pass --url http://HOST:PORT")
+    return f"http://{manifest.server.host}:{manifest.server.port}"
+
+
+def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
+    """Create the linked run for the rest of ``old``'s sweep; returns it and the server URL.
+
+    Refuses a run that is complete or still running (nothing to resume, or a sweep may still
+    be writing it) with a message that says what to do instead."""
+    manifest = old.read_manifest()
+    if manifest.status == "running":
+        raise LoadTestError(
+            f"{old.path}: status is running; a sweep may still be writing it. Wait for it to end "
+            "(it leaves complete, interrupted or failed), then resume"
+        )
+    if manifest.status == "complete":
+        raise LoadTestError(f"{old.path}: the sweep is complete; there is nothing to resume")
+    for name in manifest.linked_runs:
+        with contextlib.suppress(RunDirError):
+            if RunDir(old.path.parent / name).read_manifest().resumed_from == manifest.run_id:
+                raise LoadTestError(
+                    f"{old.path}: already resumed by {name}; resume that run instead if it was interrupted too"
+                )
+    steps = remaining_steps(manifest)
+    if not steps:
+        raise LoadTestError(f"{old.path}: every step completed (status {manifest.status}); there is nothing to resume")
+    assert manifest.load is not None
+    server_url = resume_url(manifest, url)
+    parts = urlsplit(server_url)
+    server = manifest.server or ServerInfo(args=[], host="", port=0)
+    new_manifest = RunManifest(
+        run_id=new_run_id(f"{manifest.profile}-resumed"),
+        created_at=utc_now(),
+        profile=manifest.profile,
+        rig=manifest.rig,
+        build=manifest.build,
+        model=manifest.model,
+        drafter=manifest.drafter,
+        server=server.model_copy(update={"host": parts.hostname or "", "port": parts.port or 80}),
+        load=manifest.load.model_copy(update={"user_steps": steps}),
+        resumed_from=manifest.run_id,
+        linked_runs=[old.path.name],
+    )
+    new = RunDir.create(old.path.parent, new_manifest)
+    old.update_manifest(linked_runs=[*manifest.linked_runs, new.path.name])
+    return new, server_url

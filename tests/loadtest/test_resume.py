@@ -1,0 +1,104 @@
+"""Spot interruption and resume, end to end: a real Locust sweep against the ground-truth
+server, the watcher's marker file written mid-sweep, ``rigbench sweep --resume``, and the
+analysis that joins the two runs into one sweep."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis.figures import run_figures
+from analysis.load import load_run, load_runs
+from analysis.report import write_report
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.sweep import run_sweep
+from rigbench.cli import app
+from rigbench.errors import LoadTestError
+from rigbench.profile import load_profile
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+
+pytestmark = pytest.mark.integration
+
+
+def write_marker_after_first_step(run: RunDir, marker: Path, stop: threading.Event) -> None:
+    """What infra/templates/spot_watcher.sh does on the two-minute notice, once step 0 is done."""
+    while not stop.is_set():
+        if run.read_manifest().last_complete_step == 0:
+            time.sleep(0.3)
+            notice = {"action": "terminate", "time": "2026-11-30T05:00:00Z"}
+            marker.write_text(json.dumps({"detected_at": "2026-11-30T04:58:00Z", "instance_action": notice}))
+            return
+        time.sleep(0.05)
+
+
+def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=10, itl_ms=10, model="default", tokens=40)  # ~0.4 s a request
+    settings = LoadSettings(user_steps=[1, 2, 3], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=40)
+    marker = tmp_path / "rig" / "spot-interruption.json"
+    marker.parent.mkdir()
+    runs = tmp_path / "runs"
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        manifest = RunManifest(
+            run_id=new_run_id("tiny"),
+            created_at=utc_now(),
+            profile="tiny",
+            server=ServerInfo(args=[], host="127.0.0.1", port=server.port, parallel_slots=64),
+            load=settings,
+        )
+        run = RunDir.create(runs, manifest)
+        stop = threading.Event()
+        writer = threading.Thread(target=write_marker_after_first_step, args=(run, marker, stop), daemon=True)
+        writer.start()
+        started = time.monotonic()
+        try:
+            manifest = run_sweep(
+                run,
+                server.base_url,
+                profile=load_profile("tiny"),
+                settings=settings,
+                progress=False,
+                interruption_marker=marker,
+            )
+        finally:
+            stop.set()
+        assert time.monotonic() - started < 5.5, "the sweep ran on past the notice"
+        assert manifest.status == "interrupted" and manifest.last_complete_step == 0
+        assert str(marker) in manifest.status_detail and "rigbench sweep --resume" in manifest.status_detail
+        records = run.read_records()
+        assert records and all(r.error_kind is None for r in records)  # a notice is not a server fault
+        assert {r.step for r in records} == {0, 1}
+
+        # the marker is still on disk (older): the resumed sweep must not stop at once because of it
+        result = CliRunner().invoke(
+            app,
+            ["sweep", "--resume", str(run.path), "--url", server.base_url, "--no-progress"]
+            + ["--interruption-marker", str(marker)],
+        )
+        assert result.exit_code == 0, result.output
+        again = CliRunner().invoke(app, ["sweep", "--resume", str(run.path), "--no-progress"])
+    resumed_path = next(p for p in runs.iterdir() if p.name != run.path.name)
+    resumed = RunDir(resumed_path).read_manifest()
+    assert resumed.status == "complete" and resumed.resumed_from == run.path.name
+    assert resumed.load.user_steps == [2, 3] and resumed.load.max_tokens == 40
+    assert resumed.linked_runs == [run.path.name] and run.read_manifest().linked_runs == [resumed_path.name]
+    assert any("already present at the start" in w for w in resumed.warnings)
+    # a second resume of the same run would repeat its steps: refused, one clear line, nothing created
+    assert again.exit_code != 0 and isinstance(again.exception, LoadTestError)
+    assert f"already resumed by {resumed_path.name}" in str(again.exception) and len(list(runs.iterdir())) == 2
+
+    for path in (run.path, resumed_path):  # either directory loads as the whole sweep
+        joined = load_run(path)
+        assert joined.chain == [run.path.name, resumed_path.name]
+        assert [(w.index, w.users) for w in joined.manifest.steps] == [(0, 1), (1, 2), (2, 3)]
+        assert set(joined.records["step"]) == {0, 1, 2}  # the cut step 1 of the first run is left out
+        assert "resumed sweep: 2 linked runs joined" in joined.warnings[0]
+    assert len(load_runs([run.path, resumed_path])) == 1
+    figures = run_figures(load_run(resumed_path))
+    assert [s.users for s in figures.steps] == [1, 2, 3] and all(s.aggregate_tok_s.value > 0 for s in figures.steps)
+    text = write_report([resumed_path]).read_text()
+    assert "resumed sweep joined from 2 linked runs" in text and "resumed sweep: 2 linked runs joined" in text
