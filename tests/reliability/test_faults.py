@@ -341,6 +341,21 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
+def stop_everything(process: subprocess.Popen, run_path: Path) -> None:
+    """Kill a hung sweep and its Locust (which runs in a session of its own)."""
+    for child in processes_mentioning(str(run_path)):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "loadtest/users.py keep() lets RecordWriter.write's OSError ENOSPC escape into Locust's task runner, "
+    "which logs it and goes on: users keep sending requests whose records are dropped (24,000 'No space "
+    "left' exceptions in locust_exceptions.csv within a minute), the step-window manifest write fails, "
+    "Locust never ends and `rigbench sweep` waits forever with the run left `running`"))
 def test_a_full_disk_fails_the_sweep_naming_the_run_folder_and_keeps_what_was_written(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -348,27 +363,30 @@ def test_a_full_disk_fails_the_sweep_naming_the_run_folder_and_keeps_what_was_wr
     config = GroundTruthConfig(ttft_ms=1, itl_ms=0, model="default")
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         process = subprocess.Popen(
-            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5", "--measure", "60",
+            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5", "--measure", "3",
              "--max-tokens", "4", "--runs-dir", str(runs), "--no-progress"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         )
         run_path = wait_for_records(runs, process, count=20, timeout=60)
-        # leave ~24 KiB: the sweep fills it within seconds
+        # leave ~24 KiB (the sweep may fill it by itself first): it runs out of room within seconds
         free = shutil.disk_usage(small_disk).free
-        with open(small_disk / "filler", "wb") as filler:
+        with contextlib.suppress(OSError), open(small_disk / "filler", "wb") as filler:
             filler.write(b"\0" * max(0, free - 24 * 1024))
         before = completed_lines(run_path)
         try:
-            _, stderr = process.communicate(timeout=120)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            _, stderr = process.communicate(timeout=45)  # a 3.5 s sweep: ample time to stop and say why
+            hung = False
+        except subprocess.TimeoutExpired:
+            stop_everything(process, run_path)
+            _, stderr = process.communicate()
+            hung = True
     assert before <= completed_lines(run_path), "records written before the disk filled were lost"
+    assert not hung, "rigbench sweep did not end 40 s after its last step was due to end on a full disk"
     assert process.returncode != 0, "a sweep that could not write its records must not succeed"
     line = last_line(stderr)
     assert str(run_path) in line and "No space left" in line, stderr
-    (small_disk / "filler").unlink()  # room for check and report to work again
+    with contextlib.suppress(FileNotFoundError):
+        (small_disk / "filler").unlink()  # room for check and report to work again
     manifest = RunDir(run_path).read_manifest()
     assert manifest.status in ("failed", "interrupted") and "No space left" in (manifest.status_detail or "")
     assert_next_commands_work(run_path)
