@@ -243,6 +243,8 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
     advice = f"measure at least ~{np.ceil(2 * seconds):.0f} s" if seconds else "measure longer"
     counter = figures.server_counter_tok_s
     beside = f"{counter:.1f} tok/s" if counter is not None else "not recorded"
+    if counter is not None:  # llama-server adds a request's tokens to its counter when the request ends
+        beside += " (it counts finished requests only, so it reads low here)"
     return (
         f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
         f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request "

@@ -75,7 +75,7 @@ def test_sweep_records_agree_with_server_usage_and_metrics(llama_server, tmp_pat
     finished_tokens = sum(r.completion_tokens for r in records)
     received = finished_tokens + sum(r.content_chunks for r in stopped)
     assert received <= after - before <= finished_tokens + len(stopped) * settings.max_tokens
-    assert {r.users for r in records if r.phase == "measure"} == {1, 2}
+    assert {r.users for r in all_records if r.phase == "measure"} == {1, 2}
     snapshots = run.read_telemetry()
     assert len(snapshots) == 6 and all(s.error is None for s in snapshots)
     assert snapshots[0].slots_total == profile.server.parallel_slots
@@ -117,4 +117,7 @@ def test_long_context_sweep_records_the_exact_prefix_length(llama_server, tmp_pa
     assert result.status == "complete", result.status_detail
     assert [s.context_tokens for s in result.steps] == [200]
     records = run.read_records()
-    assert records and all(r.ok and r.context_tokens == 200 and r.prompt_tokens > 200 for r in records)
+    assert records and all(r.ok and r.context_tokens == 200 for r in records)
+    # the request still streaming at the end is stopped by the harness, before its usage arrived
+    finished = [r for r in records if not r.interrupted]
+    assert finished and all(r.prompt_tokens > 200 for r in finished)

@@ -5,6 +5,7 @@ analysis that joins the two runs into one sweep."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -102,3 +103,58 @@ def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_
     assert [s.users for s in figures.steps] == [1, 2, 3] and all(s.aggregate_tok_s.value > 0 for s in figures.steps)
     text = write_report([resumed_path]).read_text()
     assert "resumed sweep joined from 2 linked runs" in text and "resumed sweep: 2 linked runs joined" in text
+
+
+def stored_run(root: Path, status: str, last_complete_step: int | None) -> RunDir:
+    manifest = RunManifest(
+        run_id=new_run_id("tiny"),
+        created_at=utc_now(),
+        profile="tiny",
+        status=status,
+        last_complete_step=last_complete_step,
+        server=ServerInfo(args=[], host="127.0.0.1", port=8080),
+        load=LoadSettings(user_steps=[1, 2, 4], warmup_seconds=1, measure_seconds=2, max_tokens=8),
+    )
+    return RunDir.create(root, manifest)
+
+
+@pytest.mark.parametrize(
+    ("status", "last", "message"),
+    [
+        ("complete", 2, "the sweep is complete; there is nothing to resume"),
+        ("running", 0, "status is running; a sweep may still be writing it"),
+        ("failed", 2, "every step completed (status failed); there is nothing to resume"),
+    ],
+)
+def test_resume_refuses_runs_with_nothing_to_continue_and_creates_nothing(tmp_path, status, last, message) -> None:
+    from loadtest.resume import start_resumed_run
+
+    run = stored_run(tmp_path, status, last)
+    with pytest.raises(LoadTestError, match=re.escape(message)):
+        start_resumed_run(run, None)
+    assert [p.name for p in tmp_path.iterdir()] == [run.path.name] and run.read_manifest().linked_runs == []
+
+
+def test_resume_plan_repeats_the_cut_step_and_keeps_the_old_server_unless_told(tmp_path) -> None:
+    from loadtest.resume import start_resumed_run
+
+    run = stored_run(tmp_path, "interrupted", 0)
+    new, url = start_resumed_run(run, None)
+    assert url == "http://127.0.0.1:8080" and new.read_manifest().load.user_steps == [2, 4]
+    fresh = stored_run(tmp_path / "other", "interrupted", None)  # cut inside its first step: all steps again
+    new, url = start_resumed_run(fresh, "http://10.0.0.5:9000")
+    manifest = new.read_manifest()
+    assert url == "http://10.0.0.5:9000" and manifest.load.user_steps == [1, 2, 4]
+    assert (manifest.server.host, manifest.server.port, manifest.status) == ("10.0.0.5", 9000, "running")
+
+
+def test_default_marker_is_the_watchers_path_on_a_rig_only(monkeypatch, tmp_path) -> None:
+    import loadtest.sweep as sweep
+
+    monkeypatch.delenv("RIGBENCH_SPOT_MARKER", raising=False)
+    monkeypatch.setattr(sweep, "RIG_INTERRUPTION_MARKER", tmp_path / "missing" / "spot-interruption.json")
+    assert sweep.default_interruption_marker() is None
+    monkeypatch.setattr(sweep, "RIG_INTERRUPTION_MARKER", tmp_path / "spot-interruption.json")
+    assert sweep.default_interruption_marker() == tmp_path / "spot-interruption.json"
+    monkeypatch.setenv("RIGBENCH_SPOT_MARKER", str(tmp_path / "elsewhere.json"))
+    assert sweep.default_interruption_marker() == tmp_path / "elsewhere.json"
