@@ -15,7 +15,7 @@ from rich.console import Console
 from provision.llamacpp_build import build, default_cache_dir
 from provision.local_server import LocalServer
 from provision.synthetic_models import file_sha256, write_synthetic_model
-from rigbench.errors import ProfileError, RigbenchError
+from rigbench.errors import LoadTestError, ProfileError, RigbenchError
 from rigbench.machine import machine_info
 from rigbench.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from rigbench.rundir import (
@@ -169,13 +169,25 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         try:
             with server:
                 console.print(f"llama-server healthy at {server.base_url}")
-                run_sweep(run, server.base_url, profile=profile, settings=load)
-        except (RigbenchError, KeyboardInterrupt) as error:
-            current = run.read_manifest()
-            if current.status == "running":
-                status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-                run.update_manifest(status=status, status_detail=str(error) or type(error).__name__, ended_at=utc_now())
+                final = run_sweep(run, server.base_url, profile=profile, settings=load)
+        except KeyboardInterrupt:
+            mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
+            raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
+        except RigbenchError as error:
+            mark_ended(run, "failed", str(error))
             raise
         report = write_report([run.path])
         console.print(f"report: {report}")
+        if final.status != "complete":
+            # The report is still written (it counts what failed), but the command must not
+            # look like a success.
+            raise LoadTestError(
+                f"{run.path}: run {final.status}: {final.status_detail or 'see the report'}; report at {report}"
+            )
         return report
+
+
+def mark_ended(run: RunDir, status: str, detail: str) -> None:
+    """Close a run the sweep left ``running`` (it never stays so after the process ends)."""
+    if run.read_manifest().status == "running":
+        run.update_manifest(status=status, status_detail=detail, ended_at=utc_now())

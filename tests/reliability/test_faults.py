@@ -217,10 +217,6 @@ def test_llama_server_killed_mid_step_fails_the_run_keeping_every_completed_reco
     assert RunDir(only_run(tmp_path / "again")).read_manifest().status == "complete"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rigbench/local_rig.py run_local_rig ignores the manifest run_sweep returns: a sweep that ended "
-    "`failed` (llama-server gone, error rate over the limit) still gets a report and `rigbench local` "
-    "exits 0 with no line saying the run failed"))
 def test_llama_server_killed_mid_step_makes_rigbench_local_exit_non_zero_saying_so(server_killed: FaultedRun) -> None:
     assert server_killed.returncode != 0, "a run whose server died must not exit 0"
     line = last_line(server_killed.stderr)
@@ -311,10 +307,6 @@ def test_sigterm_to_rigbench_local_interrupts_and_stops_llama_server_and_locust(
     assert_next_commands_work(run_path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "rigbench/commands/local.py lets the KeyboardInterrupt that run_sweep re-raises on SIGTERM escape: "
-    "the process exits non-zero but prints nothing after `llama-server healthy at ...`; `rigbench sweep` "
-    "turns the same interrupt into `rigbench: error: RUN: interrupted (Ctrl-C or SIGTERM); its records are kept`"))
 def test_sigterm_to_rigbench_local_ends_with_one_clear_line(local_rig_terminated: FaultedRun) -> None:
     line = last_line(local_rig_terminated.stderr)
     assert line.startswith("rigbench: error: ") and "interrupted" in line, local_rig_terminated.stderr
