@@ -103,6 +103,8 @@ def assert_next_commands_work(run_path: Path, check_exit: int = 0, report_refusa
     run with no measured step, refuses in one line saying so and writes nothing)."""
     checked = cli("check", str(run_path), "--quiet")
     assert checked.returncode == check_exit, checked.stdout + checked.stderr
+    status = RunDir(run_path).read_manifest().status
+    assert checked.stdout.startswith(f"healthy: {run_path.name} {status}, "), checked.stdout
     reported = cli("report", str(run_path))
     if report_refusal is None:
         assert reported.returncode == 0, reported.stderr
