@@ -70,6 +70,7 @@ class SoakResult:
     requests: int = 0
     error_records: int = 0
     locust_exceptions: int = 0
+    interrupted: int = 0
     tokens_per_second: float = 0.0
     error_kinds: dict[str, int] = field(default_factory=dict)
 
@@ -133,6 +134,7 @@ def tally(run: RunDir, result: SoakResult) -> None:
     records = run.read_records()
     result.requests = len(records)
     for record in records:
+        result.interrupted += record.interrupted  # cut off by the sweep's end: not a client error
         if record.error_kind:
             result.error_records += 1
             result.error_kinds[record.error_kind] = result.error_kinds.get(record.error_kind, 0) + 1
@@ -142,7 +144,7 @@ def tally(run: RunDir, result: SoakResult) -> None:
             result.locust_exceptions = sum(int(row["Count"]) for row in csv.DictReader(handle))
     step = manifest.steps[0] if manifest.steps else None
     if step is not None and step.measure_end is not None:
-        tokens = sum(r.completion_tokens or 0 for r in records if r.phase == "measure" and r.ok)
+        tokens = sum(r.completion_tokens or 0 for r in records if r.phase == "measure" and r.ok and not r.interrupted)
         result.tokens_per_second = tokens / (step.measure_end - step.measure_start)
 
 
@@ -213,7 +215,8 @@ def summary_lines(result: SoakResult, minutes: float, users: int) -> list[str]:
         f"- run status: {result.status}",
         f"- requests: {result.requests}; client-side errors: {result.errors} "
         f"({result.error_records} error record(s) {result.error_kinds or ''}, "
-        f"{result.locust_exceptions} Locust exception(s))",
+        f"{result.locust_exceptions} Locust exception(s)); {result.interrupted} in flight at the end, "
+        "recorded interrupted",
         f"- aggregate tok/s (measure window): {result.tokens_per_second:.1f}",
     ]
     if result.samples:
