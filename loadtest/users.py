@@ -8,6 +8,8 @@ time of every content chunk to ``timelines/<host>-<pid>.jsonl`` (kept out of
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import json
 import logging
@@ -18,14 +20,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import User, constant, task
 
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
 from loadtest.schedule import Stage, locate_or_last, make_stages, parse_steps
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
-from rigbench.rundir import RecordWriter, RequestRecord, RunDir
+from rigbench.errors import RunDirError
+from rigbench.rundir import RecordWriter, RequestRecord, RunDir, utc_now
 
+log = logging.getLogger(__name__)
+STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown Locust's own output
 
 
@@ -43,6 +49,7 @@ class LoadContext:
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
         self.user_counter = itertools.count()
         self.writer: RecordWriter | None = None
+        self.storage_error: str | None = None
         self.timeline = None
         run_dir = options.rigbench_run_dir
         if run_dir:
@@ -68,13 +75,36 @@ class LoadContext:
             context_tokens=self.context_tokens,
         )
 
-    def keep(self, result: StreamResult) -> None:
-        if self.writer is not None:
-            self.writer.write(result.record)
-        if self.timeline is not None:
-            self.timeline.write(
-                json.dumps({"request_id": result.record.request_id, "chunks": result.chunk_times}) + "\n"
-            )
+    def keep(self, result: StreamResult, environment: Any) -> None:
+        if self.storage_error is not None:
+            return  # the sweep is stopping: nothing more can be written
+        try:
+            if self.writer is not None:
+                self.writer.write(result.record)
+            if self.timeline is not None:
+                self.timeline.write(
+                    json.dumps({"request_id": result.record.request_id, "chunks": result.chunk_times}) + "\n"
+                )
+        except OSError as error:
+            self.fail_storage(error, environment)
+
+    def fail_storage(self, error: OSError, environment: Any) -> None:
+        """Stop the sweep when records cannot be written (a full disk): a sweep whose records
+        are dropped would only look like it measured something."""
+        where = self.writer.path if self.writer is not None else self.options.rigbench_run_dir
+        code = errno.errorcode.get(error.errno or 0, str(error.errno))
+        self.storage_error = (
+            f"cannot write records to {where}: {error.strerror or error} ({code}); the records written "
+            "before are kept; free space or choose another runs folder, then run the sweep again"
+        )
+        log.error(self.storage_error)
+        if self.options.rigbench_run_dir:
+            run = RunDir(self.options.rigbench_run_dir)
+            run.release_space_reserve()
+            with contextlib.suppress(OSError, RunDirError):
+                run.update_manifest(status="failed", status_detail=self.storage_error, ended_at=utc_now())
+        environment.process_exit_code = STORAGE_FAILED_EXIT_CODE
+        gevent.spawn(environment.runner.quit)
 
 
 _context: LoadContext | None = None
@@ -119,7 +149,7 @@ class StreamingChatUser(User):
         result = stream_chat(self.client, payload, meta, on_abort=self.context.keep)
         record = result.record.model_copy(update=self._phase_by_start(result.record.t_start, meta))
         result = StreamResult(record=record, chunk_times=result.chunk_times)
-        self.context.keep(result)
+        self.context.keep(result, self.environment)
         self._fire_events(record)
 
     def _phase_by_start(self, t_start: float, meta: RequestMeta) -> dict:

@@ -247,7 +247,20 @@ class RunDir:
         (run.path / cls.RECORDS).mkdir(parents=True, exist_ok=False, mode=0o700)
         os.chmod(run.path, 0o700)
         run.write_manifest(manifest)
+        run.reserve_space()
         return run
+
+    # Room kept for the final manifest write: when the disk fills up under the records, the
+    # writer deletes this file and the run can still say why it failed.
+    SPACE_RESERVE = ".space-reserve"
+    SPACE_RESERVE_BYTES = 64 * 1024
+
+    def reserve_space(self) -> None:
+        with open(self.path / self.SPACE_RESERVE, "wb") as handle:
+            handle.write(b"\0" * self.SPACE_RESERVE_BYTES)
+
+    def release_space_reserve(self) -> None:
+        (self.path / self.SPACE_RESERVE).unlink(missing_ok=True)
 
     @property
     def manifest_path(self) -> Path:
