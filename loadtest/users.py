@@ -146,7 +146,9 @@ class StreamingChatUser(User):
         prompt = next(self.prompts).with_context(self.context.context_text)
         payload = build_payload(list(prompt.messages), **self.request_options)
         meta = self.context.meta_for(time.time(), prompt.category)
-        result = stream_chat(self.client, payload, meta, on_abort=self.context.keep)
+        result = stream_chat(
+            self.client, payload, meta, on_abort=lambda stopped: self.context.keep(stopped, self.environment)
+        )
         record = result.record.model_copy(update=self._phase_by_start(result.record.t_start, meta))
         result = StreamResult(record=record, chunk_times=result.chunk_times)
         self.context.keep(result, self.environment)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fabric import Connection
 
-from provision.rig import RigPaths, privileged, rig_step, run
+from provision.rig import RigPaths, describe_host, privileged, rig_step, run
 from provision.run_metadata import annotate_runs, rig_facts
 from provision.serve import read_state
 from rigbench.errors import ProvisionError
@@ -102,6 +102,11 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
     result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
                  timeout=timeout, hide=False, warn=True)
+    if result.exited in (None, -1):  # the channel closed without an exit status: the link, not the sweep
+        raise ProvisionError(
+            f"sweep: lost the SSH session to {describe_host(c)} while `rigbench sweep` ran on the rig (no exit "
+            "status came back); the sweep goes on there: once it has ended, `rigbench provision fetch` copies its runs"
+        )
     run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
     if copied:

@@ -163,6 +163,20 @@ def describe_host(c: Connection) -> str:
 # ---------------------------------------------------------------- errors
 
 
+def link_alive(c: Connection, timeout: float = 5.0) -> bool:
+    """Whether the SSH link still carries a new channel. ``Connection.is_connected`` stays True
+    for a while after the far end died, so a failed file operation is told apart from a lost
+    link by asking the transport for a fresh session."""
+    if not c.is_connected:
+        return False
+    try:
+        channel = c.transport.open_session(timeout=timeout)
+    except Exception:  # noqa: BLE001 - any failure here means the link is gone
+        return False
+    channel.close()
+    return True
+
+
 def translate_error(step: str, c: Connection, error: BaseException) -> ProvisionError:
     """One ProvisionError that names the step, the host and what to do."""
     where = describe_host(c)
@@ -184,8 +198,14 @@ def translate_error(step: str, c: Connection, error: BaseException) -> Provision
         )
     link_errors = (paramiko.ssh_exception.NoValidConnectionsError, ConnectionError, socket.timeout, socket.gaierror,
                    TimeoutError, EOFError, paramiko.SSHException)
-    if isinstance(error, OSError) and not isinstance(error, link_errors) and c.is_connected:
+    if isinstance(error, OSError) and not isinstance(error, link_errors) and link_alive(c):
         return ProvisionError(f"{step}: on {where}: {error}")  # a file operation, not the link
+    if isinstance(error, (*link_errors, OSError)) and c.transport is not None:
+        return ProvisionError(
+            f"{step}: lost the SSH link to {where} ({type(error).__name__}: {error}); what the step started on "
+            "the rig goes on there: once the rig is reachable, `rigbench provision fetch` copies its results "
+            "(or run the step again)"
+        )
     if isinstance(error, (*link_errors, OSError)):
         return ProvisionError(
             f"{step}: cannot reach {where} over SSH ({type(error).__name__}: {error}); "

@@ -451,12 +451,6 @@ def test_ssh_drop_during_remote_sweep_names_the_step_and_fetch_gets_the_rig_resu
     assert_next_commands_work(dropped.copied[0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "provision/rig.py translate_error: after the session's sshd dies, run(warn=True) returns and "
-    "remote_sweep.sweep fetches through Fabric's cached SFTP client (opened by upload_profile), whose channel "
-    "raises OSError('Socket is closed') while Connection.is_connected is still True, so it is reported as a "
-    "file operation (`sweep: on root@127.0.0.1:PORT: Socket is closed`) instead of a lost SSH link with what "
-    "to do (the rig's sweep goes on; `rigbench provision fetch` copies it later)"))
 def test_ssh_drop_during_remote_sweep_says_the_link_was_lost_and_how_to_fetch(built_rig, sshd, tmp_path: Path) -> None:
     dropped = drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path)
     assert "SSH" in dropped.message and "fetch" in dropped.message, dropped.message
