@@ -366,7 +366,7 @@ CASES = [
     Case(
         "server: error event",
         request("/error-event"),
-        'malformed_sse: error event in stream: {"code": 503, "message": "loading model"}',
+        "server_error: error event, code 503: loading model",
     ),
     Case("server: stream cut short", request("/cut"), "disconnect: stream ended before finish_reason or [DONE]"),
     Case("server: nothing listening", dead_port, "connect"),
