@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint llama sshd clean-venv
+.PHONY: demo test lint llama sshd build-tools clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# cmake and a C++ compiler for llama.cpp (Debian/Ubuntu packages when missing).
+build-tools:
+	@command -v cmake >/dev/null && command -v c++ >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ ninja-build)
+
 # The CPU build of the pinned llama.cpp (a cache hit after the first time).
-llama: $(STAMP)
+llama: $(STAMP) build-tools
 	$(PY) provision/llamacpp_build.py --backend cpu > /dev/null
 
 # openssh-server for the provision tests (a private sshd on 127.0.0.1).
