@@ -191,6 +191,11 @@ def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunMani
     return run.update_manifest(status="failed", status_detail=detail[:2000], ended_at=utc_now())
 
 
+def interrupted_error(run: RunDir) -> LoadTestError:
+    """The one line a command ends with when Ctrl-C or SIGTERM stopped its sweep."""
+    return LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept")
+
+
 def run_sweep(
     run: RunDir,
     base_url: str,

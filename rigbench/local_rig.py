@@ -108,7 +108,7 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path."""
     from analysis.report import write_report
-    from loadtest.sweep import run_sweep
+    from loadtest.sweep import interrupted_error, run_sweep
 
     console = console or Console(stderr=True)
     profile = load_profile(options.profile)
@@ -172,7 +172,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
                 final = run_sweep(run, server.base_url, profile=profile, settings=load)
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
-            raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
+            raise interrupted_error(run) from None
         except RigbenchError as error:
             mark_ended(run, "failed", str(error))
             raise

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Step a streaming chat load through user counts against a running server."""
-        from loadtest.sweep import default_interruption_marker, run_sweep
+        from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
         from loadtest.telemetry import server_slots
 
         marker = interruption_marker or default_interruption_marker()
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
                         interruption_marker=marker,
                     )
                 except KeyboardInterrupt:
-                    raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
+                    raise interrupted_error(run) from None
                 for warning in manifest.warnings:
                     typer.echo(f"warning: {warning}")
                 typer.echo(
@@ -159,7 +159,7 @@ def _resume(
 ) -> None:
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
     from loadtest.resume import start_resumed_run
-    from loadtest.sweep import run_sweep
+    from loadtest.sweep import interrupted_error, run_sweep
     from loadtest.telemetry import server_slots
     from rigbench.errors import ProfileError
 
@@ -187,7 +187,7 @@ def _resume(
             interruption_marker=marker,
         )
     except KeyboardInterrupt:
-        raise LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept") from None
+        raise interrupted_error(run) from None
     for warning in manifest.warnings:
         typer.echo(f"warning: {warning}")
     typer.echo(f"{run.path}: {manifest.status}" + (f" ({manifest.status_detail})" if manifest.status_detail else ""))
