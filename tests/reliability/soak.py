@@ -156,8 +156,10 @@ def soak(minutes: float, users: int, runs_root: Path) -> SoakResult:
     built = build(source=profile.llama_cpp.spec(), backend="cpu", extra_options=profile.llama_cpp.cmake_options,
                   cache=cache)
     model_path, model = model_file(profile, None, cache)
-    # one slot per user and room in the unified KV cache for all of them
-    args = merge_server_args(profile.server_args(model_path, None), ["--parallel", str(users), "-c", str(256 * users)])
+    # one slot per user and room in the unified KV cache for all of them at once: the longest
+    # prompt with its chat template is about 300 tokens, plus the reply (256 per user ran out:
+    # 128 of 48,247 requests got "Context size has been exceeded" in a 10-minute soak)
+    args = merge_server_args(profile.server_args(model_path, None), ["--parallel", str(users), "-c", str(512 * users)])
     server = LocalServer(built["binaries"]["llama-server"], args)
     measure = max(10.0, minutes * 60 - WARMUP_SECONDS)
     load = LoadSettings(user_steps=[users], warmup_seconds=WARMUP_SECONDS, measure_seconds=measure,
