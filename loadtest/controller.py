@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.lock
 import httpx
 import psutil
 
@@ -50,6 +51,7 @@ class SweepController:
         self.completed_steps = -1
         self.t0: float | None = None
         self.greenlets: list[gevent.Greenlet] = []
+        self.boundary_lock = gevent.lock.BoundedSemaphore()
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, t0: float) -> None:
@@ -105,6 +107,13 @@ class SweepController:
                 log.exception("step %d %s: bookkeeping failed", index, boundary)
 
     def _at_boundary(self, t0: float, elapsed: float, index: int, boundary: str) -> None:
+        # The schedule greenlet and finish() can both reach the last "end": one at a time, so the
+        # second sees the step closed and records nothing twice. A greenlet killed during the
+        # (yielding) scrape has recorded nothing yet, so finish() can still close the step.
+        with self.boundary_lock:
+            self._record_boundary(t0, elapsed, index, boundary)
+
+    def _record_boundary(self, t0: float, elapsed: float, index: int, boundary: str) -> None:
         if boundary == "end" and index <= self.completed_steps:
             return
         stage = self.stages[index]
