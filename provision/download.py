@@ -48,7 +48,8 @@ def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "
 
 def upload_synthetic(c: Connection, model: ModelFile, paths: RigPaths) -> dict:
     """Write the synthetic model here and put it on the rig (skipped when the same bytes are there)."""
-    from provision.synthetic_models import file_sha256, write_synthetic_model
+    from provision.llamacpp_build import file_sha256
+    from provision.synthetic_models import write_synthetic_model
 
     assert model.synthetic is not None
     dest = f"{paths.models}/{model.local_name}"

@@ -11,7 +11,6 @@ on that dimension, so their logits sit far below every other token's whatever th
 
 from __future__ import annotations
 
-import hashlib
 import string
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -200,11 +199,3 @@ def write_synthetic_model(path: Path | str, preset: str = "tiny", seed: int = 0,
     write_llama_gguf(path, shape, seed, name=f"rigbench-synthetic-{preset}")
     sidecar.write_text(identity)
     return path
-
-
-def file_sha256(path: Path | str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from provision.llamacpp_build import build, default_cache_dir
+from provision.llamacpp_build import build, default_cache_dir, file_sha256
 from provision.local_server import LocalServer
-from provision.synthetic_models import file_sha256, write_synthetic_model
+from provision.synthetic_models import write_synthetic_model
 from rigbench.errors import LoadTestError, ProfileError, RigbenchError
 from rigbench.machine import machine_info
 from rigbench.profile import RigProfile, load_profile, merge_server_args, parallel_slots

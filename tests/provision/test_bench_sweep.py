@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from provision.bench import bench, bench_args
+from provision.llamacpp_build import file_sha256
 from provision.local_server import free_port
 from provision.remote_sweep import fetch, sweep
 from provision.serve import serve, stop
-from provision.synthetic_models import file_sha256
 from rigbench.errors import ProvisionError
 from rigbench.profile import RigProfile, load_profile
 from rigbench.rundir import RunDir
