@@ -7,6 +7,7 @@ manifests, so a drafter on/off comparison or a long-context series is one comman
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import typer
@@ -92,7 +93,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Step a streaming chat load through user counts against a running server."""
-        from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
+        from loadtest.sweep import default_interruption_marker
         from loadtest.telemetry import server_slots
 
         marker = interruption_marker or default_interruption_marker()
@@ -126,25 +127,16 @@ def register(app: typer.Typer) -> None:
                 run.update_manifest(linked_runs=[r.path.name for r in runs])
                 runs.append(run)
                 typer.echo(f"sweep {run.path} ({arm_name or 'default'} arm, context {context}) against {arm_url}")
-                try:
-                    manifest = run_sweep(
-                        run,
-                        arm_url,
-                        profile=profile,
-                        settings=settings,
-                        progress=progress,
-                        model=model,
-                        max_error_rate=max_error_rate,
-                        timeline=timeline,
-                        interruption_marker=marker,
-                    )
-                except KeyboardInterrupt:
-                    raise interrupted_error(run) from None
-                for warning in manifest.warnings:
-                    typer.echo(f"warning: {warning}")
-                typer.echo(
-                    f"{run.path}: {manifest.status}"
-                    + (f" ({manifest.status_detail})" if manifest.status_detail else "")
+                manifest = _sweep_and_say(
+                    run,
+                    arm_url,
+                    profile=profile,
+                    settings=settings,
+                    progress=progress,
+                    model=model,
+                    max_error_rate=max_error_rate,
+                    timeline=timeline,
+                    interruption_marker=marker,
                 )
                 if manifest.status != "complete":
                     failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
@@ -154,12 +146,25 @@ def register(app: typer.Typer) -> None:
             raise LoadTestError("; ".join(failures))
 
 
+def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
+    """Run one sweep and print its warnings and final status; Ctrl-C/SIGTERM becomes one error line."""
+    from loadtest.sweep import interrupted_error, run_sweep
+
+    try:
+        manifest = run_sweep(run, url, **sweep_options)
+    except KeyboardInterrupt:
+        raise interrupted_error(run) from None
+    for warning in manifest.warnings:
+        typer.echo(f"warning: {warning}")
+    typer.echo(f"{run.path}: {manifest.status}" + (f" ({manifest.status_detail})" if manifest.status_detail else ""))
+    return manifest
+
+
 def _resume(
     old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float
 ) -> None:
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
     from loadtest.resume import start_resumed_run
-    from loadtest.sweep import interrupted_error, run_sweep
     from loadtest.telemetry import server_slots
     from rigbench.errors import ProfileError
 
@@ -175,21 +180,15 @@ def _resume(
         run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots}))
     assert manifest.load is not None
     typer.echo(f"resuming {old.path.name}: steps {manifest.load.user_steps} into {run.path} against {server_url}")
-    try:
-        manifest = run_sweep(
-            run,
-            server_url,
-            profile=profile,
-            settings=manifest.load,
-            progress=progress,
-            model=model,
-            max_error_rate=max_error_rate,
-            interruption_marker=marker,
-        )
-    except KeyboardInterrupt:
-        raise interrupted_error(run) from None
-    for warning in manifest.warnings:
-        typer.echo(f"warning: {warning}")
-    typer.echo(f"{run.path}: {manifest.status}" + (f" ({manifest.status_detail})" if manifest.status_detail else ""))
+    manifest = _sweep_and_say(
+        run,
+        server_url,
+        profile=profile,
+        settings=manifest.load,
+        progress=progress,
+        model=model,
+        max_error_rate=max_error_rate,
+        interruption_marker=marker,
+    )
     if manifest.status != "complete":
         raise LoadTestError(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
