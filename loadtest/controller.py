@@ -34,7 +34,8 @@ ERROR_KIND = re.compile(r"\b(http_\d+|bad_model|connect|timeout|disconnect|malfo
 
 
 class SweepController:
-    def __init__(self, environment: Any, stages: list[Stage], run: RunDir | None):
+    def __init__(self, environment: Any, stages: list[Stage], run: RunDir | None,
+                 replaces: SweepController | None = None):
         self.environment = environment
         self.options = environment.parsed_options
         self.stages = stages
@@ -52,6 +53,13 @@ class SweepController:
         self.t0: float | None = None
         self.greenlets: list[gevent.Greenlet] = []
         self.boundary_lock = gevent.lock.BoundedSemaphore()
+        # Boundaries already written for this run. Locust's master resets the shape's clock
+        # twice at start, so a controller can replace one that already wrote step 0's "start";
+        # sharing the set keeps every boundary written once.
+        same_run = replaces is not None and run is not None and replaces.run is not None
+        self.recorded: set[tuple[int, str]] = (
+            replaces.recorded if same_run and replaces.run.path == run.path else set()  # type: ignore[union-attr]
+        )
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, t0: float) -> None:
@@ -116,12 +124,15 @@ class SweepController:
     def _record_boundary(self, t0: float, elapsed: float, index: int, boundary: str) -> None:
         if boundary == "end" and index <= self.completed_steps:
             return
+        if (index, boundary) in self.recorded:
+            return
         stage = self.stages[index]
         cpu = self._cpu_percent()
         snapshot = take_snapshot(self.client, index, stage.users, boundary, {LOADGEN_CPU_METRIC: cpu})
         if self.run is None:
             return
         self.run.append_telemetry(snapshot)
+        self.recorded.add((index, boundary))  # after the write: a controller killed mid-scrape wrote nothing
         if boundary == "start":
             self._open_step(t0, index, stage)
         elif boundary == "end":

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent.lock
 from locust import events
 
 from loadtest.controller import SweepController
@@ -85,6 +86,7 @@ def _new_run_dir(options: Any, host: str) -> RunDir:
 
 
 _controller: SweepController | None = None
+_reset_lock = gevent.lock.BoundedSemaphore()
 
 
 @events.init.add_listener
@@ -108,12 +110,14 @@ def on_init(environment: Any, **_: Any) -> None:
         if hand_run and RunDir(options.rigbench_run_dir).read_manifest().status != "running":
             # a second start from the web UI: a fresh run directory, the finished one stays as it was
             options.rigbench_run_dir = str(_new_run_dir(options, environment.host).path)
-        run = RunDir(options.rigbench_run_dir)
-        options.rigbench_t0 = t0
-        if _controller is not None:
-            _controller.stop()
-        _controller = SweepController(environment, stages, run)
-        _controller.start(t0)
+        with _reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
+            run = RunDir(options.rigbench_run_dir)
+            options.rigbench_t0 = t0
+            previous = _controller
+            if previous is not None:
+                previous.stop()
+            _controller = SweepController(environment, stages, run, replaces=previous)
+            _controller.start(t0)
 
     if environment.shape_class is not None:
         environment.shape_class.on_reset = on_reset

@@ -58,13 +58,15 @@ def bench_args(profile: RigProfile) -> list[str]:
 
 
 def summarize(results: list[dict]) -> dict[str, float]:
-    """{"pp512": tok/s, "tg128": tok/s} from llama-bench's JSON rows."""
+    """{"pp512": tok/s, "tg128": tok/s} from llama-bench's JSON rows; a test run at a context
+    depth (``-d``) gets the depth in its key, ``tg128@d32768``."""
     summary = {}
     for row in results:
+        depth = f"@d{row['n_depth']}" if row.get("n_depth") else ""
         if row.get("n_prompt") and not row.get("n_gen"):
-            summary[f"pp{row['n_prompt']}"] = round(row["avg_ts"], 2)
+            summary[f"pp{row['n_prompt']}{depth}"] = round(row["avg_ts"], 2)
         elif row.get("n_gen") and not row.get("n_prompt"):
-            summary[f"tg{row['n_gen']}"] = round(row["avg_ts"], 2)
+            summary[f"tg{row['n_gen']}{depth}"] = round(row["avg_ts"], 2)
     return summary
 
 

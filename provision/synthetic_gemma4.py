@@ -538,19 +538,27 @@ def _quantize(binary: Path, source: Path, out: Path, threads: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a synthetic Gemma 4 GGUF (F16 for e2b/e4b).")
     parser.add_argument("--preset", choices=list(PRESETS), default="tiny-gemma4")
-    parser.add_argument("--out", required=True, type=Path, help="target model file")
+    parser.add_argument("--out", type=Path, help="target model file")
     parser.add_argument("--drafter", type=Path, help="also write the gemma4-assistant drafter here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--favour", type=float, default=0.0,
                         help="bias one visible token (sets draft acceptance: 0 = ~none, 1 = ~all)")
+    parser.add_argument("--drafter-favour", type=float,
+                        help="the drafter's own favour (default: --favour); 0 against a favoured target "
+                             "gives a drafter whose guesses are almost never kept")
     parser.add_argument("--llama-quantize", type=Path,
                         help="quantize to Q4_0 with this binary: OUT and DRAFTER are then Q4_0 files")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
-    jobs = [(args.out, lambda path: write_gemma4_gguf(path, args.preset, args.seed, favour=args.favour))]
+    if args.out is None and args.drafter is None:
+        parser.error("give --out (target), --drafter, or both")
+    drafter_favour = args.favour if args.drafter_favour is None else args.drafter_favour
+    jobs = []
+    if args.out:
+        jobs.append((args.out, lambda path: write_gemma4_gguf(path, args.preset, args.seed, favour=args.favour)))
     if args.drafter:
         jobs.append((args.drafter, lambda path: write_gemma4_assistant_gguf(
-            path, args.preset, args.seed + 1, favour=args.favour)))
+            path, args.preset, args.seed + 1, favour=drafter_favour)))
     for out, write in jobs:
         if args.llama_quantize:
             source = write(out.with_name(out.name + ".f16.gguf"))

@@ -199,3 +199,28 @@ def write_synthetic_model(path: Path | str, preset: str = "tiny", seed: int = 0,
     write_llama_gguf(path, shape, seed, name=f"rigbench-synthetic-{preset}")
     sidecar.write_text(identity)
     return path
+
+
+SYNTHETIC_NAME_PREFIX = "rigbench-synthetic"
+
+
+def synthetic_label(path: Path | str) -> str | None:
+    """How a run manifest should label a model file this project wrote, or None for a real one.
+
+    Why: a synthetic model served through ``--model PATH`` would otherwise look like a real
+    checkpoint in the manifest, and its random text and fixed reply lengths must be named in
+    every report made from it. The files carry ``general.name`` = rigbench-synthetic-…
+    """
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (OSError, ValueError):
+        return None
+    name_field = reader.get_field("general.name")
+    arch_field = reader.get_field("general.architecture")
+    if name_field is None:
+        return None
+    name = name_field.contents()
+    if not isinstance(name, str) or not name.startswith(SYNTHETIC_NAME_PREFIX):
+        return None
+    arch = arch_field.contents() if arch_field is not None else "unknown"
+    return f"synthetic random weights ({arch} architecture, {name}); random text, fixed reply length"

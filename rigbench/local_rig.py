@@ -14,7 +14,7 @@ from rich.console import Console
 
 from provision.llamacpp_build import build, default_cache_dir, file_sha256
 from provision.local_server import LocalServer
-from provision.synthetic_models import write_synthetic_model
+from provision.synthetic_models import synthetic_label, write_synthetic_model
 from rigbench.errors import LoadTestError, ProfileError, RigbenchError
 from rigbench.machine import machine_info
 from rigbench.profile import RigProfile, load_profile, merge_server_args, parallel_slots
@@ -70,13 +70,14 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
             f"`rigbench provision download` or pass --model PATH"
         )
     digest = file_sha256(path)
+    label = synthetic_label(path)
     return path, ModelInfo(
         name=path.name,
         sha256=digest,
         size_bytes=path.stat().st_size,
-        repo=spec.repo,
-        synthetic=spec.synthetic is not None,
-        label="synthetic random weights (llama architecture)" if spec.synthetic is not None else None,
+        repo=None if label else spec.repo,
+        synthetic=label is not None,
+        label=label,
     )
 
 
@@ -97,11 +98,14 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
         return None, None
     if not path.exists():
         raise ProfileError(f"--drafter: file {path} does not exist")
+    label = synthetic_label(path)
     return path, ModelInfo(
         name=path.name,
         sha256=file_sha256(path),
         size_bytes=path.stat().st_size,
-        repo=profile.drafter.repo if profile.drafter else None,
+        repo=profile.drafter.repo if profile.drafter and not label else None,
+        synthetic=label is not None,
+        label=label,
     )
 
 

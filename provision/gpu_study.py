@@ -1,0 +1,379 @@
+"""The GPU study (issue 7) in one command, so a whole experiment fits one device lease.
+
+Why one script: a GPU machine is lent for minutes and starts bare, so the build, the models
+and every measurement must run unattended in order, each phase logged and kept even when a
+later one fails. Phases:
+
+1. build llama.cpp for this card while the synthetic Gemma 4 models are written (F16, CPU
+   only), then quantize them to Q4_0 with the pinned llama-quantize;
+2. llama-bench at the profile's flags (pp512, tg128) for each preset, and tg128 at the long
+   context depths for the first;
+3. ``rigbench autotune`` on the first preset: serving flags at 1 and 64 users, and the
+   one-user-only trials (``--parallel 1``), every trial recorded;
+4. greedy text under each setting kept (CPU or GPU sampling, with and without the drafter)
+   must be identical;
+5. the 1..64-user sweep with the best flags, then the drafter at 1, 2 and 3 drafted tokens
+   (a drafter that is always right, and one that is almost never right);
+6. the second preset without and with its drafter;
+7. long context: 0, 32768 and 120000 tokens ahead of each prompt, one user.
+
+Random weights make random text, so replies have a fixed length (``ignore_eos``); the target
+is written with ``favour`` so greedy decoding repeats one token, which a favoured drafter
+always guesses (acceptance ~1) and an unfavoured one never does (acceptance ~0): the two
+bounds of what a drafter can do on this card.
+
+Usage: python3 provision/gpu_study.py OUT [--presets e2b,e4b] [--scale 1.0] [--phases ...]
+``--scale`` multiplies every window (0.2 for a CPU dry run with ``--presets tiny-gemma4``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PHASES = ("models", "bench", "autotune", "greedy", "sweep", "second", "longctx")
+FAVOUR = 0.3
+PROFILE = "gemma4-e2b"
+MANY_USERS = ["--parallel", "64", "-kvu", "-c", "32768"]
+
+# Trials at 1 and 64 users: what limits the 64-user aggregate (the seed's many-users line first).
+MANY_USER_TRIALS: dict[str, list[str]] = {
+    "seed-many": [*MANY_USERS],
+    "bs": [*MANY_USERS, "--backend-sampling"],
+    "bs-c131k": ["--parallel", "64", "-kvu", "-c", "131072", "--backend-sampling"],
+    "bs-per-slot-kv": ["--parallel", "64", "-c", "65536", "--backend-sampling"],
+    "bs-greedy-chain": [*MANY_USERS, "--backend-sampling", "--samplers", "temperature"],
+    "bs-t16": [*MANY_USERS, "--backend-sampling", "-t", "16", "-tb", "16"],
+}
+# Trials at one user only: slots and the sampling chain against llama-bench.
+ONE_USER_TRIALS: dict[str, list[str]] = {
+    "seed-p1": [],
+    "bs-p1": ["--backend-sampling"],
+    "bs-p1-greedy-chain": ["--backend-sampling", "--samplers", "temperature"],
+}
+
+
+class Study:
+    """Paths, logging and the phase log of one study run."""
+
+    def __init__(self, out: Path, presets: list[str], scale: float, processes: int, backend: str):
+        self.out = out
+        self.presets = presets
+        self.scale = scale
+        self.processes = processes
+        self.backend = backend
+        self.cache = Path(os.environ.setdefault("RIGBENCH_CACHE", str(Path.home() / ".cache" / "rigbench")))
+        self.models = self.cache / "models"
+        self.models.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        self.started = time.monotonic()
+        self.build: dict = {}
+        self.state: dict = {}
+
+    def log(self, message: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S', time.gmtime())} +{time.monotonic() - self.started:6.0f}s] {message}"
+        print(line, flush=True)
+        with open(self.out / "study.log", "a") as handle:
+            handle.write(line + "\n")
+
+    def record(self, phase: str, **fields: object) -> None:
+        with open(self.out / "phases.jsonl", "a") as handle:
+            handle.write(json.dumps({"phase": phase, "t": round(time.monotonic() - self.started, 1), **fields}) + "\n")
+
+    def target(self, preset: str, favoured: bool = True) -> Path:
+        return self.models / f"{preset}{'' if favoured else '-plain'}-q4_0.gguf"
+
+    def drafter(self, preset: str, right: bool = True) -> Path:
+        return self.models / f"{preset}-assistant{'' if right else '-random'}-q4_0.gguf"
+
+    @property
+    def placement(self) -> list[str]:
+        """Where the per-layer embedding table lives: the profile pins it to CUDA0, which a CPU
+        build (the dry run) does not have."""
+        return ["-ot", r"per_layer_token_embd\.weight=CPU"] if self.build.get("backend") == "cpu" else []
+
+    def binary(self, name: str) -> str:
+        return self.build["binaries"][name]
+
+    def window(self, seconds: float) -> float:
+        return max(0.5, seconds * self.scale)
+
+    def phase(self, name: str, body: Callable[[], None]) -> None:
+        self.log(f"phase {name} begins")
+        began = time.monotonic()
+        try:
+            body()
+            self.record(name, status="ok", seconds=round(time.monotonic() - began, 1))
+        except Exception as error:  # noqa: BLE001 - keep every later phase running
+            self.log(f"phase {name} FAILED: {error}")
+            (self.out / f"error-{name}.txt").write_text(traceback.format_exc())
+            self.record(name, status="failed", error=str(error)[:500], seconds=round(time.monotonic() - began, 1))
+
+    def rig_options(self, label: str, preset: str, overrides: list[str], **changes: object):
+        from rigbench.local_rig import LocalRigOptions
+
+        options = LocalRigOptions(
+            profile=PROFILE,
+            runs_root=self.out / "runs",
+            warmup_seconds=self.window(2),
+            measure_seconds=self.window(10),
+            backend=self.backend,
+            model_path=self.target(preset),
+            no_drafter=True,
+            processes=self.processes,
+            server_overrides=[*self.placement, *overrides],
+            label=label,
+        )
+        return replace(options, **changes)
+
+    def local_run(self, options) -> str | None:
+        from rigbench.errors import RigbenchError
+        from rigbench.local_rig import run_local_rig
+
+        began = time.monotonic()
+        try:
+            report = run_local_rig(options)
+            self.log(f"run {options.label}: {report.parent.name} in {time.monotonic() - began:.0f} s")
+            self.record("run", label=options.label, run=report.parent.name, status="complete")
+            return str(report.parent)
+        except RigbenchError as error:
+            self.log(f"run {options.label} failed: {str(error)[:300]}")
+            self.record("run", label=options.label, status="failed", error=str(error)[:500])
+            return None
+
+
+def start_build(study: Study) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "provision" / "llamacpp_build.py"), "--backend", study.backend],
+        stdout=open(study.out / "build_manifest.json", "w"),  # noqa: SIM115 - owned by the child
+        stderr=open(study.out / "build.log", "w"),  # noqa: SIM115
+    )
+
+
+def write_models(study: Study) -> None:
+    """F16 writes run beside the build (they need no llama.cpp binary); Q4_0 after it."""
+    writer = [sys.executable, str(ROOT / "provision" / "synthetic_gemma4.py")]
+    jobs = []
+    for preset in dict.fromkeys(study.presets):
+        if not (study.target(preset).exists() and study.drafter(preset).exists()):
+            f16 = study.models / f"{preset}-f16.gguf"
+            jobs.append(subprocess.Popen(
+                [*writer, "--preset", preset, "--out", str(f16), "--favour", str(FAVOUR),
+                 "--drafter", str(study.models / f"{preset}-assistant-f16.gguf")],
+                stdout=open(study.out / f"write-{preset}.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            ))
+        if study.drafter(preset, right=False).exists():
+            continue
+        jobs.append(subprocess.Popen(
+            [*writer, "--preset", preset, "--drafter", str(study.models / f"{preset}-assistant-random-f16.gguf"),
+             "--favour", str(FAVOUR), "--drafter-favour", "0"],
+            stdout=open(study.out / f"write-{preset}-random.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        ))
+    plain = study.target(study.presets[0], favoured=False)
+    if not plain.exists():
+        jobs.append(subprocess.Popen(
+            [*writer, "--preset", study.presets[0], "--out", str(plain.with_name(plain.name.replace("q4_0", "f16")))],
+            stdout=open(study.out / "write-plain.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        ))
+    build = start_build(study)
+    failed = [job.args for job in jobs if job.wait() != 0]
+    study.log(f"models written (F16), {len(failed)} writers failed")
+    if build.wait() != 0:
+        raise RuntimeError(f"build failed: see {study.out / 'build.log'}")
+    study.build = json.loads((study.out / "build_manifest.json").read_text())
+    study.log(f"build {study.build['backend']} {study.build.get('cuda_arch')} in {study.build['build_seconds']} s")
+    devices = subprocess.run([study.binary("llama-server"), "--list-devices"], capture_output=True, text=True)
+    (study.out / "list_devices.txt").write_text(devices.stdout + devices.stderr)
+    if failed:
+        raise RuntimeError(f"model writers failed: {failed}")
+    first = study.presets[0]
+    pairs = [(study.models / f"{first}-plain-f16.gguf", study.target(first, favoured=False))]
+    for preset in study.presets:
+        pairs += [
+            (study.models / f"{preset}-f16.gguf", study.target(preset)),
+            (study.models / f"{preset}-assistant-f16.gguf", study.drafter(preset)),
+            (study.models / f"{preset}-assistant-random-f16.gguf", study.drafter(preset, right=False)),
+        ]
+    for f16, q4 in pairs:
+        if f16.exists():
+            with open(study.out / f"quantize-{q4.stem}.log", "w") as log:
+                subprocess.run([study.binary("llama-quantize"), str(f16), str(q4), "Q4_0"],
+                               stdout=log, stderr=subprocess.STDOUT, check=True)
+            f16.unlink()
+    sizes = {path.name: path.stat().st_size for path in sorted(study.models.glob("*-q4_0.gguf"))}
+    (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
+    study.log(f"models: {sizes}")
+
+
+def bench(study: Study) -> None:
+    from provision.llama_bench import bench_args, run_llama_bench
+    from rigbench.profile import load_profile
+
+    args = bench_args(load_profile(PROFILE))
+    if study.placement:
+        args[args.index("-ot") + 1] = study.placement[1]
+    for preset in study.presets:
+        report = run_llama_bench(study.binary("llama-bench"), study.target(preset), args)
+        (study.out / f"bench-{preset}.json").write_text(json.dumps(report, indent=1))
+        study.state[f"tg128-{preset}"] = report["summary"].get("tg128")
+        study.log(f"llama-bench {preset}: {report['summary']}")
+    first = study.presets[0]
+    depths = "32768,120000" if study.scale >= 1 else "256"
+    report = run_llama_bench(study.binary("llama-bench"), study.target(first), [*args, "-d", depths],
+                             prompt_tokens=0, repetitions=2)
+    (study.out / f"bench-{first}-depth.json").write_text(json.dumps(report, indent=1))
+    study.log(f"llama-bench {first} at depth: {report['summary']}")
+
+
+def autotune(study: Study) -> None:
+    from rigbench.autotune import best_trial, run_autotune
+
+    preset = study.presets[0]
+    tg = study.state.get(f"tg128-{preset}")
+    out = study.out / "autotune"
+    base = study.rig_options("autotune", preset, [], user_steps=[1, 64], measure_seconds=study.window(8))
+    many = run_autotune(base, MANY_USER_TRIALS, out, bench_tg=tg)
+    run_autotune(replace(base, user_steps=[1]), ONE_USER_TRIALS, out, bench_tg=tg)
+    best = best_trial(many)
+    study.state["best"] = best.overrides if best else MANY_USER_TRIALS["bs"]
+    study.log(f"autotune best: {best.name if best else None} {study.state['best']}")
+    (study.out / "best.json").write_text(json.dumps({"name": best.name if best else None,
+                                                     "overrides": study.state["best"]}))
+
+
+def greedy_text(study: Study, target: Path, overrides: list[str], drafter: Path | None) -> dict:
+    """Greedy replies from a fresh server with these flags, plain and with a repeat penalty."""
+    from provision.local_server import LocalServer
+    from rigbench.profile import load_profile, merge_server_args
+
+    profile = load_profile(PROFILE)
+    args = merge_server_args(profile.server_args(target, drafter), [*study.placement, *overrides])
+    replies = {}
+    with LocalServer(study.binary("llama-server"), args, log_path=study.out / "greedy-server.log") as server:
+        for prompt in ("Write a function that reverses a list.", "Tell me a story about a lighthouse."):
+            # Random weights repeat a token under plain greedy decoding; the penalty makes the
+            # text vary (and, on the favoured target, makes the drafter right only sometimes),
+            # so a difference between settings would show.
+            for penalty in (1.0, 1.5):
+                body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 48, "temperature": 0,
+                        "ignore_eos": True, "cache_prompt": False, "repeat_penalty": penalty, "repeat_last_n": 64}
+                response = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+                response.raise_for_status()
+                data = response.json()
+                replies[f"{prompt} (repeat_penalty {penalty})"] = {
+                    "text": data["choices"][0]["message"]["content"], "timings": data.get("timings")}
+    return replies
+
+
+def greedy(study: Study) -> None:
+    """Greedy text must not change with the sampling place, the drafter or the kept flags."""
+    preset = study.presets[0]
+    base = ["--parallel", "4", "-kvu", "-c", "8192"]
+    bs = [*base, "--backend-sampling"]
+    plain, favoured, drafter = study.target(preset, favoured=False), study.target(preset), study.drafter(preset)
+    variants = {
+        "plain/cpu-sampling": (plain, base, None),
+        "plain/backend-sampling": (plain, bs, None),
+        "plain/cpu-sampling+drafter": (plain, base, drafter),
+        "plain/backend-sampling+drafter": (plain, bs, drafter),
+        "plain/best": (plain, study.state.get("best", base), None),
+        "favoured/cpu-sampling": (favoured, base, None),
+        "favoured/cpu-sampling+drafter": (favoured, base, drafter),
+        "favoured/backend-sampling+drafter": (favoured, bs, drafter),
+    }
+    results = {}
+    for name, (target, overrides, drafter_path) in variants.items():
+        try:
+            results[name] = greedy_text(study, target, overrides, drafter_path)
+        except Exception as error:  # noqa: BLE001 - a setting that fails is a finding
+            results[name] = {"error": str(error)[:500]}
+    texts = {name: [r["text"] for r in v.values()] for name, v in results.items() if "error" not in v}
+    summary = {name: text == texts.get(name.split("/")[0] + "/cpu-sampling") for name, text in texts.items()}
+    (study.out / "greedy.json").write_text(json.dumps({"identical_to_cpu_sampling": summary, "replies": results},
+                                                      indent=1))
+    study.state["drafter_with_backend_sampling"] = bool(summary.get("favoured/backend-sampling+drafter"))
+    study.log(f"greedy identical to CPU sampling: {summary}")
+
+
+def drafter_overrides(study: Study, n_max: int) -> list[str]:
+    flags = list(study.state.get("best", MANY_USER_TRIALS["bs"]))
+    if not study.state.get("drafter_with_backend_sampling", True) and "--backend-sampling" in flags:
+        flags.remove("--backend-sampling")
+    return [*flags, "--spec-draft-n-max", str(n_max)]
+
+
+def sweep(study: Study) -> None:
+    preset = study.presets[0]
+    best = study.state.get("best", MANY_USER_TRIALS["bs"])
+    study.local_run(study.rig_options(f"{preset}-best", preset, best))
+    for n_max in (1, 2, 3):
+        study.local_run(study.rig_options(f"{preset}-drafter{n_max}", preset, drafter_overrides(study, n_max),
+                                          no_drafter=False, drafter_path=study.drafter(preset)))
+    study.local_run(study.rig_options(f"{preset}-drafter2-random", preset, drafter_overrides(study, 2),
+                                      no_drafter=False, drafter_path=study.drafter(preset, right=False),
+                                      user_steps=[1, 64]))
+
+
+def second(study: Study) -> None:
+    if len(study.presets) < 2:
+        return
+    preset = study.presets[1]
+    best = study.state.get("best", MANY_USER_TRIALS["bs"])
+    study.local_run(study.rig_options(f"{preset}-best", preset, best))
+    study.local_run(study.rig_options(f"{preset}-drafter2", preset, drafter_overrides(study, 2),
+                                      no_drafter=False, drafter_path=study.drafter(preset)))
+
+
+def longctx(study: Study) -> None:
+    preset = study.presets[0]
+    depths = (0, 32768, 120000) if study.scale >= 1 else (0, 256)
+    for depth in depths:
+        long_run = depth >= 100000
+        study.local_run(study.rig_options(
+            f"{preset}-ctx{depth}", preset, ["--parallel", "1", "-c", "131072", "--backend-sampling"],
+            user_steps=[1], context_tokens=depth,
+            warmup_seconds=study.window(12 if long_run else 4),
+            measure_seconds=study.window(40 if long_run else 15),
+        ))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--presets", default="e2b,e4b")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every measured window")
+    parser.add_argument("--processes", type=int, default=4, help="load processes per run")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--phases", default=",".join(PHASES))
+    args = parser.parse_args(argv)
+    study = Study(args.out, args.presets.split(","), args.scale, args.processes, args.backend)
+    wanted = args.phases.split(",")
+    steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
+             "sweep": sweep, "second": second, "longctx": longctx}
+    for name in PHASES:
+        if name in wanted:
+            study.phase(name, lambda body=steps[name]: body(study))
+        if name == "models" and not study.build:
+            study.log("no build: stopping")
+            break
+    study.log("study done")
+    (args.out / "DONE").write_text("done\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

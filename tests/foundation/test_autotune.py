@@ -1,0 +1,58 @@
+"""rigbench autotune: the choice of the best trial, and real trials on the tiny local rig."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rigbench.autotune import TrialResult, best_trial, changes_sampling, run_autotune
+from rigbench.local_rig import LocalRigOptions
+
+
+def trial(name: str, aggregate: float | None, ratio: float | None, overrides=(), status="complete") -> TrialResult:
+    return TrialResult(
+        name=name,
+        overrides=list(overrides),
+        status=status,
+        started_at="2026-11-30T00:00:00+00:00",
+        aggregate_tok_s_at_max_users=aggregate,
+        one_user_vs_bench=ratio,
+    )
+
+
+def test_best_is_the_highest_aggregate_among_trials_that_keep_one_user_fast() -> None:
+    results = [
+        trial("fast-but-slow-alone", 2000, 0.85),
+        trial("kept", 1600, 0.91),
+        trial("lower", 1500, 0.95),
+        trial("failed", None, None, status="failed"),
+    ]
+    assert best_trial(results).name == "kept"
+    # nobody keeps 0.9 of llama-bench: the highest complete trial, rather than nothing
+    assert best_trial([trial("a", 900, 0.5), trial("b", 1000, 0.6)]).name == "b"
+    assert best_trial([trial("failed", None, None, status="failed")]) is None
+
+
+def test_a_trial_that_changes_every_requests_sampling_is_never_best() -> None:
+    greedy_only = trial("greedy-chain", 5000, 0.99, overrides=["--backend-sampling", "--samplers", "temperature"])
+    assert changes_sampling(greedy_only.overrides) and not changes_sampling(["--backend-sampling"])
+    assert best_trial([greedy_only, trial("bs", 1600, 0.92, ["--backend-sampling"])]).name == "bs"
+
+
+@pytest.mark.integration
+def test_autotune_records_every_trial_failures_included(tmp_path, llama_build) -> None:
+    base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    trials = {"profile": [], "two-slots": ["--parallel", "2"], "broken": ["--no-such-llama-flag"]}
+    results = run_autotune(base, trials, tmp_path, bench_tg=100.0)
+
+    lines = [json.loads(line) for line in (tmp_path / "autotune.jsonl").read_text().splitlines()]
+    assert [line["name"] for line in lines] == ["profile", "two-slots", "broken"]
+    assert [r.status for r in results] == ["complete", "complete", "failed"]
+    assert "--no-such-llama-flag" in results[2].error or "llama-server" in results[2].error
+    for result in results[:2]:
+        assert result.max_users == 2 and result.aggregate_tok_s_at_max_users > 0
+        assert result.one_user_server_tok_s > 0
+        assert result.one_user_vs_bench == pytest.approx(result.one_user_server_tok_s / 100.0)
+        assert result.one_user_client_tok_s > 0  # (tiny replies: too short to compare the two)
+    assert best_trial(results).name in {"profile", "two-slots"}
