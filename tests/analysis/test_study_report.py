@@ -1,0 +1,64 @@
+"""The GPU study report, rebuilt from the committed H200 study (real data) and from damaged copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.study_report import load_arms, write_study_report
+from rigbench.errors import AnalysisError
+
+STUDY = Path(__file__).resolve().parents[2] / "runs" / "gpu-h200-study-2026-11-30"
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    copy = tmp_path / "study"
+    shutil.copytree(STUDY, copy)
+    return copy
+
+
+def table_row(text: str, first_cell: str) -> list[str]:
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row starting {first_cell!r}")
+
+
+def test_report_figures_come_from_the_study_files(study: Path) -> None:
+    text = write_study_report(study).read_text()
+    bench = json.loads((study / "bench-e2b.json").read_text())["summary"]
+    models = json.loads((study / "models.json").read_text())
+
+    row = table_row(text, "e2b")
+    assert row[1] == f"{models['e2b-q4_0.gguf']:,}" and row[3] == f"{bench['tg128']:,.1f}"
+    assert "+0.05%" in text  # the synthetic E2B against the published file size
+    arms = load_arms(study)
+    assert {(a.preset, a.kind) for a in arms} >= {("e2b", "best"), ("e2b", "drafter3"), ("e4b", "drafter2"),
+                                                   ("e2b", "ctx120000")}
+    # long context: server decode at 120000 against llama-bench at the same depth, recomputed here
+    ctx = next(a for a in arms if a.depth == 120000)
+    depth = json.loads((study / "bench-e2b-depth.json").read_text())["summary"]["tg128@d120000"]
+    server = ctx.step(1)["server_tok_s"]["value"]
+    assert table_row(text, "120,000")[4] == f"{server / depth:,.2f}"
+    assert "within the 2% required" in text
+    assert (study / "plots" / "sweep_aggregate.png").stat().st_size > 1000
+
+
+def test_client_server_disagreement_is_reported(study: Path) -> None:
+    run = next(a for a in load_arms(study) if a.kind == "best" and a.preset == "e2b").path
+    summary = json.loads((run / "summary.json").read_text())
+    step = summary["runs"][0]["steps"][0]
+    step["client_tok_s"]["value"] = step["server_tok_s"]["value"] * 1.05
+    (run / "summary.json").write_text(json.dumps(summary))
+    text = write_study_report(study).read_text()
+    assert "largest gap 5.00%" in text and "OUTSIDE the 2% required" in text
+
+
+def test_a_folder_that_is_not_a_study_is_named(tmp_path: Path) -> None:
+    with pytest.raises(AnalysisError, match="build_manifest.json: missing"):
+        write_study_report(tmp_path)
