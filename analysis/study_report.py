@@ -196,10 +196,14 @@ def greedy_section(study: Path) -> list[str]:
                      sameness(texts, no_drafter) if has_plain else "-",
                      f"{accepted}/{drafted}" if drafted else "-"])
     errors = [f"- `{n}` failed: {replies[n]['error']}" for n in replies if "error" in replies[n]]
-    ties = data.get("tied_positions_cpu_sampling")
-    if ties is not None:
-        counted = ", ".join(f"{len(p)} ({prompt})" for prompt, p in ties.items())
-        errors.append(f"- Positions where the two best candidates were tied under CPU sampling: {counted}.")
+    if data.get("median_top2_margin_cpu_sampling") is not None:
+        errors.append(f"- Median log-probability margin between the two best candidates (CPU sampling): "
+                      f"{data['median_top2_margin_cpu_sampling']:.4f}.")
+    for name, prompts in (data.get("where_texts_part") or {}).items():
+        for prompt, where in prompts.items():
+            if where:
+                errors.append(f"- `{name}` parts from CPU sampling at token {where['token_index']} of '{prompt}', "
+                              f"where the two best candidates were {fmt(where['top2_margin'], 4)} apart.")
     return [
         "## 3. Greedy text under each setting", "",
         "Four greedy replies of 48 tokens per setting (two prompts, repeat_penalty 1.0 and 1.5; the penalty "
@@ -376,8 +380,11 @@ def write_study_report(study: Path | str) -> Path:
     """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path."""
     study = Path(study)
     arms = load_arms(study)
-    presets = list(dict.fromkeys(a.preset for a in arms if a.depth is None)) or ["e2b"]
+    benched = sorted(p.name[len("bench-"):-len(".json")] for p in study.glob("bench-*.json") if "-depth" not in p.name)
+    presets = list(dict.fromkeys([*(a.preset for a in arms if a.depth is None), *(a.preset for a in arms), *benched]))
     build = read_json(study / "build_manifest.json")
+    if not presets:
+        raise AnalysisError(f"{study}: no bench-*.json and no study runs to report on")
     devices = (study / "list_devices.txt").read_text().strip() if (study / "list_devices.txt").exists() else ""
     ceiling, benches = ceiling_section(study, presets)
     plots = draw_plots(arms, study / "plots")

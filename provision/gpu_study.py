@@ -286,15 +286,28 @@ def greedy_text(study: Study, target: Path, overrides: list[str], drafter: Path 
                 data = response.json()
                 reply = {"text": data["choices"][0]["message"]["content"], "timings": data.get("timings")}
                 if logprobs:
-                    reply["top2"] = [[c["logprob"] for c in item["top_logprobs"][:2]]
-                                     for item in (data["choices"][0].get("logprobs") or {}).get("content", [])]
+                    content = (data["choices"][0].get("logprobs") or {}).get("content", [])
+                    reply["tokens"] = [item["token"] for item in content]
+                    reply["top2"] = [[c["logprob"] for c in item["top_logprobs"][:2]] for item in content]
                 replies[f"{prompt} (repeat_penalty {penalty})"] = reply
     return replies
 
 
-def tied_positions(reply: dict) -> list[int]:
-    """Positions where the two best candidates had the same log-probability (a greedy tie)."""
-    return [i for i, pair in enumerate(reply.get("top2", [])) if len(pair) == 2 and pair[0] == pair[1]]
+def divergence(reference: dict, other: dict) -> dict | None:
+    """Where ``other``'s text first parts from ``reference`` (a reply with tokens and top-2
+    log-probabilities): the token index and how far apart the two best candidates were there."""
+    text_a, text_b = reference["text"], other["text"]
+    if text_a == text_b:
+        return None
+    shorter = min(len(text_a), len(text_b))
+    cut = next((i for i in range(shorter) if text_a[i] != text_b[i]), shorter)
+    length = 0
+    for index, token in enumerate(reference.get("tokens", [])):
+        length += len(token)
+        if length > cut:
+            pair = reference["top2"][index]
+            return {"token_index": index, "top2_margin": pair[0] - pair[1] if len(pair) == 2 else None}
+    return {"token_index": None, "top2_margin": None}
 
 
 def greedy(study: Study) -> None:
@@ -336,12 +349,22 @@ def greedy(study: Study) -> None:
         name: text == texts.get(name.replace("+drafter", ""))
         for name, text in texts.items() if name.endswith("cpu-sampling+drafter")
     }
-    ties = {prompt: tied_positions(reply) for prompt, reply in results.get("plain/cpu-sampling", {}).items()
-            if isinstance(reply, dict)}
+    # Random weights give a nearly flat next-token distribution: where two texts part, how close
+    # were the two best candidates (a log-probability margin near 0 means a rounding flip)?
+    cpu = results.get("plain/cpu-sampling", {})
+    partings = {
+        name: {prompt: divergence(cpu[prompt], reply) for prompt, reply in results[name].items()}
+        for name in ("plain/backend-sampling", "plain/many-users-profile")
+        if name in results and "error" not in results[name] and "error" not in cpu
+    }
+    margins = [pair[0] - pair[1] for reply in cpu.values() if isinstance(reply, dict)
+               for pair in reply.get("top2", []) if len(pair) == 2]
     (study.out / "greedy.json").write_text(json.dumps(
         {"same_text_as_cpu_sampling": same_as_cpu, "drafter_keeps_text": drafter_same,
-         "tied_positions_cpu_sampling": ties, "replies": results}, indent=1))
-    study.log(f"greedy text same as CPU sampling: {same_as_cpu}; drafter keeps text: {drafter_same}; ties: {ties}")
+         "where_texts_part": partings, "median_top2_margin_cpu_sampling": sorted(margins)[len(margins) // 2]
+         if margins else None, "replies": results}, indent=1))
+    study.log(f"greedy text same as CPU sampling: {same_as_cpu}; drafter keeps text: {drafter_same}; "
+              f"where texts part: {partings}")
 
 
 def drafter_arm(study: Study, preset: str, n_max: int, right: bool = True, **changes: object):

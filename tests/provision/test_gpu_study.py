@@ -1,0 +1,48 @@
+"""provision/gpu_study.py: the whole GPU study's plumbing, dry-run on the CPU with tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.study_report import write_study_report
+from provision.gpu_study import divergence
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_divergence_names_the_token_where_texts_part_and_the_margin_there() -> None:
+    reference = {"text": "ab cd ef", "tokens": ["ab", " cd", " ef"], "top2": [[-1, -2], [-1.0, -1.25], [-1, -3]]}
+    assert divergence(reference, {"text": "ab cd ef"}) is None
+    assert divergence(reference, {"text": "ab cX ef"}) == {"token_index": 1, "top2_margin": 0.25}
+    assert divergence(reference, {"text": "ab"})["token_index"] == 1  # a shorter text parts where it ends
+
+
+@pytest.mark.integration
+def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build) -> None:
+    out, cache = tmp_path / "study", tmp_path / "cache"
+    # the build is shared with the other tests (same key); only the models go to this cache
+    env = {**os.environ, "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    cache.mkdir()
+    (cache / "builds").symlink_to(Path(llama_build["binaries"]["llama-server"]).parents[3])
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "provision" / "gpu_study.py"), str(out), "--presets", "tiny-gemma4",
+         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "models,bench,greedy,longctx"],
+        capture_output=True, text=True, timeout=900, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
+    assert [(p["phase"], p["status"]) for p in phases if p["phase"] != "run"] == [
+        ("models", "ok"), ("bench", "ok"), ("greedy", "ok"), ("longctx", "ok")]
+    assert all(p["status"] == "complete" for p in phases if p["phase"] == "run")
+    assert json.loads((out / "batched-bench-tiny-gemma4-per-slot-kv.json").read_text())["summary"]["tg@4"] > 0
+    greedy = json.loads((out / "greedy.json").read_text())
+    assert set(greedy["same_text_as_cpu_sampling"]) >= {"plain/backend-sampling", "favoured/backend-sampling+drafter"}
+    assert greedy["median_top2_margin_cpu_sampling"] >= 0
+    text = write_study_report(out).read_text()
+    assert "## 1. llama-bench ceiling" in text and "## 6. Long context" in text
