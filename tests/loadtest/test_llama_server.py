@@ -100,21 +100,27 @@ def test_long_context_prefix_is_counted_exactly_by_the_server(llama_server) -> N
     assert record.ok and record.prompt_tokens > 300 and record.context_tokens == 300
 
 
-def test_long_context_sweep_records_the_exact_prefix_length(llama_server, tmp_path: Path) -> None:
+def sweep_tiny_server(server, tmp_path: Path, name: str, settings: LoadSettings):
+    """A sweep against the session's tiny llama-server; returns (run, final manifest)."""
     profile = load_profile("tiny")
-    settings = LoadSettings(
-        user_steps=[1], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=4, ignore_eos=True, context_tokens=200
-    )
     manifest = RunManifest(
-        run_id=new_run_id("ctx"),
+        run_id=new_run_id(name),
         created_at=utc_now(),
         profile=profile.name,
         load=settings,
-        server=ServerInfo(args=[], host="127.0.0.1", port=llama_server.port, parallel_slots=4),
+        server=ServerInfo(args=[], host="127.0.0.1", port=server.port, parallel_slots=4),
     )
     run = RunDir.create(tmp_path, manifest)
-    result = run_sweep(run, llama_server.base_url, profile=profile, settings=settings, progress=False)
+    result = run_sweep(run, server.base_url, profile=profile, settings=settings, progress=False)
     assert result.status == "complete", result.status_detail
+    return run, result
+
+
+def test_long_context_sweep_records_the_exact_prefix_length(llama_server, tmp_path: Path) -> None:
+    settings = LoadSettings(
+        user_steps=[1], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=4, ignore_eos=True, context_tokens=200
+    )
+    run, result = sweep_tiny_server(llama_server, tmp_path, "ctx", settings)
     assert [s.context_tokens for s in result.steps] == [200]
     records = run.read_records()
     assert records and all(r.ok and r.context_tokens == 200 for r in records)
@@ -127,21 +133,11 @@ def test_long_context_with_load_processes_records_each_step_once(llama_server, t
     # Locust's master resets the shape's clock twice; a controller whose set-up waits on the
     # server (the context prefix is cut with /tokenize) must not leave two schedules running
     # (seen on the H200: every long-context step recorded twice).
-    profile = load_profile("tiny")
     settings = LoadSettings(
         user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.0, max_tokens=4, ignore_eos=True,
         context_tokens=150, processes=2,
     )
-    manifest = RunManifest(
-        run_id=new_run_id("ctx-procs"),
-        created_at=utc_now(),
-        profile=profile.name,
-        load=settings,
-        server=ServerInfo(args=[], host="127.0.0.1", port=llama_server.port, parallel_slots=4),
-    )
-    run = RunDir.create(tmp_path, manifest)
-    result = run_sweep(run, llama_server.base_url, profile=profile, settings=settings, progress=False)
-    assert result.status == "complete", result.status_detail
+    run, result = sweep_tiny_server(llama_server, tmp_path, "ctx-procs", settings)
     assert [(s.index, s.context_tokens) for s in result.steps] == [(0, 150), (1, 150)]
     boundaries = [(t.step, t.boundary) for t in run.read_telemetry()]
     assert sorted(boundaries) == sorted(set(boundaries)), boundaries
