@@ -368,7 +368,8 @@ def draw_plots(arms: list[Arm], out: Path) -> list[str]:
         axes.set_xlabel("concurrent users")
         axes.set_ylabel(ylabel)
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=7)
+        if axes.get_lines():
+            axes.legend(fontsize=7)
         figure.tight_layout()
         figure.savefig(out / filename)
         plt.close(figure)
