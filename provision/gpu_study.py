@@ -61,13 +61,17 @@ MANY_USER_TRIALS: dict[str, list[str]] = {
 # Trials at one user only, on the single-user profile.
 ONE_USER_TRIALS: dict[str, list[str]] = {"profile": []}
 BATCHED_PARALLEL = [1, 2, 4, 8, 16, 32, 64]
+RUN_OVERHEAD_SECONDS = 20  # server start, load processes, report (measured 10-25 s on the H200)
+MIN_PHASE_SECONDS = 30
 
 
 class Study:
     """Paths, logging and the phase log of one study run."""
 
-    def __init__(self, out: Path, presets: list[str], scale: float, processes: int, backend: str):
+    def __init__(self, out: Path, presets: list[str], scale: float, processes: int, backend: str,
+                 deadline_seconds: float | None = None):
         self.out = out
+        self.deadline_seconds = deadline_seconds
         self.presets = presets
         self.scale = scale
         self.processes = processes
@@ -109,6 +113,10 @@ class Study:
         return max(0.5, seconds * self.scale)
 
     def phase(self, name: str, body: Callable[[], None]) -> None:
+        if self.seconds_left() < MIN_PHASE_SECONDS:
+            self.log(f"phase {name} skipped: {self.seconds_left():.0f} s left before the deadline")
+            self.record(name, status="skipped", seconds=0)
+            return
         self.log(f"phase {name} begins")
         began = time.monotonic()
         try:
@@ -138,10 +146,22 @@ class Study:
         )
         return replace(options, **changes)
 
+    def seconds_left(self) -> float:
+        if self.deadline_seconds is None:
+            return float("inf")
+        return self.deadline_seconds - (time.monotonic() - self.started)
+
     def local_run(self, options) -> str | None:
         from rigbench.errors import RigbenchError
         from rigbench.local_rig import run_local_rig
 
+        # A lease ends at a fixed time: a run that cannot finish before the deadline is skipped
+        # (and said so), so the study still ends with every finished run intact.
+        needed = len(options.user_steps) * (options.warmup_seconds + options.measure_seconds) + RUN_OVERHEAD_SECONDS
+        if needed > self.seconds_left():
+            self.log(f"run {options.label} skipped: needs ~{needed:.0f} s, {self.seconds_left():.0f} s left")
+            self.record("run", label=options.label, status="skipped", error="deadline")
+            return None
         began = time.monotonic()
         try:
             report = run_local_rig(options)
@@ -411,8 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=4, help="load processes per run")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds from start after which no run or phase begins that cannot end in time")
     args = parser.parse_args(argv)
-    study = Study(args.out, args.presets.split(","), args.scale, args.processes, args.backend)
+    study = Study(args.out, args.presets.split(","), args.scale, args.processes, args.backend, args.deadline)
     wanted = args.phases.split(",")
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
              "sweep": sweep, "second": second, "longctx": longctx}

@@ -46,3 +46,22 @@ def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build
     assert greedy["median_top2_margin_cpu_sampling"] >= 0
     text = write_study_report(out).read_text()
     assert "## 1. llama-bench ceiling" in text and "## 6. Long context" in text
+
+
+def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from provision.gpu_study import Study
+
+    monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
+    study = Study(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", deadline_seconds=50)
+    run = SimpleNamespace(user_steps=[1, 64], warmup_seconds=3, measure_seconds=15, label="e2b-best")
+    assert study.local_run(run) is None  # 2 x 18 s + 20 s of start-up and report > 50 s left: not started
+    called = []
+    study.phase("bench", lambda: called.append(1))
+    study.deadline_seconds = 10
+    study.phase("sweep", lambda: called.append(2))
+    assert called == [1]
+    lines = [json.loads(line) for line in (tmp_path / "out" / "phases.jsonl").read_text().splitlines()]
+    assert [(line["phase"], line["status"]) for line in lines][-1] == ("sweep", "skipped")
+    assert "skipped" in (tmp_path / "out" / "study.log").read_text()
