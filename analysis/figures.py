@@ -210,17 +210,22 @@ def step_figures(frame: pd.DataFrame, index: int, users: int, context: int, star
     )
 
 
-def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | None:
-    """Tokens/s from the server's own counter over the step's measured window, if recorded."""
+def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -> float | None:
+    """A server counter's rate (per second) over the step's measured window, if recorded."""
     at = {
         snap.boundary: snap
         for snap in telemetry
-        if snap.step == index and snap.error is None and TOKENS_COUNTER in snap.metrics
+        if snap.step == index and snap.error is None and counter in snap.metrics
     }
     start, end = at.get("measure"), at.get("end")
     if start is None or end is None or end.taken_at <= start.taken_at:
         return None
-    return (end.metrics[TOKENS_COUNTER] - start.metrics[TOKENS_COUNTER]) / (end.taken_at - start.taken_at)
+    return (end.metrics[counter] - start.metrics[counter]) / (end.taken_at - start.taken_at)
+
+
+def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | None:
+    """Tokens/s from the server's own counter over the step's measured window, if recorded."""
+    return counter_rate(telemetry, index, TOKENS_COUNTER)
 
 
 def typical_request_seconds(records: pd.DataFrame, max_tokens: int | None) -> float | None:

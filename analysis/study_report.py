@@ -265,6 +265,62 @@ def sweep_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
     return lines
 
 
+DECODE_COUNTER = "llamacpp:n_decode_total"
+
+
+def decode_steps(run: Path) -> dict[int, float]:
+    """users -> llama-server decode calls per second over each step's measured window."""
+    from analysis.figures import counter_rate
+    from rigbench.rundir import RunDir
+
+    run_dir = RunDir(run)
+    telemetry = run_dir.read_telemetry()
+    rates = {}
+    for step in run_dir.read_manifest().steps:
+        rate = counter_rate(telemetry, step.index, DECODE_COUNTER)
+        if rate:
+            rates[step.users] = rate
+    return rates
+
+
+def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+def decode_step_section(arms: list[Arm]) -> list[str]:
+    """How long one decode call of llama-server takes as users are added (from /metrics)."""
+    lines = []
+    for arm in arms:
+        if arm.kind != "best":
+            continue
+        rates = decode_steps(arm.path)
+        if not rates:
+            continue
+        rows, points = [], []
+        for users, rate in sorted(rates.items()):
+            aggregate = value(arm.step(users), "aggregate_tok_s")
+            step_ms = 1000 / rate
+            points.append((users, step_ms))
+            rows.append([users, fmt(rate), fmt(step_ms, 2), fmt(aggregate / rate, 1) if aggregate else "-"])
+        slope = least_squares_slope(points)
+        lines += [f"### {arm.preset}", "", tabulate(rows, ["users", "decode calls/s", "ms per decode call",
+                                                            "tokens per call (aggregate / calls)"], "github"), "",
+                  f"Least-squares slope: {fmt(slope, 3)} ms more per decode call for each added user.", ""]
+    if not lines:
+        return []
+    return ["## 4a. What grows with users: llama-server's decode call", "",
+            "From the server's `n_decode_total` counter over each measured window (prompt calls "
+            "included). One call decodes a token for every busy slot and reads the weights once, so "
+            "time that grows with every added sequence is per-sequence work: attention over its own "
+            "context, sampling, and the server's per-token handling. llama-batched-bench (same kernels, "
+            "no sampling, no server) separates the GPU's share.", "", *lines]
+
+
 def drafter_section(arms: list[Arm]) -> list[str]:
     rows = []
     for preset in dict.fromkeys(a.preset for a in arms):
@@ -399,7 +455,8 @@ def write_study_report(study: Path | str) -> Path:
         "shapes and kernels, not on weight values; quality is not measured here.", "",
         *ceiling, *autotune_section(study, benches[presets[0]].get("tg128")), *greedy_section(study),
         *sweep_section(arms, benches), *(f"![{p}](plots/{p})" for p in plots), "",
-        *drafter_section(arms), *long_context_section(arms, study, presets), *seed_section(arms, benches),
+        *decode_step_section(arms), *drafter_section(arms), *long_context_section(arms, study, presets),
+        *seed_section(arms, benches),
     ]
     report = study / "REPORT.md"
     report.write_text("\n".join(lines) + "\n")

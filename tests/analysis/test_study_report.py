@@ -62,3 +62,21 @@ def test_client_server_disagreement_is_reported(study: Path) -> None:
 def test_a_folder_that_is_not_a_study_is_named(tmp_path: Path) -> None:
     with pytest.raises(AnalysisError, match="build_manifest.json: missing"):
         write_study_report(tmp_path)
+
+
+def test_decode_call_time_per_user_count_comes_from_the_server_counter(study: Path) -> None:
+    from analysis.study_report import decode_steps, least_squares_slope
+    from rigbench.rundir import RunDir
+
+    arm = next(a for a in load_arms(study) if a.kind == "best" and a.preset == "e2b")
+    rates = decode_steps(arm.path)
+    assert sorted(rates) == [1, 2, 4, 8, 16, 32, 64]
+    # recompute one step by hand from telemetry.jsonl: decode calls between "measure" and "end"
+    snaps = {(t.step, t.boundary): t for t in RunDir(arm.path).read_telemetry()}
+    start, end = snaps[(6, "measure")], snaps[(6, "end")]
+    by_hand = (end.metrics["llamacpp:n_decode_total"] - start.metrics["llamacpp:n_decode_total"]) / (
+        end.taken_at - start.taken_at)
+    assert rates[64] == pytest.approx(by_hand)
+    assert least_squares_slope([(1, 1.0), (2, 3.0), (3, 5.0)]) == pytest.approx(2.0)
+    assert least_squares_slope([(1, 1.0)]) is None
+    assert "ms more per decode call for each added user" in write_study_report(study).read_text()
