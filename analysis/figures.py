@@ -281,7 +281,14 @@ def run_figures(run: LoadedRun) -> RunFigures:
     if stray:
         warnings.append(f"{stray} record(s) tagged with a step the manifest does not list; ignored")
     steps = []
+    seen: set[int] = set()
     for window in manifest.steps:
+        if window.index in seen:
+            # Written by rigbench before the sweep controller kept each boundary once (a Locust
+            # master with a long context could run two schedules): the first window stands.
+            warnings.append(f"step {window.index} ({window.users} users) recorded twice; the first window is used")
+            continue
+        seen.add(window.index)
         if window.measure_end is None or window.measure_end <= window.measure_start:
             warnings.append(f"step {window.index} ({window.users} users) has no closed measured window; left out")
             continue

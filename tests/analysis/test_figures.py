@@ -165,3 +165,13 @@ def test_a_window_with_fewer_completions_than_users_is_warned_with_the_server_co
     # median e2e of the finished requests: (4.51 + 8.51) / 2 = 6.51 s -> at least ceil(13.02) = 14 s
     assert "one takes ~6.5 s" in warning and "measure at least ~14 s" in warning
     assert "server counter 1.5 tok/s (it counts finished requests only" in warning
+
+
+def test_a_step_window_recorded_twice_counts_once_with_a_warning(kit):
+    # runs written before the controller kept each boundary once carry the step twice
+    t0 = kit.T0
+    steps = [kit.window(0, 1), kit.window(0, 1, start=t0 + 100.2, end=t0 + 110)]
+    shards = {"p0": [kit.record("a", t_start=t0 + 101), kit.record("b", t_start=t0 + 104)]}
+    figures = run_figures(load_run(kit.make_run("r1", steps, shards)))
+    assert len(figures.steps) == 1 and figures.steps[0].ok == 2
+    assert any("step 0 (1 users) recorded twice" in w for w in figures.warnings)
