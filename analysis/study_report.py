@@ -35,7 +35,9 @@ SEED_L4 = {
     "e2b_file_bytes": 3_349_516_256,
 }
 CLIENT_SERVER_TOLERANCE = 0.02
-ARM = re.compile(r"^(?P<preset>[a-z0-9-]+?)-(?P<kind>best|drafter(?P<n>\d)(?P<random>-random)?|ctx(?P<depth>\d+))$")
+ARM = re.compile(
+    r"^(?P<preset>[a-z0-9-]+?)-(?P<kind>best|profile|drafter(?P<n>\d)(?P<random>-random)?|ctx(?P<depth>\d+))$"
+)
 
 
 @dataclass
@@ -91,7 +93,7 @@ def load_arms(study: Path) -> list[Arm]:
         arms.append(Arm(
             path=manifest_path.parent,
             preset=match["preset"],
-            kind=match["kind"],
+            kind="base" if match["kind"] in ("best", "profile") else match["kind"],  # the no-drafter line
             draft_n=int(match["n"]) if match["n"] else None,
             random_drafter=bool(match["random"]),
             depth=int(match["depth"]) if match["depth"] else None,
@@ -116,7 +118,8 @@ def serving_flags(args: list[str]) -> str:
 
 
 def ceiling_section(study: Path, presets: list[str]) -> tuple[list[str], dict[str, dict]]:
-    benches = {p: read_json(study / f"bench-{p}.json")["summary"] for p in presets}
+    benches = {p: read_json(study / f"bench-{p}.json")["summary"] if (study / f"bench-{p}.json").exists() else {}
+               for p in presets}
     depth_path = study / f"bench-{presets[0]}-depth.json"
     depth = read_json(depth_path)["summary"] if depth_path.exists() else {}
     models = read_json(study / "models.json")
@@ -132,8 +135,11 @@ def ceiling_section(study: Path, presets: list[str]) -> tuple[list[str], dict[st
     if depth:
         cells = ", ".join(f"{k.split('@d')[1]} tokens ahead: {v:,.1f}" for k, v in depth.items())
         lines.append(f"tg128 of {presets[0]} at depth (llama-bench `-d`): {cells}.")
-    command = read_json(study / f"bench-{presets[0]}.json")["command"]
-    lines += ["", f"llama-bench flags (the profile's, translated): `{serving_flags(command[1:])}`", ""]
+    if (study / f"bench-{presets[0]}.json").exists():
+        command = read_json(study / f"bench-{presets[0]}.json")["command"]
+        lines += ["", f"llama-bench flags (the profile's, translated): `{serving_flags(command[1:])}`", ""]
+    else:
+        lines += ["", f"(no llama-bench figures for {presets[0]} in this study)", ""]
     return lines, benches
 
 
@@ -153,17 +159,20 @@ def autotune_section(study: Path, tg128: float | None) -> list[str]:
             fmt(t.get("one_user_client_tok_s")), fmt(ratio, 3), fmt(agg) if many else "-",
             fmt(agg / one_user, 2) if many and agg and one_user else "-",
         ])
-    best = json.loads((study / "best.json").read_text()) if (study / "best.json").exists() else {}
-    return [
+    lines = [
         "## 2. What limits llama-server: autotune trials (every trial kept in autotune/autotune.jsonl)", "",
-        f"Each trial: the E2B profile's line plus the flags shown, a fresh server, 1 user then 64 users "
-        f"(the `-p1` trials: 1 user only). One-user speed is llama-server's own decode rate "
-        f"(`timings.predicted_per_second`, median over requests) against llama-bench tg128 ({fmt(tg128)}).", "",
+        "Each trial: a profile's serving line plus the flags shown (each run directory has the whole "
+        "line), a fresh server, 1 user then 64 users (trials with one user only leave the 64-user "
+        "columns empty). One-user speed is llama-server's own decode rate (`timings.predicted_per_second`, "
+        f"median over requests) against llama-bench tg128 ({fmt(tg128)}).", "",
         tabulate(rows, ["trial", "flags added", "status", "1 user server tok/s", "1 user client tok/s",
-                        "1 user / tg128", "64-user aggregate tok/s", "64 users / 1 user (server)"], "github"),
-        "", f"The study's automatic pick for the sweeps below: `{best.get('name')}` "
-        f"(`{' '.join(best.get('overrides', []))}`).", "",
+                        "1 user / tg128", "64-user aggregate tok/s", "64 users / 1 user (server)"], "github"), "",
     ]
+    if (study / "best.json").exists():  # studies that chose the sweeps' flags by autotune
+        best = json.loads((study / "best.json").read_text())
+        lines += [f"The study's automatic pick for the sweeps below: `{best.get('name')}` "
+                  f"(`{' '.join(best.get('overrides', []))}`).", ""]
+    return lines
 
 
 def greedy_section(study: Path) -> list[str]:
@@ -177,7 +186,7 @@ def greedy_section(study: Path) -> list[str]:
     for name in names:
         target, setting = name.split("/", 1)
         base = f"{target}/cpu-sampling" + ("+drafter" if "+drafter" in setting else "")
-        reference[name] = base if base != name and base in replies else None
+        reference[name] = base if base != name and base in names else None
     def texts_of(name: str) -> list[str]:
         return [r["text"] for r in replies[name].values()]
 
@@ -256,7 +265,7 @@ def sweep_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
     for arm in arms:
         if arm.depth is not None:
             continue
-        title = f"### {arm.preset} " + ("without drafter" if arm.kind == "best" else
+        title = f"### {arm.preset} " + ("without drafter" if arm.kind == "base" else
                                          f"with drafter, {arm.draft_n} drafted token(s)"
                                          + (" (a drafter that is almost never right)" if arm.random_drafter else ""))
         lines += [title, "", f"Run `{arm.path.name}`; server: `{serving_flags(arm.server_args)}`", "",
@@ -296,7 +305,7 @@ def decode_step_section(arms: list[Arm]) -> list[str]:
     """How long one decode call of llama-server takes as users are added (from /metrics)."""
     lines = []
     for arm in arms:
-        if arm.kind != "best":
+        if arm.kind != "base":
             continue
         rates = decode_steps(arm.path)
         if not rates:
@@ -324,7 +333,7 @@ def decode_step_section(arms: list[Arm]) -> list[str]:
 def drafter_section(arms: list[Arm]) -> list[str]:
     rows = []
     for preset in dict.fromkeys(a.preset for a in arms):
-        base = next((a for a in arms if a.preset == preset and a.kind == "best"), None)
+        base = next((a for a in arms if a.preset == preset and a.kind == "base"), None)
         for arm in arms:
             if arm.preset != preset or arm.draft_n is None:
                 continue
@@ -358,7 +367,8 @@ def long_context_section(arms: list[Arm], study: Path, presets: list[str]) -> li
         return []
     depth_path = study / f"bench-{presets[0]}-depth.json"
     bench = read_json(depth_path)["summary"] if depth_path.exists() else {}
-    tg0 = read_json(study / f"bench-{presets[0]}.json")["summary"].get("tg128")
+    first_bench = study / f"bench-{presets[0]}.json"
+    tg0 = read_json(first_bench)["summary"].get("tg128") if first_bench.exists() else None
     base = value(ctx[0].step(1), "server_tok_s")
     rows = []
     for arm in ctx:
@@ -383,7 +393,7 @@ def long_context_section(arms: list[Arm], study: Path, presets: list[str]) -> li
 
 
 def seed_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
-    e2b = next((a for a in arms if a.preset == "e2b" and a.kind == "best"), None)
+    e2b = next((a for a in arms if a.preset == "e2b" and a.kind == "base"), None)
     e4b_d = next((a for a in arms if a.preset == "e4b" and a.draft_n == 2 and not a.random_drafter), None)
     rows = []
     if e2b:
@@ -416,7 +426,7 @@ def draw_plots(arms: list[Arm], out: Path) -> list[str]:
                 continue
             points = [(s["users"], value(s, key)) for s in arm.steps if value(s, key)]
             if points:
-                label = f"{arm.preset} " + ("no drafter" if arm.kind == "best" else f"drafter {arm.draft_n}"
+                label = f"{arm.preset} " + ("no drafter" if arm.kind == "base" else f"drafter {arm.draft_n}"
                                              + (" (random)" if arm.random_drafter else ""))
                 axes.plot(*zip(*points, strict=True), marker="o", label=label)
         axes.set_xscale("log", base=2)
@@ -437,8 +447,11 @@ def write_study_report(study: Path | str) -> Path:
     """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path."""
     study = Path(study)
     arms = load_arms(study)
+    settings = study / "study.json"
     benched = sorted(p.name[len("bench-"):-len(".json")] for p in study.glob("bench-*.json") if "-depth" not in p.name)
-    presets = list(dict.fromkeys([*(a.preset for a in arms if a.depth is None), *(a.preset for a in arms), *benched]))
+    declared = read_json(settings)["presets"] if settings.exists() else []
+    presets = list(dict.fromkeys([*declared, *(a.preset for a in arms if a.depth is None),
+                                  *(a.preset for a in arms), *benched]))
     build = read_json(study / "build_manifest.json")
     if not presets:
         raise AnalysisError(f"{study}: no bench-*.json and no study runs to report on")

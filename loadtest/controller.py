@@ -132,11 +132,13 @@ class SweepController:
         if self.run is None:
             return
         self.run.append_telemetry(snapshot)
-        self.recorded.add((index, boundary))  # after the write: a controller killed mid-scrape wrote nothing
         if boundary == "start":
             self._open_step(t0, index, stage)
         elif boundary == "end":
             self._close_step(index, t0 + elapsed, cpu)
+        # Only once written: a controller killed mid-scrape, or a close that failed, leaves the
+        # boundary to its successor or to finish().
+        self.recorded.add((index, boundary))
 
     def _open_step(self, t0: float, index: int, stage: Stage) -> None:
         assert self.run is not None

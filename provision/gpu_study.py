@@ -141,7 +141,7 @@ class Study:
             model_path=self.target(preset),
             no_drafter=True,
             processes=self.processes,
-            server_overrides=[*self.placement, *overrides],
+            server_overrides=[*overrides, *self.placement],
             label=label,
         )
         return replace(options, **changes)
@@ -168,7 +168,9 @@ class Study:
             self.log(f"run {options.label}: {report.parent.name} in {time.monotonic() - began:.0f} s")
             self.record("run", label=options.label, run=report.parent.name, status="complete")
             return str(report.parent)
-        except RigbenchError as error:
+        except Exception as error:  # noqa: BLE001 - one broken run must not end the phase
+            if not isinstance(error, RigbenchError):
+                (self.out / f"error-run-{options.label}.txt").write_text(traceback.format_exc())
             self.log(f"run {options.label} failed: {str(error)[:300]}")
             self.record("run", label=options.label, status="failed", error=str(error)[:500])
             return None
@@ -180,6 +182,14 @@ def start_build(study: Study) -> subprocess.Popen:
         stdout=open(study.out / "build_manifest.json", "w"),  # noqa: SIM115 - owned by the child
         stderr=open(study.out / "build.log", "w"),  # noqa: SIM115
     )
+
+
+def use_cached_build(study: Study) -> None:
+    """--phases without models: the build of this card (from the cache when it is there)."""
+    from provision.llamacpp_build import build
+
+    study.build = build(backend=study.backend)
+    (study.out / "build_manifest.json").write_text(json.dumps(study.build, indent=1))
 
 
 def write_models(study: Study) -> None:
@@ -216,8 +226,6 @@ def write_models(study: Study) -> None:
     study.log(f"build {study.build['backend']} {study.build.get('cuda_arch')} in {study.build['build_seconds']} s")
     devices = subprocess.run([study.binary("llama-server"), "--list-devices"], capture_output=True, text=True)
     (study.out / "list_devices.txt").write_text(devices.stdout + devices.stderr)
-    if failed:
-        raise RuntimeError(f"model writers failed: {failed}")
     first = study.presets[0]
     pairs = [(study.models / f"{first}-plain-f16.gguf", study.target(first, favoured=False))]
     for preset in study.presets:
@@ -235,6 +243,8 @@ def write_models(study: Study) -> None:
     sizes = {path.name: path.stat().st_size for path in sorted(study.models.glob("*-q4_0.gguf"))}
     (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
     study.log(f"models: {sizes}")
+    if failed:  # what was written is quantized and kept; the runs that need the rest fail on their own
+        raise RuntimeError(f"model writers failed: {failed}")
 
 
 def bench(study: Study) -> None:
@@ -259,8 +269,10 @@ def bench(study: Study) -> None:
     many = merge_server_args(load_profile(MANY_PROFILE).server.args, study.placement)
     for name, extra in (("per-slot-kv", []), ("unified-kv", ["-kvu"])):
         parallel = BATCHED_PARALLEL if study.scale >= 1 else [1, 4]
+        # a CPU dry run leaves a core to llama.cpp's logger thread (see run_batched_bench)
+        threads = ["-t", "1", "-tb", "1"] if study.placement else []
         report = run_batched_bench(study.binary("llama-batched-bench"), study.target(first),
-                                   [*batched_bench_args(many), *extra], parallel)
+                                   [*batched_bench_args(many), *extra, *threads], parallel)
         (study.out / f"batched-bench-{first}-{name}.json").write_text(json.dumps(report, indent=1))
         study.log(f"llama-batched-bench {first} {name}: {report['summary']}")
 
@@ -289,7 +301,7 @@ def greedy_text(study: Study, target: Path, overrides: list[str], drafter: Path 
 
     profile = load_profile(PROFILE)
     line = [token for token in profile.server_args(target, drafter) if token != "--backend-sampling"]
-    args = merge_server_args(line, [*study.placement, *overrides])
+    args = merge_server_args(line, [*overrides, *study.placement])
     replies = {}
     with LocalServer(study.binary("llama-server"), args, log_path=study.out / "greedy-server.log") as server:
         for prompt in ("Write a function that reverses a list.", "Tell me a story about a lighthouse."):
@@ -332,12 +344,13 @@ def divergence(reference: dict, other: dict) -> dict | None:
 
 def greedy(study: Study) -> None:
     """Greedy text must not change with the sampling place, the drafter or the kept flags."""
-    from rigbench.profile import load_profile
+    from rigbench.profile import load_profile, split_flags
 
     preset = study.presets[0]
     base = ["--parallel", "4", "-kvu", "-c", "8192"]
     bs = [*base, "--backend-sampling"]
-    many = [*load_profile(MANY_PROFILE).server.args]
+    # the many-users line's flags; its tensor placement stays the study's (a CPU dry run has no CUDA0)
+    many = [t for g in split_flags(load_profile(MANY_PROFILE).server.args) if g[0] != "-ot" for t in g]
     plain, favoured, drafter = study.target(preset, favoured=False), study.target(preset), study.drafter(preset)
     variants = {
         "plain/cpu-sampling": (plain, base, None),
@@ -396,7 +409,7 @@ def drafter_arm(study: Study, preset: str, n_max: int, right: bool = True, **cha
 def sweep(study: Study) -> None:
     """The many-users profile as shipped, then the drafter on the same line."""
     preset = study.presets[0]
-    study.local_run(study.rig_options(f"{preset}-best", preset, []))
+    study.local_run(study.rig_options(f"{preset}-profile", preset, []))
     for n_max in (1, 2, 3):
         study.local_run(drafter_arm(study, preset, n_max))
     study.local_run(drafter_arm(study, preset, 2, right=False, user_steps=[1, 64]))
@@ -406,7 +419,7 @@ def second(study: Study) -> None:
     if len(study.presets) < 2:
         return
     preset = study.presets[1]
-    study.local_run(study.rig_options(f"{preset}-best", preset, []))
+    study.local_run(study.rig_options(f"{preset}-profile", preset, []))
     study.local_run(drafter_arm(study, preset, 2))
 
 
@@ -438,15 +451,19 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.phases.split(",")
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
              "sweep": sweep, "second": second, "longctx": longctx}
+    (args.out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
+    if "models" not in wanted:
+        study.phase("build", lambda: use_cached_build(study))
     for name in PHASES:
         if name in wanted:
             study.phase(name, lambda body=steps[name]: body(study))
-        if name == "models" and not study.build:
+        if not study.build:
             study.log("no build: stopping")
             break
-    study.log("study done")
-    (args.out / "DONE").write_text("done\n")
-    return 0
+    failed = [line for line in (args.out / "phases.jsonl").read_text().splitlines() if '"failed"' in line]
+    study.log(f"study done, {len(failed)} failure(s)")
+    (args.out / "DONE").write_text("done\n")  # the lease's poller waits for this file either way
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ SAMPLING_CHAIN_FLAGS = frozenset({"--samplers", "--sampling-seq", "--sampler-seq
 
 
 def changes_sampling(overrides: list[str]) -> bool:
-    return any(token in SAMPLING_CHAIN_FLAGS for token in overrides)
+    # llama.cpp reads "--sampler_seq" as "--sampler-seq"; "--samplers=top_k" carries its value
+    return any(token.split("=", 1)[0].replace("_", "-") in SAMPLING_CHAIN_FLAGS for token in overrides)
 
 
 def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
@@ -92,7 +93,11 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
         r for r in results
         if r.status == "complete" and r.aggregate_tok_s_at_max_users and not changes_sampling(r.overrides)
     ]
-    eligible = [r for r in complete if r.one_user_vs_bench is None or r.one_user_vs_bench >= min_one_user_vs_bench]
+    eligible = [
+        r for r in complete
+        if (r.one_user_vs_bench is None and r.bench_tg is None)  # no ceiling given: nothing to keep
+        or (r.one_user_vs_bench is not None and r.one_user_vs_bench >= min_one_user_vs_bench)
+    ]
     pool = eligible or complete
     return max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
 

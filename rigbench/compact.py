@@ -23,6 +23,9 @@ LOG_FILES = ("llama-server.log", "locust.log")
 def gzip_file(path: Path) -> Path:
     """``path`` -> ``path.gz`` (mtime kept, written beside then renamed, original removed)."""
     target = path.with_name(path.name + ".gz")
+    if target.exists():
+        # e.g. a resumed run compacted twice with a shard of the same name: never overwrite records
+        raise RunDirError(f"{target} already exists beside {path.name}; move one aside, nothing was changed")
     partial = target.with_name(target.name + ".part")
     with open(path, "rb") as source, gzip.GzipFile(partial, "wb", mtime=int(path.stat().st_mtime)) as sink:
         shutil.copyfileobj(source, sink)
@@ -37,11 +40,11 @@ def compact_run(path: Path | str) -> list[Path]:
     manifest = run.read_manifest()  # validates: not a run directory -> a clear error
     if manifest.status == "running":
         raise RunDirError(f"{run.path}: status is 'running'; compact a run only after it has ended")
-    written = []
-    for shard in sorted((run.path / "records").glob("*.jsonl")):
-        written.append(gzip_file(shard))
-    for name in LOG_FILES:
-        if (run.path / name).exists():
-            written.append(gzip_file(run.path / name))
+    sources = sorted((run.path / "records").glob("*.jsonl"))
+    sources += [run.path / name for name in LOG_FILES if (run.path / name).exists()]
+    clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
+    if clashes:  # checked before anything is written, so a refused run is left exactly as it was
+        raise RunDirError(f"{run.path}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")
+    written = [gzip_file(source) for source in sources]
     run.release_space_reserve()
     return written

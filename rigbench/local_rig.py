@@ -182,6 +182,9 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         except RigbenchError as error:
             mark_ended(run, "failed", str(error))
             raise
+        except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
+            mark_ended(run, "failed", f"{type(error).__name__}: {error}")
+            raise
         report = write_report([run.path])
         console.print(f"report: {report}")
         if final.status != "complete":

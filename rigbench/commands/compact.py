@@ -15,6 +15,16 @@ def register(app: typer.Typer) -> None:
         runs: list[Path] = typer.Argument(..., help="finished run directories"),
     ) -> None:
         """Gzip records and logs in place and drop the space reserve (analysis reads both forms)."""
+        from rigbench.errors import RigbenchError
+
+        refused = 0
         for run in runs:
-            written = compact_run(run)
+            try:
+                written = compact_run(run)
+            except RigbenchError as error:  # say so and go on: one bad run must not stop the rest
+                typer.echo(f"{run}: not compacted: {error}", err=True)
+                refused += 1
+                continue
             typer.echo(f"{run}: {len(written)} file(s) gzipped")
+        if refused:
+            raise typer.Exit(1)

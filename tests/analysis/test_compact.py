@@ -35,3 +35,17 @@ def test_compact_refuses_a_running_run_and_a_non_run(kit, tmp_path) -> None:
     assert list(path.glob("records/*.jsonl"))  # nothing touched
     result = CliRunner().invoke(app, ["compact", str(tmp_path)])
     assert result.exit_code != 0 and "manifest.json" in (result.output + str(result.exception))
+
+
+def test_compact_never_overwrites_and_the_command_goes_on_to_the_next_run(kit) -> None:
+    first = kit.make_run("c3", [kit.window()], {"p0": [kit.record("a", t_start=kit.T0 + 101)]})
+    second = kit.make_run("c4", [kit.window()], {"p0": [kit.record("b", t_start=kit.T0 + 101)]})
+    (first / "records" / "p0.jsonl.gz").write_bytes(b"an earlier session's records")
+    with pytest.raises(RunDirError, match="p0.jsonl.gz already exist"):
+        compact_run(first)
+    assert (first / "records" / "p0.jsonl").exists()  # nothing touched
+    assert (first / "records" / "p0.jsonl.gz").read_bytes() == b"an earlier session's records"
+
+    result = CliRunner().invoke(app, ["compact", str(first), str(second)])
+    assert result.exit_code == 1
+    assert "not compacted" in result.output and (second / "records" / "p0.jsonl.gz").exists()

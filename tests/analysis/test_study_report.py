@@ -38,7 +38,7 @@ def test_report_figures_come_from_the_study_files(study: Path) -> None:
     assert row[1] == f"{models['e2b-q4_0.gguf']:,}" and row[3] == f"{bench['tg128']:,.1f}"
     assert "+0.05%" in text  # the synthetic E2B against the published file size
     arms = load_arms(study)
-    assert {(a.preset, a.kind) for a in arms} >= {("e2b", "best"), ("e2b", "drafter3"), ("e4b", "drafter2"),
+    assert {(a.preset, a.kind) for a in arms} >= {("e2b", "base"), ("e2b", "drafter3"), ("e4b", "drafter2"),
                                                    ("e2b", "ctx120000")}
     # long context: server decode at 120000 against llama-bench at the same depth, recomputed here
     ctx = next(a for a in arms if a.depth == 120000)
@@ -50,7 +50,7 @@ def test_report_figures_come_from_the_study_files(study: Path) -> None:
 
 
 def test_client_server_disagreement_is_reported(study: Path) -> None:
-    run = next(a for a in load_arms(study) if a.kind == "best" and a.preset == "e2b").path
+    run = next(a for a in load_arms(study) if a.kind == "base" and a.preset == "e2b").path
     summary = json.loads((run / "summary.json").read_text())
     step = summary["runs"][0]["steps"][0]
     step["client_tok_s"]["value"] = step["server_tok_s"]["value"] * 1.05
@@ -68,7 +68,7 @@ def test_decode_call_time_per_user_count_comes_from_the_server_counter(study: Pa
     from analysis.study_report import decode_steps, least_squares_slope
     from rigbench.rundir import RunDir
 
-    arm = next(a for a in load_arms(study) if a.kind == "best" and a.preset == "e2b")
+    arm = next(a for a in load_arms(study) if a.kind == "base" and a.preset == "e2b")
     rates = decode_steps(arm.path)
     assert sorted(rates) == [1, 2, 4, 8, 16, 32, 64]
     # recompute one step by hand from telemetry.jsonl: decode calls between "measure" and "end"
@@ -80,3 +80,14 @@ def test_decode_call_time_per_user_count_comes_from_the_server_counter(study: Pa
     assert least_squares_slope([(1, 1.0), (2, 3.0), (3, 5.0)]) == pytest.approx(2.0)
     assert least_squares_slope([(1, 1.0)]) is None
     assert "ms more per decode call for each added user" in write_study_report(study).read_text()
+
+
+def test_report_survives_a_failed_reference_setting_and_missing_bench_files(study: Path) -> None:
+    greedy = json.loads((study / "greedy.json").read_text())
+    greedy["replies"]["plain/cpu-sampling"] = {"error": "server did not start"}
+    (study / "greedy.json").write_text(json.dumps(greedy))
+    for bench in study.glob("bench-*.json"):
+        bench.unlink()
+    text = write_study_report(study).read_text()
+    assert "`plain/cpu-sampling` failed: server did not start" in text
+    assert "(no llama-bench figures for e2b in this study)" in text

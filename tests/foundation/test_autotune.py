@@ -56,3 +56,12 @@ def test_autotune_records_every_trial_failures_included(tmp_path, llama_build) -
         assert result.one_user_vs_bench == pytest.approx(result.one_user_server_tok_s / 100.0)
         assert result.one_user_client_tok_s > 0  # (tiny replies: too short to compare the two)
     assert best_trial(results).name in {"profile", "two-slots"}
+
+
+def test_a_trial_without_a_one_user_figure_cannot_skip_the_ceiling_rule() -> None:
+    no_figure = trial("no-one-user-step", 9000, None)
+    no_figure.bench_tg = 350.0
+    kept = trial("kept", 1500, 0.93)
+    kept.bench_tg = 350.0
+    assert best_trial([no_figure, kept]).name == "kept"
+    assert changes_sampling(["--sampler_seq", "kt"]) and changes_sampling(["--samplers=top_k"])

@@ -65,3 +65,21 @@ def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, 
     lines = [json.loads(line) for line in (tmp_path / "out" / "phases.jsonl").read_text().splitlines()]
     assert [(line["phase"], line["status"]) for line in lines][-1] == ("sweep", "skipped")
     assert "skipped" in (tmp_path / "out" / "study.log").read_text()
+
+
+@pytest.mark.integration
+def test_phases_without_models_use_the_cached_build_and_a_failure_sets_the_exit_code(tmp_path, llama_build) -> None:
+    out, cache = tmp_path / "study", tmp_path / "cache"
+    cache.mkdir()
+    (cache / "builds").symlink_to(Path(llama_build["binaries"]["llama-server"]).parents[3])
+    env = {**os.environ, "RIGBENCH_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "provision" / "gpu_study.py"), str(out), "--presets", "tiny-gemma4",
+         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "longctx"],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 1  # the models were never written: every long-context run fails
+    phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
+    assert ("build", "ok") in [(p["phase"], p.get("status")) for p in phases]
+    assert [p["status"] for p in phases if p["phase"] == "run"] == ["failed", "failed"]
+    assert (out / "DONE").exists() and "no build: stopping" not in (out / "study.log").read_text()
