@@ -26,6 +26,12 @@ from rigbench.errors import AnalysisError
 SUMMARY_VERSION = 1
 
 
+def measure_text(measure: float | list[float]) -> str:
+    """``30`` or ``8,8,10,20`` (one measured window per step)."""
+    values = measure if isinstance(measure, list) else [measure]
+    return ",".join(f"{value:g}" for value in values)
+
+
 def _ms(estimate: Estimate) -> str:
     if estimate.value is None:
         return f"- (n={estimate.n})"
@@ -157,7 +163,7 @@ def _describe_run(section: RunSection) -> str:
         load = manifest.load
         parts.append(
             f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
-            f"measure {load.measure_seconds:g} s per step"
+            f"measure {measure_text(load.measure_seconds)} s per step"
         )
     return "; ".join(parts)
 

@@ -16,7 +16,7 @@ import gevent.lock
 from locust import events
 
 from loadtest.controller import SweepController
-from loadtest.schedule import make_stages, parse_steps
+from loadtest.schedule import make_stages, parse_measure, parse_steps
 from loadtest.shapes import SweepShape
 from loadtest.users import StreamingChatUser
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
@@ -32,7 +32,7 @@ def add_arguments(parser: Any) -> None:
     group = parser
     group.add_argument("--rigbench-steps", default=DEFAULT_STEPS, help="user counts, one step each")
     group.add_argument("--rigbench-warmup", type=float, default=10.0, help="warm-up seconds per step")
-    group.add_argument("--rigbench-measure", type=float, default=30.0, help="measured seconds per step")
+    group.add_argument("--rigbench-measure", default="30", help="measured seconds: one for every step, or one per step")
     group.add_argument("--rigbench-run-dir", default="", help="run directory to fill (default: a new one)")
     group.add_argument("--runs-dir", default="runs", help="where a new run directory goes")
     group.add_argument("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help="(internal) sweep start")
@@ -57,7 +57,7 @@ def _settings_from(options: Any) -> LoadSettings:
     return LoadSettings(
         user_steps=parse_steps(options.rigbench_steps),
         warmup_seconds=options.rigbench_warmup,
-        measure_seconds=options.rigbench_measure,
+        measure_seconds=parse_measure(options.rigbench_measure),
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         cache_prompt=options.cache_prompt,
@@ -96,7 +96,9 @@ def on_init(environment: Any, **_: Any) -> None:
     options = environment.parsed_options
     if options is None or isinstance(environment.runner, WorkerRunner):
         return
-    stages = make_stages(parse_steps(options.rigbench_steps), options.rigbench_warmup, options.rigbench_measure)
+    stages = make_stages(
+        parse_steps(options.rigbench_steps), options.rigbench_warmup, parse_measure(options.rigbench_measure)
+    )
     if environment.shape_class is not None:
         environment.shape_class.stages = stages
     if not environment.host:

@@ -70,7 +70,7 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
         model=manifest.model,
         drafter=manifest.drafter,
         server=server.model_copy(update={"host": parts.hostname or "", "port": parts.port or 80}),
-        load=manifest.load.model_copy(update={"user_steps": steps}),
+        load=manifest.load.remaining(len(manifest.load.user_steps) - len(steps)),
         resumed_from=manifest.run_id,
         linked_runs=[old.path.name],
     )

@@ -24,7 +24,7 @@ import httpx
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from loadtest.schedule import make_stages, total_duration
+from loadtest.schedule import format_measure, make_stages, total_duration, windows_per_step
 from rigbench.errors import LoadTestError
 from rigbench.profile import RigProfile
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now
@@ -67,7 +67,7 @@ def locust_command(
         "--rigbench-warmup",
         str(settings.warmup_seconds),
         "--rigbench-measure",
-        str(settings.measure_seconds),
+        format_measure(settings.measure_seconds),
         "--max-tokens",
         str(settings.max_tokens),
         "--temperature",
@@ -232,7 +232,8 @@ def run_sweep(
             run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
             raise LoadTestError(f"long-context sweep cannot start: {error}") from None
     slots = manifest.server.parallel_slots if manifest.server else profile.server.parallel_slots
-    stop_grace = max(30.0, settings.measure_seconds)  # how long a Ctrl-C'd Locust may take to write up
+    # how long a Ctrl-C'd Locust may take to write up
+    stop_grace = max(30.0, *windows_per_step(settings.measure_seconds, len(settings.user_steps)))
     command = locust_command(
         run,
         base_url,

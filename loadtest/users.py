@@ -25,7 +25,7 @@ from locust import User, constant, task
 
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
-from loadtest.schedule import Stage, locate_or_last, make_stages, parse_steps
+from loadtest.schedule import Stage, locate_or_last, make_stages, parse_measure, parse_steps
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 from rigbench.errors import RunDirError
 from rigbench.rundir import RecordWriter, RequestRecord, RunDir, utc_now
@@ -43,7 +43,7 @@ class LoadContext:
         self.host = host
         self.shard = f"{socket.gethostname()}-{os.getpid()}"
         self.stages: list[Stage] = make_stages(
-            parse_steps(options.rigbench_steps), options.rigbench_warmup, options.rigbench_measure
+            parse_steps(options.rigbench_steps), options.rigbench_warmup, parse_measure(options.rigbench_measure)
         )
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -131,20 +132,23 @@ class Study:
                     **changes: object):
         from rigbench.local_rig import LocalRigOptions
 
-        options = LocalRigOptions(
+        options = replace(LocalRigOptions(
             profile=profile,
             runs_root=self.out / "runs",
-            # 64 users x 256 tokens took ~11 s a request on the H200: windows longer than that
             warmup_seconds=self.window(3),
-            measure_seconds=self.window(15),
             backend=self.backend,
             model_path=self.target(preset),
             no_drafter=True,
             processes=self.processes,
             server_overrides=[*overrides, *self.placement],
             label=label,
-        )
-        return replace(options, **changes)
+        ), **changes)
+        if "measure_seconds" not in changes:
+            # A 64-user request took ~11 s on the H200 (1 user: under 1 s): 8 s at 1 user, 2 s
+            # more per doubling, 20 s at 64, so every window holds whole requests.
+            options = replace(options, measure_seconds=[
+                self.window(8 + 2 * math.log2(users)) for users in options.user_steps])
+        return options
 
     def seconds_left(self) -> float:
         if self.deadline_seconds is None:
@@ -157,7 +161,9 @@ class Study:
 
         # A lease ends at a fixed time: a run that cannot finish before the deadline is skipped
         # (and said so), so the study still ends with every finished run intact.
-        needed = len(options.user_steps) * (options.warmup_seconds + options.measure_seconds) + RUN_OVERHEAD_SECONDS
+        windows = options.measure_seconds
+        measured = sum(windows) if isinstance(windows, list) else windows * len(options.user_steps)
+        needed = len(options.user_steps) * options.warmup_seconds + measured + RUN_OVERHEAD_SECONDS
         if needed > self.seconds_left():
             self.log(f"run {options.label} skipped: needs ~{needed:.0f} s, {self.seconds_left():.0f} s left")
             self.record("run", label=options.label, status="skipped", error="deadline")

@@ -40,7 +40,7 @@ class LocalRigOptions:
     runs_root: Path = Path("runs")
     user_steps: list[int] = field(default_factory=lambda: list(DEFAULT_USER_STEPS))
     warmup_seconds: float = 1.0
-    measure_seconds: float = 3.0
+    measure_seconds: float | list[float] = 3.0  # or one measured window per step
     backend: str = "auto"
     model_path: Path | None = None
     drafter_path: Path | None = None

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rigbench.errors import RunDirError
 from rigbench.validation import describe_validation_error
@@ -94,7 +94,8 @@ class ServerInfo(Strict):
 class LoadSettings(Strict):
     user_steps: list[int]
     warmup_seconds: float
-    measure_seconds: float
+    # one measured window for every step, or one per step (longer where requests are longer)
+    measure_seconds: float | list[float]
     max_tokens: int
     temperature: float = 0.0
     cache_prompt: bool = False
@@ -103,6 +104,21 @@ class LoadSettings(Strict):
     context_tokens: int = 0
     processes: int = 1
     arm: str | None = None
+
+    @model_validator(mode="after")
+    def _one_window_per_step(self) -> LoadSettings:
+        if isinstance(self.measure_seconds, list) and len(self.measure_seconds) != len(self.user_steps):
+            raise ValueError(
+                f"measure_seconds has {len(self.measure_seconds)} windows for {len(self.user_steps)} user steps"
+            )
+        return self
+
+    def remaining(self, first_step: int) -> LoadSettings:
+        """The settings of the steps from ``first_step`` on (a resumed sweep)."""
+        measure = self.measure_seconds
+        if isinstance(measure, list):
+            measure = measure[first_step:]
+        return self.model_copy(update={"user_steps": self.user_steps[first_step:], "measure_seconds": measure})
 
 
 class StepWindow(Strict):

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
-from rigbench.commands.local import parse_user_steps
+from rigbench.commands.local import MEASURE_HELP, parse_measure_option, parse_user_steps
 from rigbench.local_rig import LocalRigOptions
 
 
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         ),
         users: str = typer.Option("1,64", "--users", help="user counts per trial sweep"),
         warmup: float = typer.Option(2.0, "--warmup", min=0.0),
-        measure: float = typer.Option(10.0, "--measure", min=0.1),
+        measure: str = typer.Option("10", "--measure", help=MEASURE_HELP),
         out: Path = typer.Option(Path("runs/autotune"), "--out", help="folder for trial runs and autotune.jsonl"),
         model: Path | None = typer.Option(None, "--model"),
         drafter: Path | None = typer.Option(None, "--drafter"),
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             profile=profile,
             user_steps=parse_user_steps(users),
             warmup_seconds=warmup,
-            measure_seconds=measure,
+            measure_seconds=parse_measure_option(measure, parse_user_steps(users)),
             backend=backend,
             model_path=model,
             drafter_path=drafter,

@@ -20,13 +20,30 @@ def parse_user_steps(text: str) -> list[int]:
     return steps
 
 
+def parse_measure_option(text: str, steps: list[int]) -> float | list[float]:
+    """``--measure 10`` (every step) or ``--measure 8,8,10,20`` (one per step), checked here so
+    the error names the flag."""
+    from loadtest.schedule import parse_measure, windows_per_step
+    from rigbench.errors import LoadTestError
+
+    try:
+        measure = parse_measure(text)
+        windows_per_step(measure, len(steps))
+    except LoadTestError as error:
+        raise typer.BadParameter(str(error), param_hint="--measure") from None
+    return measure
+
+
+MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("local")
     def local(
         profile: str = typer.Option("tiny", "--profile", "-p", help="bundled profile name or .toml path"),
         users: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--users", help="user counts per step"),
         warmup: float = typer.Option(1.0, "--warmup", min=0.0, help="warm-up seconds per step"),
-        measure: float = typer.Option(3.0, "--measure", min=0.1, help="measured seconds per step"),
+        measure: str = typer.Option("3", "--measure", help=MEASURE_HELP),
         runs: Path = typer.Option(Path("runs"), "--runs", help="folder for run directories"),
         backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
         model: Path | None = typer.Option(None, "--model", help="serve this GGUF instead of the profile's"),
@@ -49,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 runs_root=runs,
                 user_steps=parse_user_steps(users),
                 warmup_seconds=warmup,
-                measure_seconds=measure,
+                measure_seconds=parse_measure_option(measure, parse_user_steps(users)),
                 backend=backend,
                 model_path=model,
                 drafter_path=drafter,

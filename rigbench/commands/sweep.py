@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import typer
 
+from rigbench.commands.local import MEASURE_HELP, parse_measure_option
 from rigbench.errors import LoadTestError
 from rigbench.profile import RigProfile, load_profile
 from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
         steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="user counts, one step each"),
         warmup: float = typer.Option(10.0, "--warmup", help="warm-up seconds per step"),
-        measure: float = typer.Option(30.0, "--measure", help="measured seconds per step"),
+        measure: str = typer.Option("30", "--measure", help=MEASURE_HELP),
         max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
         ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
         prompts: str = typer.Option("mixed", "--prompts", help="mixed, a category, or a JSONL file"),
@@ -111,7 +112,7 @@ def register(app: typer.Typer) -> None:
                 settings = LoadSettings(
                     user_steps=user_steps,
                     warmup_seconds=warmup,
-                    measure_seconds=measure,
+                    measure_seconds=parse_measure_option(measure, user_steps),
                     max_tokens=max_tokens or profile.request.max_tokens,
                     temperature=profile.request.temperature,
                     cache_prompt=profile.request.cache_prompt,

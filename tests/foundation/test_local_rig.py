@@ -66,3 +66,24 @@ def test_a_synthetic_model_is_labelled_and_held_to_fixed_replies(tmp_path, llama
     assert "synthetic random weights (llama architecture" in manifest.model.label
     assert manifest.load.ignore_eos is True
     assert "synthetic random weights" in report.read_text()
+
+
+@pytest.mark.integration
+def test_local_rig_with_one_measured_window_per_step(tmp_path, llama_build):
+    from typer.testing import CliRunner
+
+    from rigbench.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["local", "--users", "1,2", "--measure", "1,2,3", "--runs", str(tmp_path)])
+    assert bad.exit_code == 2 and "--measure" in bad.output and "3 measured windows for 2 user steps" in bad.output
+    assert not any(tmp_path.iterdir())  # refused before anything was built, served or written
+
+    done = runner.invoke(app, ["local", "--users", "1,2", "--warmup", "0.3", "--measure", "1,2.5",
+                               "--backend", "cpu", "--runs", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    run = RunDir(next(tmp_path.iterdir()))
+    manifest = run.read_manifest()
+    assert manifest.load.measure_seconds == [1.0, 2.5]
+    assert [round(s.measure_end - s.measure_start, 2) for s in manifest.steps] == [1.0, 2.5]
+    assert "measure 1,2.5 s per step" in (run.path / "report.md").read_text()

@@ -93,3 +93,32 @@ def test_bad_steps_are_clear_errors() -> None:
         make_stages([0, 2], 1, 1)
     with pytest.raises(LoadTestError, match="measured window"):
         make_stages([1], 1, 0)
+
+
+def test_one_measured_window_per_step() -> None:
+    from loadtest.schedule import format_measure, parse_measure
+
+    stages = make_stages([1, 8, 64], 2.0, [5.0, 10.0, 20.0])
+    assert [(s.users, s.measure) for s in stages] == [(1, 5.0), (8, 10.0), (64, 20.0)]
+    assert locate(stages, 2 + 5 + 2 + 10 + 2 + 19.9).index == 2 and locate(stages, 41.0) is None
+    assert parse_measure("30") == 30.0 and parse_measure("8, 8,20") == [8.0, 8.0, 20.0]
+    assert format_measure(parse_measure("8,8,20")) == "8,8,20" and format_measure(30.0) == "30"
+    with pytest.raises(LoadTestError, match="2 measured windows for 3 user steps"):
+        make_stages([1, 8, 64], 2.0, [5.0, 10.0])
+    for bad in ("", "ten", "5,-1", "0"):
+        with pytest.raises(LoadTestError, match="cannot read measured seconds"):
+            parse_measure(bad)
+
+
+def test_load_settings_keep_one_window_per_step_and_resume_slices_them() -> None:
+    from pydantic import ValidationError
+
+    from rigbench.rundir import LoadSettings
+
+    settings = LoadSettings(user_steps=[1, 8, 64], warmup_seconds=1, measure_seconds=[5, 10, 20], max_tokens=8)
+    rest = settings.remaining(1)
+    assert rest.user_steps == [8, 64] and rest.measure_seconds == [10, 20]
+    single = LoadSettings(user_steps=[1, 2], warmup_seconds=1, measure_seconds=3, max_tokens=8)
+    assert single.remaining(1).measure_seconds == 3
+    with pytest.raises(ValidationError, match="2 windows for 3 user steps"):
+        LoadSettings(user_steps=[1, 8, 64], warmup_seconds=1, measure_seconds=[5, 10], max_tokens=8)
