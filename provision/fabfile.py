@@ -167,11 +167,11 @@ def project(c, work=DEFAULT_WORK, stack=DEFAULT_STACK, strict=False):
 
 @task(help=helps('profile', 'work', 'stack', 'strict', 'runs', 'rigbench', 'sweep_args'))
 @one_line_errors
-def sweep(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, steps="1,2,4,8,16,32,64", warmup=10.0, measure=30.0,
+def sweep(c, profile=DEFAULT_PROFILE, work=DEFAULT_WORK, steps="1,2,4,8,16,32,64", warmup=10.0, measure="30",
           runs="runs", rigbench="", sweep_args="", stack=DEFAULT_STACK, strict=False):
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
     copied = remote_sweep.sweep(c, load_profile(profile), RigPaths(work), steps=steps, warmup=float(warmup),
-                                measure=float(measure), local_runs=runs, rigbench=rigbench or None,
+                                measure=str(measure), local_runs=runs, rigbench=rigbench or None,
                                 extra=shlex.split(sweep_args))
     for path in copied:
         print(path)

@@ -80,8 +80,8 @@ def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
 
 @rig_step("sweep")
 def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str = "1,2,4,8,16,32,64",
-          warmup: float = 10.0, measure: float = 30.0, extra: list[str] | None = None, rigbench: str | None = None,
-          local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
+          warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
+          rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
           stack_outputs: dict | None = None) -> list[Path]:
     """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
 
