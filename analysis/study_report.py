@@ -349,8 +349,20 @@ def drafter_section(arms: list[Arm]) -> list[str]:
                              fmt(value(step, "draft_acceptance"), 2), fmt(per_step, 2), fmt(step_ms, 2)])
     if not rows:
         return []
+    caveat = []
+    bases = {a.preset: a for a in arms if a.kind == "base"}
+
+    def on_gpu(arm: Arm) -> bool:
+        return "--backend-sampling" in arm.server_args
+
+    unlike = sorted({a.path.name for a in arms
+                     if a.draft_n is not None and a.preset in bases and on_gpu(a) != on_gpu(bases[a.preset])})
+    if unlike:
+        caveat = [f"**Not like for like:** {len(unlike)} drafter run(s) sampled in a different place (CPU or GPU) "
+                  "from the run without the drafter, so their ratios mix the drafter with the sampling cost: "
+                  + ", ".join(f"`{name}`" for name in unlike) + ".", ""]
     return [
-        "## 5. Drafter gains and acceptance", "",
+        "## 5. Drafter gains and acceptance", "", *caveat,
         "Speed at 1 user is llama-server's per-request decode rate; at 64 users the aggregate. "
         "The favoured drafter always guesses the token the favoured target always picks "
         "(acceptance ~1, the most a drafter can give); the random one almost never (~0, its pure cost). "

@@ -46,6 +46,8 @@ def test_report_figures_come_from_the_study_files(study: Path) -> None:
     server = ctx.step(1)["server_tok_s"]["value"]
     assert table_row(text, "120,000")[4] == f"{server / depth:,.2f}"
     assert "within the 2% required" in text
+    # the drafter arms of that day sampled on the CPU, the run without the drafter on the GPU
+    assert "**Not like for like:** 5 drafter run(s)" in text
     assert (study / "plots" / "sweep_aggregate.png").stat().st_size > 1000
 
 
