@@ -270,7 +270,10 @@ CASES = [
     Case(
         "cli: local --measure 0",
         lambda ws, url: cli("local", "--measure", "0"),
-        ("UsageError: Invalid value for '--measure': Input should be greater than or equal to 0.1"),
+        (
+            "UsageError: Invalid value for --measure: cannot read measured seconds '0'; "
+            "expected a number > 0, or one per step, e.g. 30 or 8,8,10,20"
+        ),
     ),
     Case(
         "cli: local unknown profile",
