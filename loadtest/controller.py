@@ -125,6 +125,10 @@ class SweepController:
         if boundary == "end" and index <= self.completed_steps:
             return
         if (index, boundary) in self.recorded:
+            if boundary == "start" and self.run is not None:
+                # written by the controller this one replaced, on the clock Locust then reset:
+                # the window follows this clock (the shape's), the snapshot is not taken twice
+                self._open_step(t0, index, self.stages[index])
             return
         stage = self.stages[index]
         cpu = self._cpu_percent()
@@ -152,12 +156,14 @@ class SweepController:
             context_tokens=self.context_tokens,
         )
         warnings = list(manifest.warnings)
-        if self.slots is not None and stage.users > self.slots:
-            warnings.append(
-                f"step {index}: {stage.users} users exceed the server's {self.slots} parallel slots; "
-                "requests queue on the server, so latency includes waiting for a slot"
-            )
-        self.run.update_manifest(steps=[*manifest.steps, window], warnings=warnings)
+        warning = (
+            f"step {index}: {stage.users} users exceed the server's {self.slots} parallel slots; "
+            "requests queue on the server, so latency includes waiting for a slot"
+        )
+        if self.slots is not None and stage.users > self.slots and warning not in warnings:
+            warnings.append(warning)
+        others = [step for step in manifest.steps if step.index != index]  # a window opened again replaces
+        self.run.update_manifest(steps=[*others, window], warnings=warnings)
 
     def _close_step(self, index: int, measure_end: float, cpu: float) -> None:
         assert self.run is not None

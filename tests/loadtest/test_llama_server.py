@@ -141,3 +141,6 @@ def test_long_context_with_load_processes_records_each_step_once(llama_server, t
     assert [(s.index, s.context_tokens) for s in result.steps] == [(0, 150), (1, 150)]
     boundaries = [(t.step, t.boundary) for t in run.read_telemetry()]
     assert sorted(boundaries) == sorted(set(boundaries)), boundaries
+    # both windows follow one clock (the shape's last reset): step 1 starts where step 0 ends
+    first, second = result.steps
+    assert second.started_at == pytest.approx(first.started_at + 0.5 + 1.0, abs=1e-6)
