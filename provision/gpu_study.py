@@ -83,7 +83,6 @@ class Study:
         out.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         self.build: dict = {}
-        self.state: dict = {}
 
     def log(self, message: str) -> None:
         line = f"[{time.strftime('%H:%M:%S', time.gmtime())} +{time.monotonic() - self.started:6.0f}s] {message}"
@@ -100,6 +99,11 @@ class Study:
 
     def drafter(self, preset: str, right: bool = True) -> Path:
         return self.models / f"{preset}-assistant{'' if right else '-random'}-q4_0.gguf"
+
+    def tg128(self, preset: str) -> float | None:
+        """llama-bench's tg128 for the preset, from the bench phase's file (None before it)."""
+        path = self.out / f"bench-{preset}.json"
+        return json.loads(path.read_text())["summary"].get("tg128") if path.exists() else None
 
     @property
     def placement(self) -> list[str]:
@@ -156,14 +160,14 @@ class Study:
         return self.deadline_seconds - (time.monotonic() - self.started)
 
     def local_run(self, options) -> str | None:
+        from loadtest.schedule import make_stages, total_duration
         from rigbench.errors import RigbenchError
         from rigbench.local_rig import run_local_rig
 
         # A lease ends at a fixed time: a run that cannot finish before the deadline is skipped
         # (and said so), so the study still ends with every finished run intact.
-        windows = options.measure_seconds
-        measured = sum(windows) if isinstance(windows, list) else windows * len(options.user_steps)
-        needed = len(options.user_steps) * options.warmup_seconds + measured + RUN_OVERHEAD_SECONDS
+        stages = make_stages(options.user_steps, options.warmup_seconds, options.measure_seconds)
+        needed = total_duration(stages) + RUN_OVERHEAD_SECONDS
         if needed > self.seconds_left():
             self.log(f"run {options.label} skipped: needs ~{needed:.0f} s, {self.seconds_left():.0f} s left")
             self.record("run", label=options.label, status="skipped", error="deadline")
@@ -198,31 +202,31 @@ def use_cached_build(study: Study) -> None:
     (study.out / "build_manifest.json").write_text(json.dumps(study.build, indent=1))
 
 
+def f16_of(q4_0: Path) -> Path:
+    """The F16 file that llama-quantize turns into ``q4_0`` (written beside it, then removed)."""
+    return q4_0.with_name(q4_0.name.replace("-q4_0.gguf", "-f16.gguf"))
+
+
 def write_models(study: Study) -> None:
     """F16 writes run beside the build (they need no llama.cpp binary); Q4_0 after it."""
     writer = [sys.executable, str(ROOT / "provision" / "synthetic_gemma4.py")]
     jobs = []
+
+    def write(log: str, *args: str) -> None:
+        jobs.append(subprocess.Popen([*writer, *args], stdout=open(study.out / log, "w"),  # noqa: SIM115
+                                     stderr=subprocess.STDOUT))
+
     for preset in dict.fromkeys(study.presets):
         if not (study.target(preset).exists() and study.drafter(preset).exists()):
-            f16 = study.models / f"{preset}-f16.gguf"
-            jobs.append(subprocess.Popen(
-                [*writer, "--preset", preset, "--out", str(f16), "--favour", str(FAVOUR),
-                 "--drafter", str(study.models / f"{preset}-assistant-f16.gguf")],
-                stdout=open(study.out / f"write-{preset}.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-            ))
-        if study.drafter(preset, right=False).exists():
-            continue
-        jobs.append(subprocess.Popen(
-            [*writer, "--preset", preset, "--drafter", str(study.models / f"{preset}-assistant-random-f16.gguf"),
-             "--favour", str(FAVOUR), "--drafter-favour", "0"],
-            stdout=open(study.out / f"write-{preset}-random.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        ))
-    plain = study.target(study.presets[0], favoured=False)
-    if not plain.exists():
-        jobs.append(subprocess.Popen(
-            [*writer, "--preset", study.presets[0], "--out", str(plain.with_name(plain.name.replace("q4_0", "f16")))],
-            stdout=open(study.out / "write-plain.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        ))
+            write(f"write-{preset}.log", "--preset", preset, "--out", str(f16_of(study.target(preset))),
+                  "--favour", str(FAVOUR), "--drafter", str(f16_of(study.drafter(preset))))
+        if not study.drafter(preset, right=False).exists():
+            write(f"write-{preset}-random.log", "--preset", preset,
+                  "--drafter", str(f16_of(study.drafter(preset, right=False))),
+                  "--favour", str(FAVOUR), "--drafter-favour", "0")
+    first = study.presets[0]
+    if not study.target(first, favoured=False).exists():
+        write("write-plain.log", "--preset", first, "--out", str(f16_of(study.target(first, favoured=False))))
     build = start_build(study)
     failed = [job.args for job in jobs if job.wait() != 0]
     study.log(f"models written (F16), {len(failed)} writers failed")
@@ -232,20 +236,15 @@ def write_models(study: Study) -> None:
     study.log(f"build {study.build['backend']} {study.build.get('cuda_arch')} in {study.build['build_seconds']} s")
     devices = subprocess.run([study.binary("llama-server"), "--list-devices"], capture_output=True, text=True)
     (study.out / "list_devices.txt").write_text(devices.stdout + devices.stderr)
-    first = study.presets[0]
-    pairs = [(study.models / f"{first}-plain-f16.gguf", study.target(first, favoured=False))]
+    quantized = [study.target(first, favoured=False)]
     for preset in study.presets:
-        pairs += [
-            (study.models / f"{preset}-f16.gguf", study.target(preset)),
-            (study.models / f"{preset}-assistant-f16.gguf", study.drafter(preset)),
-            (study.models / f"{preset}-assistant-random-f16.gguf", study.drafter(preset, right=False)),
-        ]
-    for f16, q4 in pairs:
-        if f16.exists():
+        quantized += [study.target(preset), study.drafter(preset), study.drafter(preset, right=False)]
+    for q4 in quantized:
+        if f16_of(q4).exists():
             with open(study.out / f"quantize-{q4.stem}.log", "w") as log:
-                subprocess.run([study.binary("llama-quantize"), str(f16), str(q4), "Q4_0"],
+                subprocess.run([study.binary("llama-quantize"), str(f16_of(q4)), str(q4), "Q4_0"],
                                stdout=log, stderr=subprocess.STDOUT, check=True)
-            f16.unlink()
+            f16_of(q4).unlink()
     sizes = {path.name: path.stat().st_size for path in sorted(study.models.glob("*-q4_0.gguf"))}
     (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
     study.log(f"models: {sizes}")
@@ -264,7 +263,6 @@ def bench(study: Study) -> None:
     for preset in study.presets:
         report = run_llama_bench(study.binary("llama-bench"), study.target(preset), args)
         (study.out / f"bench-{preset}.json").write_text(json.dumps(report, indent=1))
-        study.state[f"tg128-{preset}"] = report["summary"].get("tg128")
         study.log(f"llama-bench {preset}: {report['summary']}")
     first = study.presets[0]
     depths = "32768,120000" if study.scale >= 1 else "256"
@@ -287,7 +285,7 @@ def autotune(study: Study) -> None:
     from rigbench.autotune import run_autotune
 
     preset = study.presets[0]
-    tg = study.state.get(f"tg128-{preset}")
+    tg = study.tg128(preset)
     out = study.out / "autotune"
     base = study.rig_options("autotune", preset, [], user_steps=[1, 64])
     run_autotune(base, MANY_USER_TRIALS, out, bench_tg=tg)
