@@ -26,6 +26,16 @@ from rigbench.errors import AnalysisError
 SUMMARY_VERSION = 1
 
 
+def summary_value(step: dict | None, key: str) -> float | None:
+    """A step's figure as summary.json stores it: an estimate's ``value``, or a plain number."""
+    if step is None:
+        return None
+    figure = step.get(key)
+    if isinstance(figure, dict):
+        return figure.get("value")
+    return figure
+
+
 def measure_text(measure: float | list[float]) -> str:
     """``30`` or ``8,8,10,20`` (one measured window per step)."""
     values = measure if isinstance(measure, list) else [measure]

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
+from analysis.report import summary_value as value  # noqa: E402
 from rigbench.errors import AnalysisError  # noqa: E402
+from rigbench.profile import RESERVED_SERVER_FLAGS, split_flags  # noqa: E402
 
 # Seed articles' L4 figures (shared/seeds, summarised in DESIGN.md): different card, ratios only.
 SEED_L4 = {
@@ -57,22 +62,15 @@ class Arm:
         return next((s for s in self.steps if s["users"] == users), None)
 
 
-def value(step: dict | None, key: str) -> float | None:
-    if step is None:
-        return None
-    figure = step.get(key)
-    if isinstance(figure, dict):
-        return figure.get("value")
-    return figure
-
-
 def fmt(number: float | None, digits: int = 1, suffix: str = "") -> str:
     if number is None or (isinstance(number, float) and math.isnan(number)):
         return "-"
     return f"{number:,.{digits}f}{suffix}"
 
 
-def read_json(path: Path):
+def read_json(path: Path, optional: bool = False):
+    if optional and not path.exists():
+        return None
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -104,27 +102,15 @@ def load_arms(study: Path) -> list[Arm]:
 
 
 def serving_flags(args: list[str]) -> str:
-    """The run's llama-server line without paths, host and port."""
-    kept, skip = [], False
-    for token in args:
-        if skip:
-            skip = False
-            continue
-        if token in ("-m", "-md", "--host", "--port"):
-            skip = True
-            continue
-        kept.append(token)
-    return " ".join(kept)
+    """The run's llama-server line without the flags rigbench adds itself (model paths, host,
+    port, API key)."""
+    return " ".join(token for group in split_flags(args) if group[0] not in RESERVED_SERVER_FLAGS for token in group)
 
 
-def ceiling_section(study: Path, presets: list[str]) -> tuple[list[str], dict[str, dict]]:
-    benches = {p: read_json(study / f"bench-{p}.json")["summary"] if (study / f"bench-{p}.json").exists() else {}
-               for p in presets}
-    depth_path = study / f"bench-{presets[0]}-depth.json"
-    depth = read_json(depth_path)["summary"] if depth_path.exists() else {}
-    models = read_json(study / "models.json")
-    rows = [[p, f"{models.get(f'{p}-q4_0.gguf', 0):,}", fmt(b.get("pp512")), fmt(b.get("tg128"))]
-            for p, b in benches.items()]
+def ceiling_section(presets: list[str], benches: dict[str, dict | None], depth: dict,
+                    models: dict[str, int]) -> list[str]:
+    rows = [[p, f"{models.get(f'{p}-q4_0.gguf', 0):,}", fmt(summary_of(b).get("pp512")),
+             fmt(summary_of(b).get("tg128"))] for p, b in benches.items()]
     lines = ["## 1. llama-bench ceiling", "",
              tabulate(rows, ["model (synthetic, Q4_0)", "file bytes", "pp512 tok/s", "tg128 tok/s"], "github"), ""]
     e2b = models.get(f"{presets[0]}-q4_0.gguf")
@@ -135,12 +121,17 @@ def ceiling_section(study: Path, presets: list[str]) -> tuple[list[str], dict[st
     if depth:
         cells = ", ".join(f"{k.split('@d')[1]} tokens ahead: {v:,.1f}" for k, v in depth.items())
         lines.append(f"tg128 of {presets[0]} at depth (llama-bench `-d`): {cells}.")
-    if (study / f"bench-{presets[0]}.json").exists():
-        command = read_json(study / f"bench-{presets[0]}.json")["command"]
+    if benches[presets[0]] is not None:
+        command = benches[presets[0]]["command"]
         lines += ["", f"llama-bench flags (the profile's, translated): `{serving_flags(command[1:])}`", ""]
     else:
         lines += ["", f"(no llama-bench figures for {presets[0]} in this study)", ""]
-    return lines, benches
+    return lines
+
+
+def summary_of(bench: dict | None) -> dict:
+    """A llama-bench report's summary ({} when the study has no such file)."""
+    return bench["summary"] if bench is not None else {}
 
 
 def autotune_section(study: Path, tg128: float | None) -> list[str]:
@@ -175,6 +166,22 @@ def autotune_section(study: Path, tg128: float | None) -> list[str]:
     return lines
 
 
+def greedy_reference(name: str, names: Iterable[str]) -> str | None:
+    """What a greedy-check setting is compared with: CPU sampling on the same target, with the
+    drafter when the setting has one (the drafter changes greedy text by itself: llama.cpp's
+    kernels round a 3-token pass differently from three 1-token passes)."""
+    target, setting = name.split("/", 1)
+    base = f"{target}/cpu-sampling" + ("+drafter" if "+drafter" in setting else "")
+    return base if base != name and base in names else None
+
+
+def differing_replies(replies: dict, name: str, other: str) -> int:
+    """How many of two settings' greedy replies (same prompts, same order) differ."""
+    texts = [reply["text"] for reply in replies[name].values()]
+    others = [reply["text"] for reply in replies[other].values()]
+    return sum(a != b for a, b in zip_longest(texts, others))
+
+
 def greedy_section(study: Path) -> list[str]:
     path = study / "greedy.json"
     if not path.exists():
@@ -182,27 +189,20 @@ def greedy_section(study: Path) -> list[str]:
     data = json.loads(path.read_text())
     replies = data["replies"]
     names = [n for n in replies if "error" not in replies[n]]
-    reference = {}
-    for name in names:
-        target, setting = name.split("/", 1)
-        base = f"{target}/cpu-sampling" + ("+drafter" if "+drafter" in setting else "")
-        reference[name] = base if base != name and base in names else None
-    def texts_of(name: str) -> list[str]:
-        return [r["text"] for r in replies[name].values()]
 
-    def sameness(texts: list[str], other: str) -> str:
-        differ = sum(a != b for a, b in zip(texts, texts_of(other), strict=False))
-        return "yes" if differ == 0 else f"no ({differ} of {len(texts)} replies differ)"
+    def sameness(name: str, other: str) -> str:
+        differ = differing_replies(replies, name, other)
+        return "yes" if differ == 0 else f"no ({differ} of {len(replies[name])} replies differ)"
 
     rows = []
     for name in names:
-        texts, ref = texts_of(name), reference[name]
+        ref = greedy_reference(name, names)
         no_drafter = name.replace("+drafter", "")
-        has_plain = "+drafter" in name and no_drafter in replies and "error" not in replies[no_drafter]
+        has_plain = "+drafter" in name and no_drafter in names
         accepted = sum((r.get("timings") or {}).get("draft_n_accepted") or 0 for r in replies[name].values())
         drafted = sum((r.get("timings") or {}).get("draft_n") or 0 for r in replies[name].values())
-        rows.append([name, ref or "-", sameness(texts, ref) if ref else "-",
-                     sameness(texts, no_drafter) if has_plain else "-",
+        rows.append([name, ref or "-", sameness(name, ref) if ref else "-",
+                     sameness(name, no_drafter) if has_plain else "-",
                      f"{accepted}/{drafted}" if drafted else "-"])
     errors = [f"- `{n}` failed: {replies[n]['error']}" for n in replies if "error" in replies[n]]
     if data.get("median_top2_margin_cpu_sampling") is not None:
@@ -260,7 +260,7 @@ def agreement_lines(arms: list[Arm]) -> list[str]:
             f"({arm.path.name}, {users} users), {verdict} the {CLIENT_SERVER_TOLERANCE:.0%} required.", ""]
 
 
-def sweep_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
+def sweep_section(arms: list[Arm]) -> list[str]:
     lines = ["## 4. Sweeps, 1 to 64 users (mixed prompts, 256-token replies)", ""]
     for arm in arms:
         if arm.depth is not None:
@@ -293,12 +293,11 @@ def decode_steps(run: Path) -> dict[int, float]:
 
 
 def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
-    if len(points) < 2:
+    """The slope of the least-squares line through the points; None for fewer than two x values."""
+    try:
+        return statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
+    except statistics.StatisticsError:
         return None
-    mean_x = sum(x for x, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
 
 
 def decode_step_section(arms: list[Arm]) -> list[str]:
@@ -373,14 +372,10 @@ def drafter_section(arms: list[Arm]) -> list[str]:
     ]
 
 
-def long_context_section(arms: list[Arm], study: Path, presets: list[str]) -> list[str]:
+def long_context_section(arms: list[Arm], tg0: float | None, bench: dict) -> list[str]:
     ctx = sorted((a for a in arms if a.depth is not None), key=lambda a: a.depth)
     if not ctx:
         return []
-    depth_path = study / f"bench-{presets[0]}-depth.json"
-    bench = read_json(depth_path)["summary"] if depth_path.exists() else {}
-    first_bench = study / f"bench-{presets[0]}.json"
-    tg0 = read_json(first_bench)["summary"].get("tg128") if first_bench.exists() else None
     base = value(ctx[0].step(1), "server_tok_s")
     rows = []
     for arm in ctx:
@@ -404,7 +399,7 @@ def long_context_section(arms: list[Arm], study: Path, presets: list[str]) -> li
     ]
 
 
-def seed_section(arms: list[Arm], benches: dict[str, dict]) -> list[str]:
+def seed_section(arms: list[Arm]) -> list[str]:
     e2b = next((a for a in arms if a.preset == "e2b" and a.kind == "base"), None)
     e4b_d = next((a for a in arms if a.preset == "e4b" and a.draft_n == 2 and not a.random_drafter), None)
     rows = []
@@ -468,7 +463,9 @@ def write_study_report(study: Path | str) -> Path:
     if not presets:
         raise AnalysisError(f"{study}: no bench-*.json and no study runs to report on")
     devices = (study / "list_devices.txt").read_text().strip() if (study / "list_devices.txt").exists() else ""
-    ceiling, benches = ceiling_section(study, presets)
+    benches = {p: read_json(study / f"bench-{p}.json", optional=True) for p in presets}
+    depth = summary_of(read_json(study / f"bench-{presets[0]}-depth.json", optional=True))
+    tg0 = summary_of(benches[presets[0]]).get("tg128")
     plots = draw_plots(arms, study / "plots")
     lines = [
         "# GPU study: synthetic Gemma 4 E2B / E4B on llama.cpp", "",
@@ -478,10 +475,11 @@ def write_study_report(study: Path | str) -> Path:
         "", "Models are synthetic: real Gemma 4 tensor shapes, random weights, so the text is random and every "
         "reply is exactly 256 tokens (the synthetic vocabulary cannot produce end-of-text). Speed depends on "
         "shapes and kernels, not on weight values; quality is not measured here.", "",
-        *ceiling, *autotune_section(study, benches[presets[0]].get("tg128")), *greedy_section(study),
-        *sweep_section(arms, benches), *(f"![{p}](plots/{p})" for p in plots), "",
-        *decode_step_section(arms), *drafter_section(arms), *long_context_section(arms, study, presets),
-        *seed_section(arms, benches),
+        *ceiling_section(presets, benches, depth, read_json(study / "models.json")),
+        *autotune_section(study, tg0), *greedy_section(study),
+        *sweep_section(arms), *(f"![{p}](plots/{p})" for p in plots), "",
+        *decode_step_section(arms), *drafter_section(arms), *long_context_section(arms, tg0, depth),
+        *seed_section(arms),
     ]
     report = study / "REPORT.md"
     report.write_text("\n".join(lines) + "\n")

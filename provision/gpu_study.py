@@ -348,6 +348,7 @@ def divergence(reference: dict, other: dict) -> dict | None:
 
 def greedy(study: Study) -> None:
     """Greedy text must not change with the sampling place, the drafter or the kept flags."""
+    from analysis.study_report import differing_replies, greedy_reference
     from rigbench.profile import load_profile, split_flags
 
     preset = study.presets[0]
@@ -372,19 +373,14 @@ def greedy(study: Study) -> None:
             results[name] = greedy_text(study, target, overrides, drafter_path, logprobs=name == "plain/cpu-sampling")
         except Exception as error:  # noqa: BLE001 - a setting that fails is a finding
             results[name] = {"error": str(error)[:500]}
-    texts = {name: [r["text"] for r in v.values()] for name, v in results.items() if "error" not in v}
-    # Each setting against the same target and drafter with CPU sampling: the drafter itself may
-    # change greedy text (llama.cpp's kernels are not batch-invariant: verifying 3 tokens in one
-    # pass rounds differently from 3 passes of 1), which is not what this check asks about.
-    same_as_cpu = {}
-    for name, text in texts.items():
-        target, setting = name.split("/", 1)
-        reference = f"{target}/cpu-sampling" + ("+drafter" if "+drafter" in setting else "")
-        if reference != name and reference in texts:
-            same_as_cpu[name] = text == texts[reference]
+    ok = [name for name, replies in results.items() if "error" not in replies]
+    same_as_cpu = {
+        name: differing_replies(results, name, reference) == 0
+        for name in ok if (reference := greedy_reference(name, ok))
+    }
     drafter_same = {
-        name: text == texts.get(name.replace("+drafter", ""))
-        for name, text in texts.items() if name.endswith("cpu-sampling+drafter")
+        name: name.replace("+drafter", "") in ok and differing_replies(results, name, name.replace("+drafter", "")) == 0
+        for name in ok if name.endswith("cpu-sampling+drafter")
     }
     # Random weights give a nearly flat next-token distribution: where two texts part, how close
     # were the two best candidates (a log-probability margin near 0 means a rounding flip)?

@@ -51,16 +51,14 @@ class TrialResult(BaseModel):
 
 def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
     """One-user and largest-step figures from analysis' summary.json."""
+    from analysis.report import summary_value as value
+
     summary = json.loads(summary_path.read_text())
     steps = summary["runs"][0]["steps"]
     if not steps:
         return {}
     first = min(steps, key=lambda step: step["users"])
     last = max(steps, key=lambda step: step["users"])
-
-    def value(step: dict, key: str) -> float | None:
-        figure = step.get(key) or {}
-        return figure.get("value")
 
     one_user_aggregate = value(first, "aggregate_tok_s")
     top_aggregate = value(last, "aggregate_tok_s")
