@@ -22,6 +22,7 @@ from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
 from rigbench.errors import AnalysisError
+from rigbench.rundir import format_measure
 
 SUMMARY_VERSION = 1
 
@@ -34,12 +35,6 @@ def summary_value(step: dict | None, key: str) -> float | None:
     if isinstance(figure, dict):
         return figure.get("value")
     return figure
-
-
-def measure_text(measure: float | list[float]) -> str:
-    """``30`` or ``8,8,10,20`` (one measured window per step)."""
-    values = measure if isinstance(measure, list) else [measure]
-    return ",".join(f"{value:g}" for value in values)
 
 
 def _ms(estimate: Estimate) -> str:
@@ -173,7 +168,7 @@ def _describe_run(section: RunSection) -> str:
         load = manifest.load
         parts.append(
             f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
-            f"measure {measure_text(load.measure_seconds)} s per step"
+            f"measure {format_measure(load.measure_seconds)} s per step"
         )
     return "; ".join(parts)
 

@@ -77,12 +77,6 @@ def parse_measure(text: str) -> Measure:
     return values[0] if len(values) == 1 else values
 
 
-def format_measure(measure: Measure) -> str:
-    """The inverse of :func:`parse_measure`, for command lines and reports."""
-    if isinstance(measure, int | float):
-        return f"{measure:g}"
-    return ",".join(f"{value:g}" for value in measure)
-
 
 def parse_steps(text: str) -> list[int]:
     """``"1,2,4,8"`` -> [1, 2, 4, 8]."""

@@ -24,10 +24,10 @@ import httpx
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from loadtest.schedule import format_measure, make_stages, total_duration, windows_per_step
+from loadtest.schedule import make_stages, total_duration, windows_per_step
 from rigbench.errors import LoadTestError
 from rigbench.profile import RigProfile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, utc_now
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, format_measure, utc_now
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent

@@ -23,9 +23,6 @@ LOG_FILES = ("llama-server.log", "locust.log")
 def gzip_file(path: Path) -> Path:
     """``path`` -> ``path.gz`` (mtime kept, written beside then renamed, original removed)."""
     target = path.with_name(path.name + ".gz")
-    if target.exists():
-        # e.g. a resumed run compacted twice with a shard of the same name: never overwrite records
-        raise RunDirError(f"{target} already exists beside {path.name}; move one aside, nothing was changed")
     partial = target.with_name(target.name + ".part")
     with open(path, "rb") as source, gzip.GzipFile(partial, "wb", mtime=int(path.stat().st_mtime)) as sink:
         shutil.copyfileobj(source, sink)

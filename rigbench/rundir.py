@@ -121,6 +121,13 @@ class LoadSettings(Strict):
         return self.model_copy(update={"user_steps": self.user_steps[first_step:], "measure_seconds": measure})
 
 
+def format_measure(measure: float | list[float]) -> str:
+    """``30`` or ``8,8,10,20``: measured seconds as command lines take them and reports show them
+    (the inverse of ``loadtest.schedule.parse_measure``)."""
+    values = measure if isinstance(measure, list) else [measure]
+    return ",".join(f"{value:g}" for value in values)
+
+
 class StepWindow(Strict):
     """One step of a sweep; analysis uses records from [measure_start, measure_end) only."""
 

@@ -46,11 +46,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run each trial as a short sweep; print the table and the best flags."""
         trials = parse_trials(trial) if trial else dict(DEFAULT_TRIALS)
+        steps = parse_user_steps(users)
         options = LocalRigOptions(
             profile=profile,
-            user_steps=parse_user_steps(users),
+            user_steps=steps,
             warmup_seconds=warmup,
-            measure_seconds=parse_measure_option(measure, parse_user_steps(users)),
+            measure_seconds=parse_measure_option(measure, steps),
             backend=backend,
             model_path=model,
             drafter_path=drafter,

@@ -60,13 +60,14 @@ def register(app: typer.Typer) -> None:
         """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
         if backend not in ("auto", "cpu", "cuda"):
             raise typer.BadParameter(f"--backend must be auto, cpu or cuda, found {backend!r}")
+        steps = parse_user_steps(users)
         report = run_local_rig(
             LocalRigOptions(
                 profile=profile,
                 runs_root=runs,
-                user_steps=parse_user_steps(users),
+                user_steps=steps,
                 warmup_seconds=warmup,
-                measure_seconds=parse_measure_option(measure, parse_user_steps(users)),
+                measure_seconds=parse_measure_option(measure, steps),
                 backend=backend,
                 model_path=model,
                 drafter_path=drafter,

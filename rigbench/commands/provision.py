@@ -16,6 +16,7 @@ from pathlib import Path
 
 import typer
 
+from rigbench.commands.local import MEASURE_HELP
 from rigbench.errors import ProvisionError
 
 
@@ -280,7 +281,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: str = typer.Option("1,2,4,8,16,32,64", "--steps"),
         warmup: float = typer.Option(10.0, "--warmup"),
-        measure: str = typer.Option("30", "--measure", help="measured seconds: one for every step, or one per step"),
+        measure: str = typer.Option("30", "--measure", help=MEASURE_HELP),
         runs: Path = typer.Option(Path("runs"), "--runs", help="local folder for run directories"),
         rigbench: str = typer.Option(None, "--rigbench", help="rigbench on the rig"),
         sweep_args: str = typer.Option(

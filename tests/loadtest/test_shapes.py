@@ -96,7 +96,8 @@ def test_bad_steps_are_clear_errors() -> None:
 
 
 def test_one_measured_window_per_step() -> None:
-    from loadtest.schedule import format_measure, parse_measure
+    from loadtest.schedule import parse_measure
+    from rigbench.rundir import format_measure
 
     stages = make_stages([1, 8, 64], 2.0, [5.0, 10.0, 20.0])
     assert [(s.users, s.measure) for s in stages] == [(1, 5.0), (8, 10.0), (64, 20.0)]
