@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import gevent.lock
 from locust import events
@@ -19,7 +18,7 @@ from loadtest.controller import SweepController
 from loadtest.schedule import make_stages, parse_measure, parse_steps
 from loadtest.shapes import SweepShape
 from loadtest.users import StreamingChatUser
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 __all__ = ["StreamingChatUser", "SweepShape"]
 
@@ -70,16 +69,7 @@ def _settings_from(options: Any) -> LoadSettings:
 
 def _new_run_dir(options: Any, host: str) -> RunDir:
     """A run directory for a hand-started Locust (``rigbench sweep`` makes its own)."""
-    url = urlsplit(host)
-    manifest = RunManifest(
-        run_id=new_run_id("locust"),
-        created_at=utc_now(),
-        profile="(hand-run locust)",
-        server=ServerInfo(
-            args=[], host=url.hostname or "", port=url.port or 80, parallel_slots=options.parallel_slots or 1
-        ),
-        load=_settings_from(options),
-    )
+    manifest = sweep_manifest("locust", "(hand-run locust)", host, _settings_from(options), options.parallel_slots or 1)
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)
     return run

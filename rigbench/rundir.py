@@ -25,6 +25,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -227,6 +228,23 @@ def utc_now() -> str:
 def new_run_id(prefix: str) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{prefix}-{secrets.token_hex(2)}"
+
+
+def sweep_manifest(
+    label: str, profile: str, url: str, settings: LoadSettings, slots: int, server_args: list[str] | None = None
+) -> RunManifest:
+    """A new run's manifest for a sweep against the server at ``url`` (``rigbench sweep``, a
+    hand-started Locust, tests)."""
+    parts = urlsplit(url)
+    return RunManifest(
+        run_id=new_run_id(label),
+        created_at=utc_now(),
+        profile=profile,
+        server=ServerInfo(
+            args=list(server_args or []), host=parts.hostname or "", port=parts.port or 80, parallel_slots=slots
+        ),
+        load=settings,
+    )
 
 
 PRIVATE_UMASK = 0o077

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import typer
 
 from rigbench.commands.local import MEASURE_HELP, parse_measure_option
 from rigbench.errors import LoadTestError
 from rigbench.profile import RigProfile, load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, sweep_manifest
 
 
 def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
@@ -43,20 +42,11 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings, slots: int) -> RunManifest:
-    parts = urlsplit(url)
+def profile_sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings, slots: int) -> RunManifest:
     label = "-".join(
         filter(None, [profile.name, settings.arm, f"d{settings.context_tokens}" if settings.context_tokens else None])
     )
-    return RunManifest(
-        run_id=new_run_id(label),
-        created_at=utc_now(),
-        profile=profile.name,
-        server=ServerInfo(
-            args=list(profile.server.args), host=parts.hostname or "", port=parts.port or 80, parallel_slots=slots
-        ),
-        load=settings,
-    )
+    return sweep_manifest(label, profile.name, url, settings, slots, server_args=profile.server.args)
 
 
 def register(app: typer.Typer) -> None:
@@ -122,7 +112,7 @@ def register(app: typer.Typer) -> None:
                     processes=processes,
                     arm=arm_name,
                 )
-                run = RunDir.create(runs_dir, sweep_manifest(profile, arm_url, settings, slots))
+                run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
                 for earlier in runs:
                     earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
                 run.update_manifest(linked_runs=[r.path.name for r in runs])

@@ -13,7 +13,7 @@ from analysis.report import write_report
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
 from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +26,7 @@ def test_report_figures_match_the_ground_truth_server(tmp_path: Path) -> None:
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1.0, measure_seconds=3.0, max_tokens=TOKENS)
     config = GroundTruthConfig(ttft_ms=TTFT_MS, itl_ms=ITL_MS, tokens=TOKENS, model="default", slots=4)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        manifest = RunManifest(
-            run_id=new_run_id("analysis-e2e"),
-            created_at=utc_now(),
-            profile="tiny",
-            server=ServerInfo(args=[], host="127.0.0.1", port=server.port, parallel_slots=4),
-            load=settings,
-        )
-        run = RunDir.create(tmp_path / "runs", manifest)
+        run = RunDir.create(tmp_path / "runs", sweep_manifest("analysis-e2e", "tiny", server.base_url, settings, 4))
         final = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
     assert final.status == "complete", final.status_detail
 

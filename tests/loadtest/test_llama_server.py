@@ -13,7 +13,7 @@ from loadtest.streaming import RequestMeta, build_payload, make_client, stream_c
 from loadtest.sweep import run_sweep
 from loadtest.telemetry import parse_metrics, take_snapshot
 from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, sweep_manifest, utc_now
 
 pytestmark = pytest.mark.integration
 
@@ -103,14 +103,7 @@ def test_long_context_prefix_is_counted_exactly_by_the_server(llama_server) -> N
 def sweep_tiny_server(server, tmp_path: Path, name: str, settings: LoadSettings):
     """A sweep against the session's tiny llama-server; returns (run, final manifest)."""
     profile = load_profile("tiny")
-    manifest = RunManifest(
-        run_id=new_run_id(name),
-        created_at=utc_now(),
-        profile=profile.name,
-        load=settings,
-        server=ServerInfo(args=[], host="127.0.0.1", port=server.port, parallel_slots=4),
-    )
-    run = RunDir.create(tmp_path, manifest)
+    run = RunDir.create(tmp_path, sweep_manifest(name, profile.name, server.base_url, settings, 4))
     result = run_sweep(run, server.base_url, profile=profile, settings=settings, progress=False)
     assert result.status == "complete", result.status_detail
     return run, result

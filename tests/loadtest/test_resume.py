@@ -21,7 +21,7 @@ from loadtest.sweep import run_sweep
 from rigbench.cli import app
 from rigbench.errors import LoadTestError
 from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, sweep_manifest, utc_now
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +44,7 @@ def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_
     marker.parent.mkdir()
     runs = tmp_path / "runs"
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        manifest = RunManifest(
-            run_id=new_run_id("tiny"),
-            created_at=utc_now(),
-            profile="tiny",
-            server=ServerInfo(args=[], host="127.0.0.1", port=server.port, parallel_slots=64),
-            load=settings,
-        )
-        run = RunDir.create(runs, manifest)
+        run = RunDir.create(runs, sweep_manifest("tiny", "tiny", server.base_url, settings, 64))
         stop = threading.Event()
         writer = threading.Thread(target=write_marker_after_first_step, args=(run, marker, stop), daemon=True)
         writer.start()

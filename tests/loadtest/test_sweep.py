@@ -16,21 +16,14 @@ from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
 from loadtest.sweep import run_sweep
 from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
-    manifest = RunManifest(
-        run_id=new_run_id("test"),
-        created_at=utc_now(),
-        profile="tiny",
-        server=ServerInfo(args=[], host="127.0.0.1", port=port, parallel_slots=slots),
-        load=settings,
-    )
-    return RunDir.create(root, manifest)
+    return RunDir.create(root, sweep_manifest("test", "tiny", f"http://127.0.0.1:{port}", settings, slots))
 
 
 def outside_tolerances(results) -> list:

@@ -29,7 +29,7 @@ import pytest
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
 from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,14 +115,7 @@ def assert_next_commands_work(run_path: Path, check_exit: int = 0, report_refusa
 
 
 def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
-    manifest = RunManifest(
-        run_id=new_run_id("fault"),
-        created_at=utc_now(),
-        profile="tiny",
-        server=ServerInfo(args=[], host="127.0.0.1", port=port, parallel_slots=slots),
-        load=settings,
-    )
-    return RunDir.create(root, manifest)
+    return RunDir.create(root, sweep_manifest("fault", "tiny", f"http://127.0.0.1:{port}", settings, slots))
 
 
 def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
