@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
@@ -134,7 +135,12 @@ def summary_of(bench: dict | None) -> dict:
     return bench["summary"] if bench is not None else {}
 
 
-def autotune_section(study: Path, tg128: float | None) -> list[str]:
+def source_line(source: str) -> list[str]:
+    """A section measured by an earlier study says which folder its figures come from."""
+    return [f"From the earlier study `{source}` (its runs, its llama-bench figures).", ""] if source else []
+
+
+def autotune_section(study: Path, tg128: float | None, source: str = "") -> list[str]:
     path = study / "autotune" / "autotune.jsonl"
     if not path.exists():
         return []
@@ -152,6 +158,7 @@ def autotune_section(study: Path, tg128: float | None) -> list[str]:
         ])
     lines = [
         "## 2. What limits llama-server: autotune trials (every trial kept in autotune/autotune.jsonl)", "",
+        *source_line(source),
         "Each trial: a profile's serving line plus the flags shown (each run directory has the whole "
         "line), a fresh server, 1 user then 64 users (trials with one user only leave the 64-user "
         "columns empty). One-user speed is llama-server's own decode rate (`timings.predicted_per_second`, "
@@ -161,7 +168,9 @@ def autotune_section(study: Path, tg128: float | None) -> list[str]:
     ]
     if (study / "best.json").exists():  # studies that chose the sweeps' flags by autotune
         best = json.loads((study / "best.json").read_text())
-        lines += [f"The study's automatic pick for the sweeps below: `{best.get('name')}` "
+        whose = ("That study's automatic pick for its own sweeps" if source
+                 else "The study's automatic pick for the sweeps below")
+        lines += [f"{whose}: `{best.get('name')}` "
                   f"(`{' '.join(best.get('overrides', []))}`).", ""]
     return lines
 
@@ -300,13 +309,13 @@ def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
         return None
 
 
-def decode_step_section(arms: list[Arm]) -> list[str]:
+def decode_step_section(arms: list[Arm], decode_rates: dict[Path, dict[int, float]]) -> list[str]:
     """How long one decode call of llama-server takes as users are added (from /metrics)."""
     lines = []
     for arm in arms:
         if arm.kind != "base":
             continue
-        rates = decode_steps(arm.path)
+        rates = decode_rates.get(arm.path)
         if not rates:
             continue
         rows, points = [], []
@@ -327,6 +336,44 @@ def decode_step_section(arms: list[Arm]) -> list[str]:
             "time that grows with every added sequence is per-sequence work: attention over its own "
             "context, sampling, and the server's per-token handling. llama-batched-bench (same kernels, "
             "no sampling, no server) separates the GPU's share.", "", *lines]
+
+
+def batched_ceiling_section(study: Path, arms: list[Arm], decode_rates: dict[Path, dict[int, float]]) -> list[str]:
+    """llama-batched-bench's decode rate for N sequences (the card's ceiling for N users with the
+    same kernels, no sampling, no HTTP) beside what llama-server served to N users."""
+    lines = []
+    for preset in dict.fromkeys(a.preset for a in arms):
+        files = {p.name[len(f"batched-bench-{preset}-"):-len(".json")]: read_json(p)
+                 for p in sorted(study.glob(f"batched-bench-{preset}-*.json"))}
+        if not files:
+            continue
+        base = next((a for a in arms if a.preset == preset and a.kind == "base" and a.depth is None), None)
+        rates = decode_rates.get(base.path, {}) if base else {}
+        labels = list(files)
+        counts = sorted({int(k.split("@")[1]) for f in files.values() for k in f["summary"] if k.startswith("tg@")})
+        rows = []
+        for users in counts:
+            ceilings = [files[label]["summary"].get(f"tg@{users}") for label in labels]
+            served = value(base.step(users), "aggregate_tok_s") if base else None
+            best = max((c for c in ceilings if c), default=None)
+            rows.append([users, *(fmt(c) for c in ceilings), fmt(served),
+                         fmt(served / best, 2) if served and best else "-",
+                         fmt(users / best * 1000, 2) if best else "-",
+                         fmt(1000 / rates[users], 2) if users in rates else "-"])
+        command = next(iter(files.values()))["command"]
+        npp, ntg = (command[command.index(flag) + 1] if flag in command else "?" for flag in ("-npp", "-ntg"))
+        lines += [f"### {preset}", "", tabulate(rows, [
+            "users", *(f"batched-bench tg tok/s ({label})" for label in labels),
+            "served aggregate tok/s", "served / best ceiling", "ms per step (batched-bench)",
+            "ms per decode call (server)"], "github", disable_numparse=True), "",
+            f"llama-batched-bench: {npp} prompt tokens then {ntg} generated per sequence, every sequence "
+            f"decoding together; flags `{serving_flags(command[1:])}`.", ""]
+    if not lines:
+        return []
+    return ["## 4b. The card's batched-decode ceiling against what llama-server served", "",
+            "llama-batched-bench decodes N sequences in lockstep with the same build and kernels, with no "
+            "sampling, no HTTP and no slot scheduling: what N users could get at most. The served "
+            "aggregate is the sweep above (staggered requests, prefill mixed in).", "", *lines]
 
 
 def drafter_section(arms: list[Arm]) -> list[str]:
@@ -372,7 +419,7 @@ def drafter_section(arms: list[Arm]) -> list[str]:
     ]
 
 
-def long_context_section(arms: list[Arm], tg0: float | None, bench: dict) -> list[str]:
+def long_context_section(arms: list[Arm], tg0: float | None, bench: dict, source: str = "") -> list[str]:
     ctx = sorted((a for a in arms if a.depth is not None), key=lambda a: a.depth)
     if not ctx:
         return []
@@ -389,7 +436,7 @@ def long_context_section(arms: list[Arm], tg0: float | None, bench: dict) -> lis
                      fmt(value(s, "aggregate_tok_s"))])
     seed = SEED_L4["e2b_story_120k"] / SEED_L4["e2b_story_empty"]
     return [
-        "## 6. Long context (E2B, one user, prompt cache off)", "",
+        "## 6. Long context (E2B, one user, prompt cache off)", "", *source_line(source),
         f"Server: `{serving_flags(ctx[0].server_args)}`. The first D tokens of a long document go ahead of "
         "each prompt, counted by the served model's /tokenize.", "",
         tabulate(rows, ["tokens ahead", "decode tok/s (server)", "decode tok/s (client)", "llama-bench tg128 at depth",
@@ -450,9 +497,18 @@ def draw_plots(arms: list[Arm], out: Path) -> list[str]:
     return names
 
 
-def write_study_report(study: Path | str) -> Path:
-    """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path."""
+def bench_ceilings(study: Path, preset: str) -> tuple[float | None, dict]:
+    """(tg128, {tg128@dD: ...}) of a study's llama-bench files for one preset."""
+    tg0 = summary_of(read_json(study / f"bench-{preset}.json", optional=True)).get("tg128")
+    return tg0, summary_of(read_json(study / f"bench-{preset}-depth.json", optional=True))
+
+
+def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) -> Path:
+    """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path. Sections this study did
+    not measure (autotune, long context) are taken from the first ``earlier`` study that did, and
+    say so."""
     study = Path(study)
+    earlier = [Path(e) for e in earlier]
     arms = load_arms(study)
     settings = study / "study.json"
     benched = sorted(p.name[len("bench-"):-len(".json")] for p in study.glob("bench-*.json") if "-depth" not in p.name)
@@ -467,6 +523,19 @@ def write_study_report(study: Path | str) -> Path:
     depth = summary_of(read_json(study / f"bench-{presets[0]}-depth.json", optional=True))
     tg0 = summary_of(benches[presets[0]]).get("tg128")
     plots = draw_plots(arms, study / "plots")
+    decode_rates = {arm.path: decode_steps(arm.path) for arm in arms if arm.kind == "base" and arm.depth is None}
+
+    def first_with(has: Callable[[Path], bool]) -> Path | None:
+        return next((folder for folder in [study, *earlier] if has(folder)), None)
+
+    def named(folder: Path) -> str:
+        return "" if folder == study else os.path.relpath(folder.resolve(), study.resolve())
+
+    def ceilings_of(folder: Path) -> tuple[float | None, dict]:
+        return (tg0, depth) if folder == study else bench_ceilings(folder, presets[0])
+
+    tuned = first_with(lambda folder: (folder / "autotune" / "autotune.jsonl").exists())
+    long_ctx = first_with(lambda folder: any(a.depth is not None for a in load_arms(folder)))
     lines = [
         "# GPU study: synthetic Gemma 4 E2B / E4B on llama.cpp", "",
         f"Build: {build['backend']} for compute capability {build.get('cuda_arch')}, "
@@ -476,9 +545,13 @@ def write_study_report(study: Path | str) -> Path:
         "reply is exactly 256 tokens (the synthetic vocabulary cannot produce end-of-text). Speed depends on "
         "shapes and kernels, not on weight values; quality is not measured here.", "",
         *ceiling_section(presets, benches, depth, read_json(study / "models.json")),
-        *autotune_section(study, tg0), *greedy_section(study),
+        *(autotune_section(tuned, ceilings_of(tuned)[0], named(tuned)) if tuned else []),
+        *greedy_section(study),
         *sweep_section(arms), *(f"![{p}](plots/{p})" for p in plots), "",
-        *decode_step_section(arms), *drafter_section(arms), *long_context_section(arms, tg0, depth),
+        *decode_step_section(arms, decode_rates), *batched_ceiling_section(study, arms, decode_rates),
+        *drafter_section(arms),
+        *(long_context_section(load_arms(long_ctx), *ceilings_of(long_ctx), named(long_ctx))
+          if long_ctx else []),
         *seed_section(arms),
     ]
     report = study / "REPORT.md"

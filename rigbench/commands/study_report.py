@@ -11,8 +11,15 @@ def register(app: typer.Typer) -> None:
     @app.command("study-report")
     def study_report(
         study: Path = typer.Argument(..., help="folder written by provision/gpu_study.py"),
+        earlier: list[Path] = typer.Option(
+            [], "--earlier", help="an earlier study folder for the sections this one did not measure "
+            "(autotune, long context); repeatable, first match wins"),
     ) -> None:
         """Write DIR/REPORT.md and DIR/plots/ (ceilings, autotune, greedy check, sweeps, drafter, long context)."""
         from analysis.study_report import write_study_report
 
-        typer.echo(write_study_report(study))
+        for folder in earlier:
+            if not (folder / "build_manifest.json").exists():
+                raise typer.BadParameter(f"{folder}: not a study folder (no build_manifest.json)",
+                                         param_hint="--earlier")
+        typer.echo(write_study_report(study, earlier))

@@ -93,3 +93,50 @@ def test_report_survives_a_failed_reference_setting_and_missing_bench_files(stud
     text = write_study_report(study).read_text()
     assert "`plain/cpu-sampling` failed: server did not start" in text
     assert "(no llama-bench figures for e2b in this study)" in text
+
+
+PROFILES = STUDY.parent / "gpu-h200-profiles-2026-11-30"
+
+
+def section(text: str, heading: str) -> str:
+    """The text of one ``## `` section of the report."""
+    start = text.index(f"## {heading}")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end == -1 else text[start:end]
+
+
+def test_batched_ceiling_beside_the_served_aggregate_and_sections_from_an_earlier_study(tmp_path: Path) -> None:
+    new, old = tmp_path / "runs" / "new", tmp_path / "runs" / "old"
+    shutil.copytree(PROFILES, new)
+    shutil.copytree(STUDY, old)
+    alone = write_study_report(new).read_text()
+    assert "## 6. Long context" not in alone and "## 2. What limits" not in alone
+
+    text = write_study_report(new, [old]).read_text()
+    ceiling = section(text, "4b.")
+    per_slot = json.loads((new / "batched-bench-e2b-per-slot-kv.json").read_text())["summary"]["tg@64"]
+    unified = json.loads((new / "batched-bench-e2b-unified-kv.json").read_text())["summary"]["tg@64"]
+    base = next(a for a in load_arms(new) if a.preset == "e2b" and a.kind == "base")
+    served = base.step(64)["aggregate_tok_s"]["value"]
+    row = table_row(ceiling, "64")
+    assert row[1:4] == [f"{per_slot:,.1f}", f"{unified:,.1f}", f"{served:,.1f}"]
+    best = max(per_slot, unified)
+    assert row[4] == f"{served / best:,.2f}" and row[5] == f"{64 / best * 1000:,.2f}"
+
+    # long context and autotune come from the earlier folder, named, with that folder's llama-bench
+    long_ctx = section(text, "6.")
+    assert "From the earlier study `../old`" in long_ctx
+    depth = json.loads((old / "bench-e2b-depth.json").read_text())["summary"]["tg128@d120000"]
+    ctx = next(a for a in load_arms(old) if a.depth == 120000)
+    assert table_row(long_ctx, "120,000")[4] == f"{ctx.step(1)['server_tok_s']['value'] / depth:,.2f}"
+    assert "That study's automatic pick for its own sweeps" in section(text, "2.")
+
+
+def test_an_earlier_folder_that_is_not_a_study_is_refused_by_the_command(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rigbench.cli import app
+
+    result = CliRunner().invoke(app, ["study-report", str(PROFILES), "--earlier", str(tmp_path)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--earlier" in result.output and "not a study folder" in result.output
