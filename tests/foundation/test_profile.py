@@ -36,9 +36,10 @@ def test_bundled_profiles_load():
     assert e2b.model.sha256 == "unknown"
     assert e2b.drafter is not None and e2b.drafter.repo == "xbill9/gemma-4-E2B-it-qat-assistant-q4_0-exact-gguf"
     assert e2b.server.flag_value("-ot") == r"per_layer_token_embd\.weight=CUDA0"
-    assert e2b.drafter.args == ["--spec-type", "draft-mtp", "-ngld", "all", "--spec-draft-n-max", "2"]
+    assert e2b.drafter.args == ["--spec-type", "draft-mtp", "-ngld", "all", "--spec-draft-n-max", "2",
+                               "--spec-draft-backend-sampling"]
     assert "--spec-type" not in e2b.server_args("m.gguf", None)
-    assert e2b.server_args("m.gguf", "d.gguf")[-6:] == e2b.drafter.args
+    assert e2b.server_args("m.gguf", "d.gguf")[-len(e2b.drafter.args):] == e2b.drafter.args
     assert e2b.server.context_size == 131072
     assert load_profile("gemma4-e2b-many").server.parallel_slots == 64
     assert load_profile("tiny").model.synthetic is not None
