@@ -458,6 +458,11 @@ def seed_section(arms: list[Arm]) -> list[str]:
         ratio = value(e4b_d.step(1), "server_tok_s") / value(e2b.step(1), "server_tok_s")
         rows.append(["E4B with drafter / E2B without, one user", fmt(ratio, 3),
                      fmt(SEED_L4["e4b_drafter_one_user"] / SEED_L4["e2b_one_user"], 3), "-"])
+    drafter3 = next((a for a in arms if a.preset == "e2b" and a.draft_n == 3 and not a.random_drafter), None)
+    if e2b and drafter3:
+        ratio = value(drafter3.step(1), "server_tok_s") / value(e2b.step(1), "server_tok_s")
+        rows.append(["drafter (3 tokens) at one user, vs none (ours: acceptance ~1 by design)", fmt(ratio, 2),
+                     f"{SEED_L4['drafter_gain_code_3']:.2f} code, {SEED_L4['drafter_gain_story_3']:.2f} story", "-"])
     drafter64 = [a for a in arms if a.preset == "e2b" and a.draft_n == 2 and not a.random_drafter]
     if e2b and drafter64:
         ratio = value(drafter64[0].step(64), "aggregate_tok_s") / value(e2b.step(64), "aggregate_tok_s")

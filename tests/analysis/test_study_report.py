@@ -130,6 +130,10 @@ def test_batched_ceiling_beside_the_served_aggregate_and_sections_from_an_earlie
     ctx = next(a for a in load_arms(old) if a.depth == 120000)
     assert table_row(long_ctx, "120,000")[4] == f"{ctx.step(1)['server_tok_s']['value'] / depth:,.2f}"
     assert "That study's automatic pick for its own sweeps" in section(text, "2.")
+    seed = table_row(section(text, "7."), "drafter (3 tokens) at one user, vs none (ours: acceptance ~1 by design)")
+    drafter3 = next(a for a in load_arms(new) if a.preset == "e2b" and a.draft_n == 3)
+    assert seed[1] == f"{drafter3.step(1)['server_tok_s']['value'] / base.step(1)['server_tok_s']['value']:.2f}"
+    assert seed[2] == "2.39 code, 1.31 story"
 
 
 def test_an_earlier_folder_that_is_not_a_study_is_refused_by_the_command(tmp_path: Path) -> None:
