@@ -82,6 +82,7 @@ def measure(server: LocalServer, slots: list[int], seconds: float, max_tokens: i
 
 def run_probe(out: Path, users: int, slots: int, seconds: float, repeats: int, preset: str,
               threads: int, max_tokens: int) -> dict:
+    layouts = {layout: slot_ids(layout, users, slots) for layout in ("consecutive", "spread")}  # fail before building
     binary = Path(build(backend="cpu")["binaries"]["llama-server"])
     model = write_synthetic_model(out / f"{preset}.gguf", preset=preset)
     per_slot_ctx = 512
@@ -91,8 +92,7 @@ def run_probe(out: Path, users: int, slots: int, seconds: float, repeats: int, p
                 "--metrics", "--no-warmup", *extra]
         with LocalServer(binary, args, log_path=out / f"server-{cache}.log") as server:
             for repeat in range(repeats):  # layouts alternate so drift hits both alike
-                for layout in ("consecutive", "spread"):
-                    ids = slot_ids(layout, users, slots)
+                for layout, ids in layouts.items():
                     figures = measure(server, ids, seconds, max_tokens, warmup=2.0)
                     results.append({"cache": cache, "layout": layout, "slots": ids, "repeat": repeat, **figures})
                     print(json.dumps(results[-1]), flush=True)
@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/rigbench-slot-layout"))
     parser.add_argument("--note", type=Path, default=None, help="write a markdown note (+ .json) here")
     args = parser.parse_args(argv)
+    try:
+        slot_ids("spread", args.users, args.parallel)
+    except ValueError as error:
+        parser.error(f"--users/--parallel: {error}")
     args.work.mkdir(parents=True, exist_ok=True)
     probe = run_probe(args.work, args.users, args.parallel, args.seconds, args.repeats, args.preset,
                       args.threads, args.max_tokens)

@@ -19,6 +19,15 @@ def test_slot_ids_are_consecutive_or_spread_and_bad_layouts_are_named() -> None:
         slot_ids("random", 4, 16)
 
 
+def test_too_few_slots_for_the_users_is_a_flag_error_before_anything_is_built(capsys) -> None:
+    from provision.slot_layout import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--users", "4", "--parallel", "6"])
+    assert exit_info.value.code == 2
+    assert "--users/--parallel: spread needs at least twice as many slots as users" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_spread_slots_cost_more_per_decode_call_with_per_slot_kv(tmp_path: Path) -> None:
     probe = run_probe(tmp_path, users=4, slots=8, seconds=3.0, repeats=1, preset="small", threads=2, max_tokens=64)
