@@ -539,8 +539,15 @@ def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) ->
     def ceilings_of(folder: Path) -> tuple[float | None, dict]:
         return (tg0, depth) if folder == study else bench_ceilings(folder, presets[0])
 
+    loaded = {study: arms}
+
+    def arms_in(folder: Path) -> list[Arm]:
+        if folder not in loaded:
+            loaded[folder] = load_arms(folder)
+        return loaded[folder]
+
     tuned = first_with(lambda folder: (folder / "autotune" / "autotune.jsonl").exists())
-    long_ctx = first_with(lambda folder: any(a.depth is not None for a in load_arms(folder)))
+    long_ctx = first_with(lambda folder: any(a.depth is not None for a in arms_in(folder)))
     lines = [
         "# GPU study: synthetic Gemma 4 E2B / E4B on llama.cpp", "",
         f"Build: {build['backend']} for compute capability {build.get('cuda_arch')}, "
@@ -555,7 +562,7 @@ def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) ->
         *sweep_section(arms), *(f"![{p}](plots/{p})" for p in plots), "",
         *decode_step_section(arms, decode_rates), *batched_ceiling_section(study, arms, decode_rates),
         *drafter_section(arms),
-        *(long_context_section(load_arms(long_ctx), *ceilings_of(long_ctx), named(long_ctx))
+        *(long_context_section(arms_in(long_ctx), *ceilings_of(long_ctx), named(long_ctx))
           if long_ctx else []),
         *seed_section(arms),
     ]

@@ -97,7 +97,7 @@ def run_probe(out: Path, users: int, slots: int, seconds: float, repeats: int, p
                     results.append({"cache": cache, "layout": layout, "slots": ids, "repeat": repeat, **figures})
                     print(json.dumps(results[-1]), flush=True)
     return {"users": users, "parallel": slots, "preset": preset, "threads": threads, "seconds": seconds,
-            "max_tokens": max_tokens, "server": binary.name, "results": results}
+            "repeats": repeats, "max_tokens": max_tokens, "server": binary.name, "results": results}
 
 
 def summary_rows(probe: dict) -> list[list[str]]:
@@ -125,7 +125,7 @@ def write_note(probe: dict, path: Path) -> None:
         f"`python provision/slot_layout.py --note {path}` on this 2-core VM: the real llama-server (pinned CPU build), "
         f"synthetic `{probe['preset']}` model, `--parallel {probe['parallel']}`, {probe['users']} users pinned "
         f"with `id_slot`, {probe['max_tokens']}-token replies back to back, {probe['seconds']:.0f} s windows, "
-        f"{len(probe['results']) // 4} repeats per cell; figures from the server's `n_decode_total` and "
+        f"{probe['repeats']} repeats per cell; figures from the server's `n_decode_total` and "
         f"`tokens_predicted_total`.\n\n{table}\n\n"
         "With one KV stream per slot, llama.cpp puts only consecutive sequence ids in one micro-batch "
         "(`split_equal(n_ubatch, sequential=true)` in src/llama-kv-cache.cpp), so spread-out busy slots "
