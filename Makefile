@@ -1,6 +1,6 @@
 # Two set-up commands for a fresh machine: `make demo` and `make test`. Each installs what
 # it needs (virtualenv, Python deps, openssh-server, the llama.cpp build) and is cheap to
-# repeat: the llama.cpp build is cached under ~/.cache/rigbench keyed by source and options.
+# repeat: the llama.cpp build is cached under ~/.cache/rigbench (or $RIGBENCH_CACHE) keyed by source and options.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,7 +21,7 @@ build-tools:
 
 # The CPU build of the pinned llama.cpp (a cache hit after the first time).
 llama: $(STAMP) build-tools
-	$(PY) provision/llamacpp_build.py --backend cpu > /dev/null
+	$(VENV)/bin/rigbench build --backend cpu > /dev/null
 
 # openssh-server for the provision tests (a private sshd on 127.0.0.1).
 sshd:

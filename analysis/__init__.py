@@ -1,4 +1,4 @@
-"""rigbench stage: analysis. Run directories in; figures, prices, plans and reports out.
+"""Stage: analysis. Run directories in; figures, prices, plans and reports out.
 
 Public entry points (import them by full path; this package imports nothing heavy itself):
 
@@ -7,4 +7,7 @@ Public entry points (import them by full path; this package imports nothing heav
 - ``analysis.figures.run_figures(run) -> RunFigures``: per-step figures with 95% intervals
 - ``analysis.compare.compare_runs(a, b)``: B/A ratios per step, paired by prompt category
 - ``analysis.plan``: capacity plans; ``analysis.prices``: AWS prices and snapshots
+- ``analysis.speed_check``: how fast a million-record run is analysed
+
+Imports only the base (``core``).
 """

@@ -4,8 +4,8 @@ Steps are paired by (users, context tokens). The per-user ratio is paired by pro
 category: the geometric mean over the categories both runs measured of
 (mean tok/s of B in the category / mean tok/s of A in it), with a stratified bootstrap
 interval (each run and category resampled on its own); each category's own ratio of means is
-given too (the seeds: code gains most from a drafter, stories least). Aggregate tok/s and TTFT p90 ratios
-combine the two runs' intervals in log space. A ratio above 1 means B is higher.
+given too (code gains most from a drafter, stories least). Aggregate tok/s and TTFT p90
+ratios combine the two runs' intervals in log space. A ratio above 1 means B is higher.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from analysis import intervals
 from analysis.figures import RunFigures, StepFigures, add_request_metrics, category_groups
 from analysis.intervals import Estimate
-from rigbench.errors import AnalysisError
+from core.errors import AnalysisError
 
 
 @dataclass(frozen=True)

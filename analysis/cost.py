@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from analysis.figures import RunFigures
 from analysis.intervals import Estimate
 from analysis.prices import Market, PriceBook, PriceQuote
-from rigbench.rundir import RunManifest
+from core.rundir import RunManifest
 
 DEFAULT_REFERENCE_TYPES = ("g6.xlarge",)
 DEFAULT_REGION = "us-east-1"
@@ -42,7 +42,7 @@ class PriceChoice:
 def gpu_description(instance_type: str) -> str | None:
     """'1x L4 24 GiB' from the shared instance table, or None for a type it does not list."""
     try:
-        from rigbench.instance_types import get_instance_type
+        from core.instance_types import get_instance_type
 
         known = get_instance_type(instance_type)
     except Exception:  # the table is optional to analysis; an unknown type just has no GPU line

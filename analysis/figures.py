@@ -43,8 +43,8 @@ import pandas as pd
 from analysis import intervals
 from analysis.intervals import Estimate
 from analysis.load import LoadedRun
-from rigbench.errors import AnalysisError
-from rigbench.rundir import TelemetrySnapshot
+from core.errors import AnalysisError
+from core.rundir import TelemetrySnapshot
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"

@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from pydantic import ValidationError
 
-from rigbench.errors import RunDirError
-from rigbench.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot
-from rigbench.validation import describe_validation_error
+from core.errors import RunDirError
+from core.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot
+from core.validation import describe_validation_error
 
 REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
 TEXT_COLUMNS = ("request_id", "shard", "phase", "category", "error_kind", "error_message")

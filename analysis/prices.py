@@ -9,8 +9,8 @@ was observed, because a $/Mtok figure is only as good as the price behind it.
   ``terms.OnDemand.<sku.term>.priceDimensions.<dim>.pricePerUnit.USD`` is the hourly price.
 - Spot: ``ec2.describe_spot_price_history`` for Linux/UNIX in the region, latest per AZ.
 - ``rigbench prices fetch`` saves quotes to a cache snapshot (``$RIGBENCH_PRICE_CACHE`` or
-  ``~/.cache/rigbench/prices.json``); lookups prefer the cache, then the bundled snapshot
-  ``analysis/data/prices.json`` (DESIGN.md's figures) so reports work offline.
+  ``prices.json`` under the cache root, ``~/.cache/rigbench`` by default); lookups prefer the
+  cache, then the bundled snapshot ``analysis/data/prices.json``, so reports work offline.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from rigbench.errors import AnalysisError
-from rigbench.validation import describe_validation_error
+from core.cache import cache_root
+from core.errors import AnalysisError
+from core.validation import describe_validation_error
 
 Market = Literal["on-demand", "spot"]
 PRICING_REGION = "us-east-1"
@@ -177,7 +178,7 @@ def fetch_spot(instance_type: str, region: str, client: Any = None, now: dt.date
 
 def default_cache_path() -> Path:
     configured = os.environ.get("RIGBENCH_PRICE_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "rigbench" / "prices.json"
+    return Path(configured) if configured else cache_root() / "prices.json"
 
 
 def read_snapshot(path: Path) -> PriceSnapshot:

@@ -21,8 +21,8 @@ from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
-from rigbench.errors import AnalysisError
-from rigbench.rundir import format_measure
+from core.errors import AnalysisError
+from core.lists import format_seconds
 
 SUMMARY_VERSION = 1
 
@@ -168,7 +168,7 @@ def _describe_run(section: RunSection) -> str:
         load = manifest.load
         parts.append(
             f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
-            f"measure {format_measure(load.measure_seconds)} s per step"
+            f"measure {format_seconds(load.measure_seconds)} s per step"
         )
     return "; ".join(parts)
 

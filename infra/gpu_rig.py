@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from rigbench.instance_types import InstanceType
+from core.instance_types import InstanceType
 
 COMPONENT_TYPE = "rigbench:infra:GpuRig"
 SSH_PORT = 22

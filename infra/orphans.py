@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.config import PROJECT
-from rigbench.errors import InfraError
+from core.errors import InfraError
+from infra.stack_config import PROJECT
 
 PROJECT_TAG = "project"
 STACK_TAG = "stack"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pulumi_aws as aws
 
-from infra.config import PROJECT, RigConfig
-from rigbench.errors import InfraError
+from core.errors import InfraError
+from infra.stack_config import PROJECT, RigConfig
 
 SPOT_PRODUCT = "Linux/UNIX"
 

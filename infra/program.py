@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import PROJECT, RigConfig, load_rig_config, read_public_key
+from core.errors import InfraError
 from infra.gpu_rig import GpuRig, GpuRigArgs
 from infra.placement import Placement, choose_placement
+from infra.stack_config import PROJECT, RigConfig, load_rig_config, read_public_key
 from infra.user_data import UserDataSettings, render_user_data
-from rigbench.errors import InfraError
 
 RIG_NAME = "rig"
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rigbench.errors import InfraError
+from core.errors import InfraError
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 SETTINGS_PLACEHOLDER = "# @@RIGBENCH_SETTINGS@@"

@@ -1,14 +1,19 @@
-"""rigbench stage: loadtest — streaming chat load from 1 to 64 users and beyond.
+"""Stage: loadtest — streaming chat load from 1 to 64 users and beyond, every request recorded.
 
 Caller side (safe to import anywhere; no Locust, no gevent):
 
-- ``loadtest.sweep.run_sweep``      one sweep in a headless Locust subprocess -> run directory
+- ``loadtest.sweep.run_sweep``       one sweep in a headless Locust subprocess -> run directory
 - ``loadtest.streaming.stream_chat`` one measured streaming request (httpx + httpx-sse)
-- ``loadtest.schedule``             the sweep schedule as pure functions of elapsed time
-- ``loadtest.selftest``             fidelity against ``loadtest.ground_truth``
+- ``loadtest.schedule``              the sweep schedule as pure functions of elapsed time
+- ``loadtest.selftest``              the load generator against ``loadtest.ground_truth``
+- ``loadtest.ceiling``               the per-process tok/s the selftest found, for sweep warnings
+- ``loadtest.fidelity_report``       the fidelity and ceiling benchmark as a committed note
+- ``loadtest.resume``                an interrupted sweep's remaining steps in a linked run
 - ``loadtest.prompts``, ``loadtest.long_context``, ``loadtest.telemetry``
 
 Locust side (imported only inside the Locust process, which gevent patches):
 ``loadtest/locustfile.py`` with ``users.py`` (the user), ``shapes.py`` (the shape) and
 ``controller.py`` (step windows, telemetry, error threshold in the master).
+
+Imports only the base (``core``).
 """

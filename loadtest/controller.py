@@ -21,10 +21,10 @@ import gevent.lock
 import httpx
 import psutil
 
+from core.rundir import RunDir, StepWindow, utc_now
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Stage, boundaries
 from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
-from rigbench.rundir import RunDir, StepWindow, utc_now
 
 log = logging.getLogger("rigbench.sweep")
 CPU_WARN_PERCENT = 90.0

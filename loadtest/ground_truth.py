@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -34,7 +33,8 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 
-from rigbench.errors import LoadTestError
+from core.errors import LoadTestError
+from core.network import free_port
 
 FAULTS = ("none", "http_500", "disconnect", "malformed", "stall", "error_event")
 CONTEXT_EXCEEDED = {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}
@@ -239,8 +239,6 @@ class GroundTruthServer:
     """The ground-truth server as a child process on a free loopback port (tests, selftest)."""
 
     def __init__(self, config: GroundTruthConfig, log_path: Path, host: str = "127.0.0.1", port: int | None = None):
-        from provision.local_server import free_port
-
         self.config = config
         self.log_path = Path(log_path)
         self.host = host
@@ -265,9 +263,8 @@ class GroundTruthServer:
             "--config-json",
             self.config.model_dump_json(),
         ]
-        root = Path(__file__).resolve().parent.parent
-        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        self.process = subprocess.Popen(command, env=env)
+        # ``python -m`` from the repository root finds this checkout's packages, installed or not
+        self.process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -14,11 +14,12 @@ from typing import Any
 import gevent.lock
 from locust import events
 
+from core.lists import parse_counts, parse_seconds
+from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.controller import SweepController
-from loadtest.schedule import make_stages, parse_measure, parse_steps
+from loadtest.schedule import make_stages
 from loadtest.shapes import SweepShape
 from loadtest.users import StreamingChatUser
-from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 __all__ = ["StreamingChatUser", "SweepShape"]
 
@@ -54,9 +55,9 @@ def add_arguments(parser: Any) -> None:
 
 def _settings_from(options: Any) -> LoadSettings:
     return LoadSettings(
-        user_steps=parse_steps(options.rigbench_steps),
+        user_steps=parse_counts(options.rigbench_steps, "--rigbench-steps"),
         warmup_seconds=options.rigbench_warmup,
-        measure_seconds=parse_measure(options.rigbench_measure),
+        measure_seconds=parse_seconds(options.rigbench_measure, "--rigbench-measure"),
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         cache_prompt=options.cache_prompt,
@@ -69,7 +70,8 @@ def _settings_from(options: Any) -> LoadSettings:
 
 def _new_run_dir(options: Any, host: str) -> RunDir:
     """A run directory for a hand-started Locust (``rigbench sweep`` makes its own)."""
-    manifest = sweep_manifest("locust", "(hand-run locust)", host, _settings_from(options), options.parallel_slots or 1)
+    server = server_at(host, slots=options.parallel_slots or 1)
+    manifest = new_manifest("locust", "(hand-run locust)", load=_settings_from(options), server=server)
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)
     return run
@@ -86,9 +88,8 @@ def on_init(environment: Any, **_: Any) -> None:
     options = environment.parsed_options
     if options is None or isinstance(environment.runner, WorkerRunner):
         return
-    stages = make_stages(
-        parse_steps(options.rigbench_steps), options.rigbench_warmup, parse_measure(options.rigbench_measure)
-    )
+    settings = _settings_from(options)
+    stages = make_stages(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
     if environment.shape_class is not None:
         environment.shape_class.stages = stages
     if not environment.host:

@@ -12,7 +12,7 @@ import functools
 
 import httpx
 
-from rigbench.errors import LoadTestError
+from core.errors import LoadTestError
 
 
 @functools.cache

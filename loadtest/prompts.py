@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rigbench.errors import LoadTestError
+from core.errors import LoadTestError
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 CATEGORIES = ("code", "chat", "story", "explanation", "facts", "summary")

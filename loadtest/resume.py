@@ -12,10 +12,9 @@ directory written by exactly one sweep process, so its shards, telemetry and man
 from __future__ import annotations
 
 import contextlib
-from urllib.parse import urlsplit
 
-from rigbench.errors import LoadTestError, RunDirError
-from rigbench.rundir import RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from core.errors import LoadTestError, RunDirError
+from core.rundir import RunDir, RunManifest, ServerInfo, new_manifest, server_at
 
 
 def remaining_steps(manifest: RunManifest) -> list[int]:
@@ -59,21 +58,20 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
         raise LoadTestError(f"{old.path}: every step completed (status {manifest.status}); there is nothing to resume")
     assert manifest.load is not None
     server_url = resume_url(manifest, url)
-    parts = urlsplit(server_url)
     server = manifest.server or ServerInfo(args=[], host="", port=0)
-    new_manifest = RunManifest(
-        run_id=new_run_id(f"{manifest.profile}-resumed"),
-        created_at=utc_now(),
-        profile=manifest.profile,
+    reached = server_at(server_url)
+    resumed = new_manifest(
+        f"{manifest.profile}-resumed",
+        manifest.profile,
+        load=manifest.load.remaining(len(manifest.load.user_steps) - len(steps)),
+        server=server.model_copy(update={"host": reached.host, "port": reached.port}),
         rig=manifest.rig,
         build=manifest.build,
         model=manifest.model,
         drafter=manifest.drafter,
-        server=server.model_copy(update={"host": parts.hostname or "", "port": parts.port or 80}),
-        load=manifest.load.remaining(len(manifest.load.user_steps) - len(steps)),
         resumed_from=manifest.run_id,
         linked_runs=[old.path.name],
     )
-    new = RunDir.create(old.path.parent, new_manifest)
+    new = RunDir.create(old.path.parent, resumed)
     old.update_manifest(linked_runs=[*manifest.linked_runs, new.path.name])
     return new, server_url

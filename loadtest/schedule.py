@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rigbench.errors import LoadTestError
+from core.errors import LoadTestError
+from core.lists import seconds_per_step
 
 
 @dataclass(frozen=True)
@@ -40,52 +41,17 @@ class Position:
 Measure = float | list[float]  # one measured window for every step, or one per step
 
 
-def windows_per_step(measure: Measure, steps: int) -> list[float]:
-    """One measured window per step. Why per step: a request at 64 users takes many times as
-    long as at one, and a window shorter than a request measures no whole request."""
-    if isinstance(measure, int | float):
-        return [float(measure)] * steps
-    windows = [float(value) for value in measure]
-    if len(windows) != steps:
-        raise LoadTestError(
-            f"{len(windows)} measured windows for {steps} user steps; give one number, or one per step"
-        )
-    return windows
-
-
 def make_stages(user_steps: list[int], warmup: float, measure: Measure) -> list[Stage]:
     if not user_steps:
         raise LoadTestError("no user steps given; expected e.g. 1,2,4,8")
     if any(users < 1 for users in user_steps):
         raise LoadTestError(f"user steps must be >= 1, found {user_steps}")
-    windows = windows_per_step(measure, len(user_steps))
+    # Why one window per step: a request at 64 users takes many times as long as at one, and a
+    # window shorter than a request measures no whole request.
+    windows = seconds_per_step(measure, len(user_steps))
     if warmup < 0 or any(window <= 0 for window in windows):
         raise LoadTestError(f"expected warm-up >= 0 s and measured windows > 0 s, found {warmup} and {measure}")
     return [Stage(users, warmup, window) for users, window in zip(user_steps, windows, strict=True)]
-
-
-def parse_measure(text: str) -> Measure:
-    """``"30"`` -> 30.0; ``"8,8,10,20"`` -> one window per step."""
-    try:
-        values = [float(piece) for piece in text.replace(" ", "").split(",") if piece]
-    except ValueError:
-        values = []
-    if not values or any(value <= 0 for value in values):
-        raise LoadTestError(
-            f"cannot read measured seconds {text!r}; expected a number > 0, or one per step, e.g. 30 or 8,8,10,20"
-        )
-    return values[0] if len(values) == 1 else values
-
-
-
-def parse_steps(text: str) -> list[int]:
-    """``"1,2,4,8"`` -> [1, 2, 4, 8]."""
-    try:
-        return [int(piece) for piece in text.replace(" ", "").split(",") if piece]
-    except ValueError:
-        raise LoadTestError(
-            f"cannot read user steps {text!r}; expected integers separated by commas, e.g. 1,2,4"
-        ) from None
 
 
 def total_duration(stages: list[Stage]) -> float:

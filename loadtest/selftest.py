@@ -8,25 +8,23 @@ For each step the client's measurements are set against the server's own send lo
 - ITL p50: gaps between the client's chunk arrivals against gaps between the server's sends.
 
 The highest aggregate rate one load process follows (tok/s within 1 %, TTFT p50 within
-2 ms, ITL p50 within 0.5 ms) is its ceiling on this machine; ``run_sweep`` warns when a
-real sweep asks more of a process than that.
+2 ms, ITL p50 within 0.5 ms) is its ceiling on this machine (kept by ``loadtest.ceiling``);
+a sweep warns when it asks more of a process than that.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from core.rundir import LoadSettings, RunDir, ServerInfo, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.streaming import TIMELINES
-from rigbench.profile import RigProfile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, utc_now
+from loadtest.sweep import run_sweep
 
-CEILING_FILE = Path.home() / ".cache" / "rigbench" / "selftest.json"
 TRACKING_TOLERANCE = 0.01
 TTFT_TOLERANCE_MS = 2.0
 ITL_TOLERANCE_MS = 0.5
@@ -138,8 +136,6 @@ def run_selftest(
     progress: bool = True,
 ) -> tuple[RunDir, list[StepFidelity]]:
     """Serve the ground truth, sweep it, and compare; the run directory keeps everything."""
-    from loadtest.sweep import run_sweep
-
     settings = LoadSettings(
         user_steps=user_steps,
         warmup_seconds=warmup,
@@ -152,56 +148,16 @@ def run_selftest(
     config = GroundTruthConfig(
         ttft_ms=ttft_ms, itl_ms=1000.0 / tok_s_per_user, model="default", slots=max(user_steps), length_jitter=0.5
     )
-    manifest = RunManifest(
-        run_id=new_run_id("selftest"),
-        created_at=utc_now(),
-        profile="selftest",
-        server=ServerInfo(
-            args=["ground-truth", config.model_dump_json()], host="127.0.0.1", port=0, parallel_slots=config.slots
-        ),
-        load=settings,
-    )
+    server_args = ["ground-truth", config.model_dump_json()]
+    # the port is known once the ground-truth server listens
+    pending = ServerInfo(args=server_args, host="127.0.0.1", port=0, parallel_slots=config.slots)
+    manifest = new_manifest("selftest", "selftest", load=settings, server=pending)
     run = RunDir.create(runs_dir, manifest)
     truth_log = run.path / "ground_truth.jsonl"
-    profile = RigProfile.model_validate({"name": "selftest", "model": {"synthetic": {}}})
     with GroundTruthServer(config, truth_log) as server:
-        run.update_manifest(server=manifest.server.model_copy(update={"port": server.port}))
-        run_sweep(
-            run,
-            server.base_url,
-            profile=profile,
-            settings=settings,
-            progress=progress,
-            timeline=True,
-            max_error_rate=0.05,
-        )
+        run.update_manifest(server=server_at(server.base_url, server_args, config.slots))
+        run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
     return run, compare(run, truth_log)
-
-
-def save_ceiling(results: list[StepFidelity], processes: int, path: Path = CEILING_FILE) -> dict:
-    """Remember this machine's per-process ceiling so later sweeps can be flagged."""
-    entry = {
-        "host": socket.gethostname(),
-        "processes": processes,
-        "ceiling_tok_s": ceiling(results),
-        "per_process_tok_s": ceiling(results) / max(1, processes),
-        "measured_at": utc_now(),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entry, indent=2) + "\n")
-    return entry
-
-
-def load_ceiling(path: Path = CEILING_FILE) -> float | None:
-    """Per-process ceiling from the last selftest on this machine, if any."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("host") != socket.gethostname():
-        return None
-    value = data.get("per_process_tok_s")
-    return float(value) if value else None
 
 
 def results_table(results: list[StepFidelity]) -> list[dict]:

@@ -35,7 +35,7 @@ import certifi
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from rigbench.rundir import RequestRecord, ServerTimings
+from core.rundir import RequestRecord, ServerTimings
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_ID_HEADER = "X-Request-Id"

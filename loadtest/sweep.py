@@ -24,10 +24,11 @@ import httpx
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from loadtest.schedule import make_stages, total_duration, windows_per_step
-from rigbench.errors import LoadTestError
-from rigbench.profile import RigProfile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, format_measure, utc_now
+from core.errors import LoadTestError
+from core.lists import format_seconds, seconds_per_step
+from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
+from loadtest.ceiling import load_ceiling
+from loadtest.schedule import make_stages, total_duration
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
@@ -67,7 +68,7 @@ def locust_command(
         "--rigbench-warmup",
         str(settings.warmup_seconds),
         "--rigbench-measure",
-        format_measure(settings.measure_seconds),
+        format_seconds(settings.measure_seconds),
         "--max-tokens",
         str(settings.max_tokens),
         "--temperature",
@@ -200,8 +201,6 @@ def run_sweep(
     run: RunDir,
     base_url: str,
     *,
-    profile: RigProfile,
-    settings: LoadSettings,
     progress: bool = True,
     model: str = "default",
     max_error_rate: float = 0.5,
@@ -211,7 +210,8 @@ def run_sweep(
 ) -> RunManifest:
     """Run the whole sweep in one ``locust --headless`` process and return the final manifest.
 
-    The caller has created ``run`` (status ``running``). Records, step windows and
+    The caller has created ``run`` (status ``running``); its manifest holds the load settings
+    and the server's slot count, which is all the sweep needs besides the URL. Records, step windows and
     telemetry land in it as the sweep goes; a ``failed`` manifest carries the reason in
     ``status_detail``. Ctrl-C or SIGTERM stops Locust (it writes what it has), marks the
     run ``interrupted`` and then raises ``KeyboardInterrupt`` to the caller.
@@ -223,6 +223,9 @@ def run_sweep(
     for ``rigbench sweep --resume``. Every Locust process (``--processes`` workers too)
     has exited when this returns."""
     manifest = run.read_manifest()
+    if manifest.load is None or manifest.server is None:
+        raise LoadTestError(f"{run.path}: the manifest has no load settings or server; start runs with new_manifest")
+    settings = manifest.load
     if settings.context_tokens > 0:
         from loadtest.long_context import context_for_tokens
 
@@ -231,21 +234,19 @@ def run_sweep(
         except (LoadTestError, httpx.HTTPError) as error:
             run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
             raise LoadTestError(f"long-context sweep cannot start: {error}") from None
-    slots = manifest.server.parallel_slots if manifest.server else profile.server.parallel_slots
     # how long a Ctrl-C'd Locust may take to write up
-    stop_grace = max(30.0, *windows_per_step(settings.measure_seconds, len(settings.user_steps)))
+    stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, len(settings.user_steps)))
     command = locust_command(
         run,
         base_url,
         settings,
-        parallel_slots=slots,
+        parallel_slots=manifest.server.parallel_slots,
         model=model,
         max_error_rate=max_error_rate,
         timeline=timeline,
         read_timeout=read_timeout,
         interruption_marker=interruption_marker,
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     log_path = run.path / LOCUST_LOG
     interrupted = False
     previous_handler = None
@@ -257,7 +258,9 @@ def run_sweep(
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
             process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True
+                # from the repository root, ``python -m locust`` imports this checkout's packages
+                # even where the project is not installed (a bare GPU machine)
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
             )
             try:
                 _watch(process, run, settings, progress)
@@ -283,8 +286,6 @@ def run_sweep(
 def _flag_client_ceiling(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
     """Warn when a step asked more tok/s of each load process than ``rigbench selftest``
     found one process can follow within 1 % on this machine."""
-    from loadtest.selftest import load_ceiling
-
     ceiling = load_ceiling()
     if ceiling is None or not manifest.steps:
         return manifest

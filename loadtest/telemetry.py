@@ -13,7 +13,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from rigbench.rundir import TelemetrySnapshot
+from core.rundir import TelemetrySnapshot
 
 LOADGEN_CPU_METRIC = "rigbench_loadgen_cpu_percent"
 

@@ -23,12 +23,13 @@ from typing import Any
 import gevent
 from locust import User, constant, task
 
+from core.errors import RunDirError
+from core.lists import parse_counts, parse_seconds
+from core.rundir import RecordWriter, RequestRecord, RunDir, utc_now
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
-from loadtest.schedule import Stage, locate_or_last, make_stages, parse_measure, parse_steps
+from loadtest.schedule import Stage, locate_or_last, make_stages
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
-from rigbench.errors import RunDirError
-from rigbench.rundir import RecordWriter, RequestRecord, RunDir, utc_now
 
 log = logging.getLogger(__name__)
 STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
@@ -43,7 +44,9 @@ class LoadContext:
         self.host = host
         self.shard = f"{socket.gethostname()}-{os.getpid()}"
         self.stages: list[Stage] = make_stages(
-            parse_steps(options.rigbench_steps), options.rigbench_warmup, parse_measure(options.rigbench_measure)
+            parse_counts(options.rigbench_steps, "--rigbench-steps"),
+            options.rigbench_warmup,
+            parse_seconds(options.rigbench_measure, "--rigbench-measure"),
         )
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)

@@ -1,20 +1,20 @@
-"""rigbench stage: provision — turn a bare GPU instance into a serving rig, over SSH (Fabric).
+"""Stage: provision — turn a bare GPU instance into a serving rig, over SSH (Fabric).
 
-Local rig (no SSH):
-    llamacpp_build.py   pinned llama.cpp source, cached build (stdlib only: also runs on rigs)
-    synthetic_models.py tiny random-weight GGUF models for tests and the local rig
-    local_server.py     llama-server as a local child process
+Each step is a plain function of a Fabric ``Connection``, safe to run twice; the app's table
+(``rigbench/provision_steps.py``) puts them behind ``rigbench provision`` and ``fab``.
 
-Remote rig (each step a plain function of a Fabric Connection, safe to run twice):
-    rig.py              connection, host keys pinned per stack, named steps, errors
-    rig_agent.py        rig-side helper (stdlib only): download, health, probe, port check
-    toolkit.py          driver, CUDA version, nvcc; CUDA toolkit from NVIDIA's apt repository
-    remote_build.py     llamacpp_build.py run on the rig for its GPU
-    download.py         model and drafter, resumable, sha256 verified
-    serve.py            llama-server as a systemd unit or a supervised process; stop, status, logs
-    bench.py            llama-bench pp512/tg128 at the profile's settings
-    tunnel.py           a local port forwarded to the rig's llama-server
-    remote_sweep.py     project install, load sweep on the rig, fetch of run directories
-    run_metadata.py     build, digests, GPU and instance written into fetched manifests
-    fabfile.py          Fabric tasks (`fab -r provision -H ubuntu@HOST up`)
+    connection.py    SSH connection, host keys pinned per stack, named steps, errors
+    rig_paths.py     where things live on the rig (the NVMe work folder)
+    stack.py         the rig a Pulumi stack made, from ``pulumi stack output``
+    rig_agent.py     rig-side helper (stdlib only, runs alone): download, health, probe, port check
+    toolkit.py       driver, CUDA version, nvcc; CUDA toolkit from NVIDIA's apt repository
+    build.py         the standalone build script (handed over by the caller) run for the rig's GPU
+    download.py      model and drafter, resumable, sha256 verified; synthetic ones uploaded
+    serve.py         llama-server as a systemd unit or a supervised process; stop, status, logs
+    llama_bench.py   llama-bench pp512/tg128 on the rig at the profile's settings
+    tunnel.py        a local port forwarded to the rig's llama-server
+    sweep.py         project install, load sweep on the rig, fetch of run directories
+    run_metadata.py  build, digests, GPU and instance written into fetched manifests
+
+Imports only the base (``core``); the llama.cpp toolbox reaches a rig through the app.
 """

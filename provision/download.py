@@ -7,7 +7,7 @@ sha256; a mismatch deletes the file and fails. A profile sha256 of ``"unknown"``
 digest of the first verified download in ``models/known_digests.json`` and checks later
 runs against it. The token (``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local
 environment) goes to the rig on stdin only: never in a command line, log or manifest.
-A synthetic model (the tiny profile) is written locally and uploaded instead.
+A synthetic model (the tiny profile) is written here by the caller and uploaded instead.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
 from fabric import Connection
 
-from provision.rig import RigPaths, agent, rig_step, run, upload_helpers
-from rigbench.errors import ProvisionError
-from rigbench.profile import UNKNOWN_SHA256, ModelFile, RigProfile
+from core.digest import file_sha256
+from core.errors import ProvisionError
+from core.profile import UNKNOWN_SHA256, ModelFile, RigProfile
+from provision.connection import agent, rig_step, run, upload_helpers
+from provision.rig_paths import RigPaths
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DOWNLOAD_TIMEOUT_S = 7200
@@ -46,22 +48,15 @@ def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "
     return f"{endpoint or hub_endpoint()}/{model.repo}/resolve/{revision}/{urllib.parse.quote(model.file)}"
 
 
-def upload_synthetic(c: Connection, model: ModelFile, paths: RigPaths) -> dict:
-    """Write the synthetic model here and put it on the rig (skipped when the same bytes are there)."""
-    from provision.llamacpp_build import file_sha256
-    from provision.synthetic_models import write_synthetic_model
-
-    assert model.synthetic is not None
+def upload_synthetic(c: Connection, model: ModelFile, local: Path, paths: RigPaths) -> dict:
+    """Put the synthetic model written here at ``local`` on the rig (skipped when the same bytes are there)."""
     dest = f"{paths.models}/{model.local_name}"
-    with tempfile.TemporaryDirectory() as folder:
-        local = write_synthetic_model(Path(folder) / model.local_name, preset=model.synthetic.preset,
-                                      seed=model.synthetic.seed)
-        digest = file_sha256(local)
-        found = run(c, f"sha256sum {shlex.quote(dest)}", warn=True)
-        if found.ok and found.stdout.split()[0] == digest:
-            print(f"[download] {model.local_name}: present, sha256 verified", flush=True)
-            return {"file": dest, "sha256": digest, "downloaded": False}
-        c.put(str(local), remote=dest)
+    digest = file_sha256(local)
+    found = run(c, f"sha256sum {shlex.quote(dest)}", warn=True)
+    if found.ok and found.stdout.split()[0] == digest:
+        print(f"[download] {model.local_name}: present, sha256 verified", flush=True)
+        return {"file": dest, "sha256": digest, "downloaded": False}
+    c.put(str(local), remote=dest)
     print(f"[download] {model.local_name}: synthetic model uploaded ({digest})", flush=True)
     return {"file": dest, "sha256": digest, "downloaded": True}
 
@@ -93,8 +88,11 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
 
 @rig_step("download")
 def download(c: Connection, profile: RigProfile, paths: RigPaths | None = None,
-             timeout: int = DOWNLOAD_TIMEOUT_S) -> dict[str, dict]:
-    """Put the model (and drafter) in ``<work>/rigbench/models``; return {role: {file, sha256, ...}}."""
+             synthetic_files: Mapping[str, Path] | None = None, timeout: int = DOWNLOAD_TIMEOUT_S) -> dict[str, dict]:
+    """Put the model (and drafter) in ``<work>/rigbench/models``; return {role: {file, sha256, ...}}.
+
+    A synthetic model or drafter is not downloaded: ``synthetic_files`` maps its role
+    (``model``, ``drafter``) to the file the caller wrote here."""
     paths = paths or RigPaths()
     upload_helpers(c, paths)
     run(c, f"mkdir -p {shlex.quote(paths.models)}")
@@ -103,7 +101,11 @@ def download(c: Connection, profile: RigProfile, paths: RigPaths | None = None,
         if model is None:
             continue
         if model.synthetic is not None:
-            outcomes[role] = upload_synthetic(c, model, paths)
+            local = (synthetic_files or {}).get(role)
+            if local is None:
+                raise ProvisionError(f"download: the {role} {model.local_name} is synthetic; write it here and pass "
+                                     "its file (rigbench provision download does)")
+            outcomes[role] = upload_synthetic(c, model, Path(local), paths)
         else:
             outcomes[role] = fetch_hub_file(c, model, paths, timeout)
     return outcomes

@@ -1,104 +1,54 @@
-"""llama-bench on this machine, and the translation of a profile's flags for it.
+"""Step ``bench``: llama-bench pp512/tg128 at the profile's settings, kept as JSON on the rig.
 
-llama-bench measures raw prompt and generation speed with no server, sampling or HTTP in the
-way: the ceiling a serving sweep is compared against. The profile's server flags that
-llama-bench also understands (GPU layers, flash attention, KV cache types, threads, batch
-sizes, tensor overrides) are passed on; serving-only flags are left out. Fabric-free, so the
-local rig and ``rigbench autotune`` use it on a bare GPU machine; ``provision.bench`` runs the
-same translation on a remote rig.
+llama-bench measures the model's raw prompt and generation speed with no server, sampling
+or HTTP in the way: the ceiling the load sweep is compared against. Which of the profile's
+server flags it takes (GPU layers, flash attention, KV cache types, threads, batch sizes) is
+``core.llama_bench``'s rule, the same as on a local machine.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
+import shlex
+import time
 
-from rigbench.errors import ProvisionError
-from rigbench.profile import RigProfile
+from fabric import Connection
 
-# server flag -> llama-bench flag, for the settings that change raw speed.
-BENCH_FLAGS = {
-    "-ngl": "-ngl",
-    "--n-gpu-layers": "-ngl",
-    "--gpu-layers": "-ngl",
-    "-fa": "-fa",
-    "--flash-attn": "-fa",
-    "-ctk": "-ctk",
-    "--cache-type-k": "-ctk",
-    "-ctv": "-ctv",
-    "--cache-type-v": "-ctv",
-    "-t": "-t",
-    "--threads": "-t",
-    "-b": "-b",
-    "--batch-size": "-b",
-    "-ub": "-ub",
-    "--ubatch-size": "-ub",
-    "-ot": "-ot",
-    "--override-tensor": "-ot",
-}
-FLASH_ATTN_VALUES = {"on": "1", "off": "0", "1": "1", "0": "0"}
+from core.errors import ProvisionError
+from core.llama_bench import BenchReport, llama_bench_args
+from core.profile import RigProfile
+from provision.build import read_build_manifest
+from provision.connection import rig_step, run, upload_text
+from provision.download import model_paths
+from provision.rig_paths import RigPaths
+
+BENCH_TIMEOUT_S = 1800
 
 
-def bench_args(profile: RigProfile) -> list[str]:
-    """The profile's server flags translated for llama-bench (``-fa on`` becomes ``-fa 1``)."""
-    args = profile.server.args
-    translated: list[str] = []
-    for index, token in enumerate(args[:-1]):
-        flag = BENCH_FLAGS.get(token)
-        if flag is None:
-            continue
-        value = args[index + 1]
-        if flag == "-fa":
-            if value not in FLASH_ATTN_VALUES:
-                continue  # "auto": llama-bench's own default
-            value = FLASH_ATTN_VALUES[value]
-        translated += [flag, value]
-    return translated
-
-
-def summarize(results: list[dict]) -> dict[str, float]:
-    """{"pp512": tok/s, "tg128": tok/s} from llama-bench's JSON rows; a test run at a context
-    depth (``-d``) gets the depth in its key, ``tg128@d32768``."""
-    summary = {}
-    for row in results:
-        depth = f"@d{row['n_depth']}" if row.get("n_depth") else ""
-        if row.get("n_prompt") and not row.get("n_gen"):
-            summary[f"pp{row['n_prompt']}{depth}"] = round(row["avg_ts"], 2)
-        elif row.get("n_gen") and not row.get("n_prompt"):
-            summary[f"tg{row['n_gen']}{depth}"] = round(row["avg_ts"], 2)
-    return summary
-
-
-def run_llama_bench(
-    binary: Path | str,
-    model: Path | str,
-    args: list[str],
-    prompt_tokens: int = 512,
-    gen_tokens: int = 128,
-    repetitions: int = 3,
-    timeout: float = 1800,
-) -> dict:
-    """Run llama-bench here; return {command, summary, results}."""
-    command = [
-        str(binary),
-        "-m",
-        str(model),
-        "-p",
-        str(prompt_tokens),
-        "-n",
-        str(gen_tokens),
-        "-r",
-        str(repetitions),
-        *args,
-        "-o",
-        "json",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+@rig_step("bench")
+def bench(c: Connection, profile: RigProfile, paths: RigPaths | None = None, prompt_tokens: int = 512,
+          gen_tokens: int = 128, repetitions: int = 5, timeout: int = BENCH_TIMEOUT_S) -> tuple[BenchReport, str]:
+    """Run llama-bench on the rig; save the report there and return it with its path on the rig."""
+    paths = paths or RigPaths()
+    manifest = read_build_manifest(c, paths)
+    binary = manifest.binaries.get("llama-bench")
+    if not binary:
+        raise ProvisionError("bench: the build has no llama-bench; rebuild with the default targets")
+    model, _ = model_paths(profile, paths)
+    if not run(c, f"test -s {shlex.quote(model)}", warn=True).ok:
+        raise ProvisionError(f"bench: model file {model} is missing on the rig; run the download step first")
+    command = [binary, "-m", model, "-p", str(prompt_tokens), "-n", str(gen_tokens), "-r", str(repetitions),
+               *llama_bench_args(profile.server.args), "-o", "json"]
+    print(f"[bench] {' '.join(shlex.quote(part) for part in command)}", flush=True)
+    result = run(c, " ".join(shlex.quote(part) for part in command), timeout=timeout, hide="stdout")
     try:
         rows = json.loads(result.stdout)
     except ValueError:
-        raise ProvisionError(
-            f"llama-bench exited {result.returncode} without JSON; last output:\n{result.stderr[-2000:]}"
-        ) from None
-    return {"command": command, "summary": summarize(rows), "results": rows}
+        raise ProvisionError(f"bench: llama-bench printed no JSON; it printed:\n{result.stdout[-2000:]}") from None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    report = BenchReport.from_rows(command, rows, profile=profile.name, build_key=manifest.key,
+                                   backend=manifest.backend, measured_at=stamp)
+    path = f"{paths.results}/bench/bench-{profile.name}-{stamp}.json"
+    upload_text(c, report.to_json(), path)
+    print(f"[bench] {report.summary} saved to {path}", flush=True)
+    return report, path

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from fabric import Connection
 
+from core.profile import ModelFile, RigProfile
+from core.rundir import ModelInfo, RigInfo, RunDir, RunManifest
+from provision.build import read_build_manifest
+from provision.connection import run
 from provision.download import model_paths
-from provision.remote_build import read_build_manifest
-from provision.rig import RigPaths, run
+from provision.rig_paths import RigPaths
 from provision.toolkit import read_gpu
-from rigbench.profile import ModelFile, RigProfile
-from rigbench.rundir import BuildInfo, ModelInfo, RigInfo, RunDir, RunManifest
 
 
 def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict) -> ModelInfo:
@@ -39,9 +40,7 @@ def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths) -> dict:
     digests = json.loads(found.stdout) if found.ok else {}
     model_path, drafter_path = model_paths(profile, paths)
     facts: dict = {
-        "build": BuildInfo(source=build["source"], backend=build["backend"], cuda_arch=build.get("cuda_arch"),
-                           cmake_options=build.get("cmake_options", []), build_seconds=build.get("build_seconds"),
-                           key=build.get("key")),
+        "build": build.build_info(),
         "model": model_info(c, profile.model, model_path, digests),
         "gpu": read_gpu(c),
     }

@@ -22,11 +22,12 @@ import time
 from fabric import Connection
 from pydantic import BaseModel, Field
 
+from core.errors import ProvisionError
+from core.profile import RigProfile
+from provision.build import read_build_manifest
+from provision.connection import agent, privileged, rig_step, run, upload_helpers, upload_text
 from provision.download import model_paths
-from provision.remote_build import read_build_manifest
-from provision.rig import RigPaths, agent, privileged, rig_step, run, upload_helpers, upload_text
-from rigbench.errors import ProvisionError
-from rigbench.profile import RigProfile
+from provision.rig_paths import RigPaths
 
 UNIT_NAME = "rigbench-llama.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
@@ -226,7 +227,7 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
         key_file = f"{paths.serve}/api_key"
         upload_text(c, api_key + "\n", key_file, mode=0o600)
     state = ServeState(profile=profile.name, supervisor=pick_supervisor(c, supervisor), port=port, host=host,
-                       command=server_command(profile, manifest["binaries"]["llama-server"], paths, host, port,
+                       command=server_command(profile, manifest.binary("llama-server"), paths, host, port,
                                               key_file),
                        log=f"{paths.serve}/{LOG_NAME}",
                        api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None)

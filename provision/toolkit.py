@@ -15,8 +15,8 @@ import re
 from fabric import Connection
 from pydantic import BaseModel
 
-from provision.rig import privileged, rig_step, run
-from rigbench.errors import ProvisionError
+from core.errors import ProvisionError
+from provision.connection import privileged, rig_step, run
 
 DEFAULT_CUDA_PACKAGE = "cuda-toolkit-13-1"
 KEYRING_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/cuda-keyring_1.1-1_all.deb"

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 from fabric import Connection
 
-from provision.rig import ensure_pinned, translate_error
+from core.network import free_port
+from provision.connection import ensure_pinned, translate_error
 from provision.serve import DEFAULT_PORT
 
 
@@ -24,8 +25,6 @@ def open_tunnel(c: Connection, local_port: int = 0, remote_port: int = DEFAULT_P
     """
     ensure_pinned(c)
     if local_port == 0:
-        from provision.local_server import free_port
-
         local_port = free_port()
     try:
         forward = c.forward_local(local_port, remote_port=remote_port, remote_host="127.0.0.1",

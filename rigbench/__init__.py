@@ -1,8 +1,14 @@
-"""rigbench: which GPU, which model, which settings, at what cost per token.
+"""The app: the ``rigbench`` command, the local rig, autotune and the studies.
 
-The shared vocabulary of every stage lives here (profiles, run-directory models, errors,
-the GPU instance table); each stage package (``infra``, ``provision``, ``loadtest``,
-``analysis``) imports from here and never from another stage's internals.
+This is the only layer that composes stages (``infra``, ``provision``, ``llamacpp``,
+``loadtest``, ``analysis``); they import only the base (``core``) and meet in the run
+directory.
+
+    cli.py              the console script; one module per command in commands/
+    local_rig.py        build, model, server, sweep and report on this machine
+    autotune.py         serving flags tried on this card, every trial recorded
+    provision_steps.py  the one table of provision steps (rigbench provision, fab)
+    studies/            experiments run in one command on a lent GPU, and their reports
 """
 
 __version__ = "0.1.0"

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from rigbench.errors import RigbenchError
-from rigbench.rundir import utc_now
+from core.errors import RigbenchError
+from core.rundir import utc_now
 
-# Settings worth a trial on a GPU serving many users; each is added to the profile's line. What
-# they measured on the H200 (runs/gpu-h200-study-2026-11-30): sampling on the GPU lifted one
-# user from 0.78 to 0.92 of llama-bench and 64 users 2.2x; one KV stream per slot instead of
-# the unified cache a further 1.2x at 64 users; the greedy-only chain is faster still but is
-# never kept (see SAMPLING_CHAIN_FLAGS).
+# Settings worth a trial on a GPU serving many users; each is added to the profile's line. Why
+# these: sampling over a 262,144-token vocabulary on the CPU limits llama-server (on an H200,
+# sampling on the GPU lifts one user from 0.78 to 0.92 of llama-bench and 64 users 2.2x); one
+# KV stream per slot instead of the unified cache gives a further 1.2x at 64 users; the
+# greedy-only chain is faster still but is never kept (see SAMPLING_CHAIN_FLAGS).
 DEFAULT_TRIALS: dict[str, list[str]] = {
     "profile": [],
     "backend-sampling": ["--backend-sampling"],
@@ -73,8 +73,8 @@ def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
 
 # Flags that change the sampler chain of every request (a request's top_k, top_p, min_p or
 # repeat_penalty is then ignored): measured like any trial, never kept as a serving default,
-# since they trade what users asked for against speed (seen on the H200: ``--samplers
-# temperature`` is faster and silently drops repeat_penalty).
+# since they trade what users asked for against speed (``--samplers temperature`` is faster
+# and silently drops repeat_penalty).
 SAMPLING_CHAIN_FLAGS = frozenset({"--samplers", "--sampling-seq", "--sampler-seq"})
 
 

@@ -12,8 +12,8 @@ import sys
 
 import typer
 
+from core.errors import RigbenchError
 from rigbench import commands
-from rigbench.errors import RigbenchError
 
 app = typer.Typer(
     name="rigbench",

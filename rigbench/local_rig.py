@@ -12,24 +12,25 @@ from pathlib import Path
 
 from rich.console import Console
 
-from provision.llamacpp_build import build, default_cache_dir, file_sha256
-from provision.local_server import LocalServer
-from provision.synthetic_models import synthetic_label, write_synthetic_model
-from rigbench.errors import LoadTestError, ProfileError, RigbenchError
-from rigbench.machine import machine_info
-from rigbench.profile import RigProfile, load_profile, merge_server_args, parallel_slots
-from rigbench.rundir import (
-    BuildInfo,
+from core.cache import cache_root
+from core.digest import file_sha256
+from core.errors import LoadTestError, ProfileError, RigbenchError
+from core.machine import machine_info
+from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
+from core.rundir import (
     LoadSettings,
     ModelInfo,
     RigInfo,
     RunDir,
-    RunManifest,
-    ServerInfo,
-    new_run_id,
+    new_manifest,
     private_umask,
+    server_at,
     utc_now,
 )
+from llamacpp.build import build_llama_cpp
+from llamacpp.server import LocalServer
+from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
+from loadtest.sweep import interrupted_error, run_sweep
 
 DEFAULT_USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -111,27 +112,23 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
 
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path."""
-    from analysis.report import write_report
-    from loadtest.sweep import interrupted_error, run_sweep
+    from analysis.report import write_report  # matplotlib: loaded when a report is written, not at CLI start
 
     console = console or Console(stderr=True)
     profile = load_profile(options.profile)
-    cache = default_cache_dir()
+    cache = cache_root()
     console.print(f"[bold]rigbench local[/] profile {profile.name}: building or reusing llama.cpp …")
-    built = build(
-        source=profile.llama_cpp.spec(),
-        backend=options.backend,
-        extra_options=profile.llama_cpp.cmake_options,
-        cache=cache,
+    built = build_llama_cpp(
+        profile.llama_cpp.spec(), options.backend, extra_options=profile.llama_cpp.cmake_options, cache=cache
     )
-    how = "cached" if built.get("cached") else f"built in {built['build_seconds']} s"
-    console.print(f"llama.cpp {built['backend']} build {built['key']} ({how})")
+    how = "cached" if built.cached else f"built in {built.build_seconds} s"
+    console.print(f"llama.cpp {built.backend} build {built.key} ({how})")
     model_path, model = model_file(profile, options.model_path, cache)
     drafter_path, drafter = drafter_file(profile, options, cache)
     server_args = profile.server_args(model_path, drafter_path)
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
-    server = LocalServer(built["binaries"]["llama-server"], server_args)
+    server = LocalServer(built.binary("llama-server"), server_args)
     request = profile.request
     load = LoadSettings(
         user_steps=list(options.user_steps),
@@ -148,25 +145,15 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         context_tokens=options.context_tokens,
         arm=options.label,
     )
-    manifest = RunManifest(
-        run_id=new_run_id(f"{profile.name}-{options.label}" if options.label else profile.name),
-        created_at=utc_now(),
-        profile=profile.name,
+    manifest = new_manifest(
+        f"{profile.name}-{options.label}" if options.label else profile.name,
+        profile.name,
+        load=load,
+        server=server_at(server.base_url, server.args, parallel_slots(server_args)),
         rig=RigInfo(kind="local", machine=machine_info()),
-        build=BuildInfo(
-            source=built["source"],
-            backend=built["backend"],
-            cuda_arch=built["cuda_arch"],
-            cmake_options=built["cmake_options"],
-            build_seconds=built["build_seconds"],
-            key=built["key"],
-        ),
+        build=built.build_info(),
         model=model,
         drafter=drafter,
-        server=ServerInfo(
-            args=server.args, host=server.host, port=server.port, parallel_slots=parallel_slots(server_args)
-        ),
-        load=load,
     )
     with private_umask():  # run files hold prompts and logs: private to the user
         run = RunDir.create(options.runs_root, manifest)
@@ -175,7 +162,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         try:
             with server:
                 console.print(f"llama-server healthy at {server.base_url}")
-                final = run_sweep(run, server.base_url, profile=profile, settings=load)
+                final = run_sweep(run, server.base_url)
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
             raise interrupted_error(run) from None

@@ -1,26 +1,38 @@
-"""Shared fixtures: the real llama-server (cached CPU build) serving the tiny synthetic model."""
+"""Shared fixtures: the real llama-server (cached CPU build) serving the tiny synthetic model, and
+``kit``: small run directories written through the real RunDir/RecordWriter."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from provision.llamacpp_build import build
-from provision.local_server import LocalServer
-from provision.synthetic_models import write_synthetic_model
-from rigbench.profile import load_profile
+from core.build_manifest import BuildManifest
+from core.profile import load_profile
+from core.rundir import (
+    LoadSettings,
+    RequestRecord,
+    RigInfo,
+    RunDir,
+    RunManifest,
+    ServerTimings,
+    StepWindow,
+)
+from llamacpp.build import build_llama_cpp
+from llamacpp.server import LocalServer
+from llamacpp.synthetic_models import write_synthetic_model
 
 
 @pytest.fixture(scope="session")
-def llama_build() -> dict:
+def llama_build() -> BuildManifest:
     """The CPU build manifest of the pinned llama.cpp (built once, then cached)."""
-    return build(backend="cpu")
+    return build_llama_cpp(backend="cpu")
 
 
 @pytest.fixture(scope="session")
-def llama_server_binary(llama_build: dict) -> Path:
-    return Path(llama_build["binaries"]["llama-server"])
+def llama_server_binary(llama_build: BuildManifest) -> Path:
+    return Path(llama_build.binary("llama-server"))
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +48,98 @@ def llama_server(llama_server_binary: Path, tiny_model: Path, tmp_path_factory: 
     log = tmp_path_factory.mktemp("server") / "llama-server.log"
     with LocalServer(llama_server_binary, args, log_path=log) as server:
         yield server
+
+
+# ---------------------------------------------------------------- run directories for analysis
+
+T0 = 1_800_000_000.0
+
+
+def record(
+    request_id: str,
+    *,
+    step: int = 0,
+    users: int = 1,
+    phase: str = "measure",
+    category: str = "chat",
+    t_start: float,
+    ttft: float = 0.5,
+    decode: float = 2.0,
+    tokens: int = 21,
+    server_tok_s: float | None = 10.0,
+    error_kind: str | None = None,
+    draft: tuple[int, int] | None = None,
+    shard: str = "p0",
+) -> RequestRecord:
+    """A finished request: first token ``ttft`` after start, ``tokens`` tokens over ``decode`` s."""
+    timings = None
+    if server_tok_s is not None:
+        timings = ServerTimings(predicted_n=tokens, predicted_per_second=server_tok_s)
+        if draft is not None:
+            timings.draft_n, timings.draft_n_accepted = draft
+    if error_kind is not None:
+        return RequestRecord(
+            request_id=request_id,
+            shard=shard,
+            step=step,
+            users=users,
+            phase=phase,
+            category=category,
+            t_start=t_start,
+            t_end=t_start + ttft,
+            http_status=500,
+            error_kind=error_kind,
+            error_message="boom",
+        )
+    return RequestRecord(
+        request_id=request_id,
+        shard=shard,
+        step=step,
+        users=users,
+        phase=phase,
+        category=category,
+        t_start=t_start,
+        t_first_token=t_start + ttft,
+        t_last_token=t_start + ttft + decode,
+        t_end=t_start + ttft + decode + 0.01,
+        content_chunks=tokens,
+        http_status=200,
+        prompt_tokens=10,
+        completion_tokens=tokens,
+        timings=timings,
+    )
+
+
+def manifest(run_id: str, steps: list[StepWindow], **changes) -> RunManifest:
+    base = RunManifest(
+        run_id=run_id,
+        status="complete",
+        created_at="2027-01-15T08:00:00+00:00",
+        ended_at="2027-01-15T09:00:00+00:00",
+        profile="tiny",
+        rig=RigInfo(kind="local"),
+        load=LoadSettings(user_steps=[s.users for s in steps], warmup_seconds=1, measure_seconds=10, max_tokens=21),
+        steps=steps,
+    )
+    return base.model_copy(update=changes)
+
+
+def window(index: int = 0, users: int = 1, start: float = T0 + 100, end: float | None = T0 + 110) -> StepWindow:
+    return StepWindow(index=index, users=users, started_at=start - 5, measure_start=start, measure_end=end)
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> SimpleNamespace:
+    """Builders: kit.record(...), kit.window(...), kit.make_run(run_id, steps, shards, **manifest changes)."""
+
+    def make(run_id: str, steps: list[StepWindow], shards: dict[str, list[RequestRecord]], **changes) -> Path:
+        run = RunDir.create(tmp_path / "runs", manifest(run_id, steps, **changes))
+        for shard, records in shards.items():
+            with run.open_shard(shard) as writer:
+                for item in records:
+                    writer.write(item)
+        return run.path
+
+    return SimpleNamespace(
+        record=record, window=window, manifest=manifest, make_run=make, T0=T0, root=tmp_path / "runs"
+    )

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
+from core.lists import MEASURE_HELP, parse_counts
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
-from rigbench.commands.local import MEASURE_HELP, parse_measure_option, parse_user_steps
+from rigbench.commands.local import parse_measure_option
 from rigbench.local_rig import LocalRigOptions
 
 
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run each trial as a short sweep; print the table and the best flags."""
         trials = parse_trials(trial) if trial else dict(DEFAULT_TRIALS)
-        steps = parse_user_steps(users)
+        steps = parse_counts(users, "--users")
         options = LocalRigOptions(
             profile=profile,
             user_steps=steps,

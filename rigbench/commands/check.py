@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rigbench.run_check import CheckReport, check_run
+from core.rundir.check import CheckReport, check_run
 
 
 def report_lines(report: CheckReport) -> list[str]:

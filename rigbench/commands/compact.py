@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rigbench.compact import compact_run
+from core.rundir.compact import compact_run
 
 
 def register(app: typer.Typer) -> None:
@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         runs: list[Path] = typer.Argument(..., help="finished run directories"),
     ) -> None:
         """Gzip records and logs in place and drop the space reserve (analysis reads both forms)."""
-        from rigbench.errors import RigbenchError
+        from core.errors import RigbenchError
 
         refused = 0
         for run in runs:

@@ -7,34 +7,18 @@ from pathlib import Path
 
 import typer
 
+from core.lists import MEASURE_HELP, parse_counts, parse_seconds, seconds_per_step
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
 
 
-def parse_user_steps(text: str) -> list[int]:
-    try:
-        steps = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"expected comma-separated integers such as 1,2,4, found {text!r}") from None
-    if not steps or any(step < 1 for step in steps):
-        raise typer.BadParameter(f"user counts must be positive integers, found {text!r}")
-    return steps
-
-
 def parse_measure_option(text: str, steps: list[int]) -> float | list[float]:
-    """``--measure 10`` (every step) or ``--measure 8,8,10,20`` (one per step), checked here so
-    the error names the flag."""
-    from loadtest.schedule import parse_measure, windows_per_step
-    from rigbench.errors import LoadTestError
-
-    try:
-        measure = parse_measure(text)
-        windows_per_step(measure, len(steps))
-    except LoadTestError as error:
-        raise typer.BadParameter(str(error), param_hint="--measure") from None
+    """``--measure 10`` (every step) or ``--measure 8,8,10,20`` (one per step), checked against
+    the step count here, before anything runs, so the error names the flag."""
+    measure = parse_seconds(text, "--measure")
+    seconds_per_step(measure, len(steps), "--measure")
     return measure
 
 
-MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
         if backend not in ("auto", "cpu", "cuda"):
             raise typer.BadParameter(f"--backend must be auto, cpu or cuda, found {backend!r}")
-        steps = parse_user_steps(users)
+        steps = parse_counts(users, "--users")
         report = run_local_rig(
             LocalRigOptions(
                 profile=profile,

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import typer
 
-from rigbench.rundir import run_json_schema
-
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / "run-v1.json"
-
-
-def schema_text() -> str:
-    return json.dumps(run_json_schema(), indent=2, sort_keys=True) + "\n"
+from core.rundir.schema import SCHEMA_FILE, schema_text
 
 
 def register(app: typer.Typer) -> None:

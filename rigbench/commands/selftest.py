@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from tabulate import tabulate
 
-from rigbench.errors import LoadTestError
+from core.errors import LoadTestError
+from core.lists import parse_counts
 
 TARGETS = {"tok_s_error_pct": 0.5, "ttft_p50_error_ms": 2.0, "itl_p50_error_ms": 0.5}
 
@@ -28,9 +29,10 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Sweep the ground-truth server and report the load generator's own error."""
-        from loadtest.selftest import ceiling, results_table, run_selftest, save_ceiling
+        from loadtest.ceiling import save_ceiling
+        from loadtest.selftest import ceiling, results_table, run_selftest
 
-        user_steps = [int(piece) for piece in steps.split(",") if piece.strip()]
+        user_steps = parse_counts(steps, "--steps")
         run, results = run_selftest(
             runs_dir,
             user_steps=user_steps,
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         for warning in manifest.warnings:
             typer.echo(f"warning: {warning}")
         if save:
-            entry = save_ceiling(results, processes)
+            entry = save_ceiling(ceiling(results), processes)
             typer.echo(f"saved the per-process ceiling ({entry['per_process_tok_s']:.0f} tok/s) for sweep warnings")
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)

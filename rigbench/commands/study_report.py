@@ -10,13 +10,13 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("study-report")
     def study_report(
-        study: Path = typer.Argument(..., help="folder written by provision/gpu_study.py"),
+        study: Path = typer.Argument(..., help="folder the GPU study wrote (python -m rigbench.studies.gpu_study)"),
         earlier: list[Path] = typer.Option(
             [], "--earlier", help="an earlier study folder for the sections this one did not measure "
             "(autotune, long context); repeatable, first match wins"),
     ) -> None:
         """Write DIR/REPORT.md and DIR/plots/ (ceilings, autotune, greedy check, sweeps, drafter, long context)."""
-        from analysis.study_report import write_study_report
+        from rigbench.studies.study_report import write_study_report
 
         for folder in earlier:
             if not (folder / "build_manifest.json").exists():

@@ -11,10 +11,11 @@ from typing import Any
 
 import typer
 
-from rigbench.commands.local import MEASURE_HELP, parse_measure_option
-from rigbench.errors import LoadTestError
-from rigbench.profile import RigProfile, load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, sweep_manifest
+from core.errors import LoadTestError
+from core.lists import MEASURE_HELP, parse_counts
+from core.profile import RigProfile, load_profile
+from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
+from rigbench.commands.local import parse_measure_option
 
 
 def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
@@ -32,21 +33,11 @@ def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]
     return parsed
 
 
-def parse_int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(piece) for piece in text.replace(" ", "").split(",") if piece]
-    except ValueError:
-        raise LoadTestError(f"cannot read {what} {text!r}; expected integers separated by commas") from None
-    if not values:
-        raise LoadTestError(f"{what} is empty; expected e.g. 1,2,4")
-    return values
-
-
 def profile_sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings, slots: int) -> RunManifest:
     label = "-".join(
         filter(None, [profile.name, settings.arm, f"d{settings.context_tokens}" if settings.context_tokens else None])
     )
-    return sweep_manifest(label, profile.name, url, settings, slots, server_args=profile.server.args)
+    return new_manifest(label, profile.name, load=settings, server=server_at(url, profile.server.args, slots))
 
 
 def register(app: typer.Typer) -> None:
@@ -92,8 +83,9 @@ def register(app: typer.Typer) -> None:
             _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate)
             return
         profile = load_profile(profile_name)
-        user_steps = parse_int_list(steps, "--steps")
-        contexts = parse_int_list(context_tokens, "--context-tokens")
+        user_steps = parse_counts(steps, "--steps")
+        contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
+        measure_seconds = parse_measure_option(measure, user_steps)
         runs: list[RunDir] = []
         failures = []
         for arm_name, arm_url in parse_arms(arm, url):
@@ -102,7 +94,7 @@ def register(app: typer.Typer) -> None:
                 settings = LoadSettings(
                     user_steps=user_steps,
                     warmup_seconds=warmup,
-                    measure_seconds=parse_measure_option(measure, user_steps),
+                    measure_seconds=measure_seconds,
                     max_tokens=max_tokens or profile.request.max_tokens,
                     temperature=profile.request.temperature,
                     cache_prompt=profile.request.cache_prompt,
@@ -121,8 +113,6 @@ def register(app: typer.Typer) -> None:
                 manifest = _sweep_and_say(
                     run,
                     arm_url,
-                    profile=profile,
-                    settings=settings,
                     progress=progress,
                     model=model,
                     max_error_rate=max_error_rate,
@@ -157,15 +147,10 @@ def _resume(
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
     from loadtest.resume import start_resumed_run
     from loadtest.telemetry import server_slots
-    from rigbench.errors import ProfileError
 
     old = RunDir(old_path)
     run, server_url = start_resumed_run(old, url)
     manifest = run.read_manifest()
-    try:
-        profile = load_profile(manifest.profile)
-    except ProfileError:
-        profile = load_profile("tiny")  # only its slot count is used, and the manifest has the real one
     slots = server_slots(server_url)
     if slots is not None and manifest.server is not None:
         run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots}))
@@ -174,8 +159,6 @@ def _resume(
     manifest = _sweep_and_say(
         run,
         server_url,
-        profile=profile,
-        settings=manifest.load,
         progress=progress,
         model=model,
         max_error_rate=max_error_rate,

@@ -9,7 +9,7 @@ from analysis.figures import StepFigures
 from analysis.intervals import Estimate
 from analysis.plan import Targets, capacity, crossing, rank
 from analysis.prices import PriceBook, PriceQuote
-from rigbench.rundir import RigInfo
+from core.rundir import RigInfo
 
 
 def quote(instance_type="g6.xlarge", market="on-demand", usd=0.8048, region="us-east-1", zone=None) -> PriceQuote:

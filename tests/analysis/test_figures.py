@@ -6,7 +6,7 @@ import pytest
 
 from analysis.figures import run_figures
 from analysis.load import load_run
-from rigbench.errors import AnalysisError
+from core.errors import AnalysisError
 
 
 def test_aggregate_throughput_counts_straddling_requests_pro_rata(kit):
@@ -90,7 +90,7 @@ def test_run_with_no_measured_window_is_a_clear_error(kit):
 
 
 def test_server_counter_rate_from_telemetry_snapshots(kit):
-    from rigbench.rundir import RunDir, TelemetrySnapshot
+    from core.rundir import RunDir, TelemetrySnapshot
 
     t0 = kit.T0
     path = kit.make_run("r1", [kit.window()], {"p0": [kit.record("a", t_start=t0 + 101)]})
@@ -142,7 +142,7 @@ def test_interrupted_and_partial_requests_count_their_streamed_chunks_in_the_win
 
 
 def test_a_window_with_fewer_completions_than_users_is_warned_with_the_server_counter(kit):
-    from rigbench.rundir import TelemetrySnapshot
+    from core.rundir import TelemetrySnapshot
 
     t0 = kit.T0
     # 2 users, one finished request inside [100, 110) (e2e 0.5 + 4 + 0.01 s), one finishing after it

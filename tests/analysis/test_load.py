@@ -8,8 +8,8 @@ import json
 import pytest
 
 from analysis.load import load_run
-from rigbench.errors import RunDirError
-from rigbench.rundir import RunDir
+from core.errors import RunDirError
+from core.rundir import RunDir
 
 
 def _two_shard_run(kit):

@@ -21,7 +21,7 @@ from analysis.prices import (
     read_snapshot,
     save_quotes,
 )
-from rigbench.errors import AnalysisError
+from core.errors import AnalysisError
 
 
 def product(sku: str, usd: str, instance_type: str = "g6.xlarge") -> str:

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from analysis.report import write_report
+from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
-from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +25,9 @@ def test_report_figures_match_the_ground_truth_server(tmp_path: Path) -> None:
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1.0, measure_seconds=3.0, max_tokens=TOKENS)
     config = GroundTruthConfig(ttft_ms=TTFT_MS, itl_ms=ITL_MS, tokens=TOKENS, model="default", slots=4)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        run = RunDir.create(tmp_path / "runs", sweep_manifest("analysis-e2e", "tiny", server.base_url, settings, 4))
-        final = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+        manifest = new_manifest("analysis-e2e", "tiny", load=settings, server=server_at(server.base_url, slots=4))
+        run = RunDir.create(tmp_path / "runs", manifest)
+        final = run_sweep(run, server.base_url, progress=False)
     assert final.status == "complete", final.status_detail
 
     report = write_report([run.path])

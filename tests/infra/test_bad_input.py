@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InfraError
 from infra.program import deploy
-from rigbench.errors import InfraError
 
 
 def refused(use_stack, config: dict[str, str], mocks=None) -> str:

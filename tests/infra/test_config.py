@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import RigConfig, config_keys, parse_rig_config
-from rigbench.errors import InfraError
+from core.errors import InfraError
+from infra.stack_config import RigConfig, config_keys, parse_rig_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_FILE = ROOT / "Pulumi.yaml"

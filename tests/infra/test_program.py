@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import runpy
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.config import DLAMI_SSM_PARAMETER
+from infra.stack_config import DLAMI_SSM_PARAMETER
 
 INSTANCE = "aws:ec2/instance:Instance"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -197,8 +198,18 @@ def test_the_entry_point_pulumi_runs_declares_the_rig(use_stack, base_config, mo
         runpy.run_path(str(infra_dir), run_name="__main__")
 
     program()
-    assert str(infra_dir) not in sys.path
     assert mocks.one(INSTANCE).inputs["instanceType"] == "g6.xlarge"
+
+
+def test_no_program_module_shadows_a_top_level_module():
+    """Pulumi puts infra/ first on sys.path: a module there named like one of the virtualenv's
+    top-level modules (``config``, say) would be imported in its place."""
+    infra_dir = Path(__file__).resolve().parents[2] / "infra"
+    names = sorted(path.stem for path in infra_dir.glob("*.py") if path.stem != "__init__")
+    elsewhere = [entry for entry in sys.path if Path(entry or ".").resolve() != infra_dir]
+    shadowed = [name for name in names if importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None]
+    shadowed += [name for name in names if name in sys.builtin_module_names or name in sys.stdlib_module_names]
+    assert not shadowed, f"infra/ modules named like top-level modules: {shadowed}; rename them"
 
 
 def test_preview_declares_the_same_rig(run_program, base_config):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InfraError
 from infra.user_data import USER_DATA_LIMIT_BYTES, UserDataSettings, render_user_data, template_text
-from rigbench.errors import InfraError
 
 NOW = 1_796_000_000
 SETTINGS = UserDataSettings(nvme_path="/opt/dlami/nvme", owner_user="ubuntu", ttl_hours=8, market="spot")

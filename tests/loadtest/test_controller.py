@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.rundir import LoadSettings, RunDir, RunManifest, new_run_id, utc_now
 from loadtest.controller import SweepController
 from loadtest.schedule import make_stages
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, new_run_id, utc_now
 
 
 def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_once(tmp_path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import LoadTestError
 from loadtest.prompts import CATEGORIES, load_prompts, rotation
-from rigbench.errors import LoadTestError
 
 
 def test_mixed_has_all_six_categories_and_rotates_them_evenly() -> None:

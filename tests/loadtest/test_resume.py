@@ -16,12 +16,11 @@ from typer.testing import CliRunner
 from analysis.figures import run_figures
 from analysis.load import load_run, load_runs
 from analysis.report import write_report
+from core.errors import LoadTestError
+from core.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_manifest, new_run_id, server_at, utc_now
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
 from rigbench.cli import app
-from rigbench.errors import LoadTestError
-from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_run_id, sweep_manifest, utc_now
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +43,8 @@ def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_
     marker.parent.mkdir()
     runs = tmp_path / "runs"
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        run = RunDir.create(runs, sweep_manifest("tiny", "tiny", server.base_url, settings, 64))
+        manifest = new_manifest("tiny", "tiny", load=settings, server=server_at(server.base_url, slots=64))
+        run = RunDir.create(runs, manifest)
         stop = threading.Event()
         writer = threading.Thread(target=write_marker_after_first_step, args=(run, marker, stop), daemon=True)
         writer.start()
@@ -53,8 +53,6 @@ def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_
             manifest = run_sweep(
                 run,
                 server.base_url,
-                profile=load_profile("tiny"),
-                settings=settings,
                 progress=False,
                 interruption_marker=marker,
             )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.network import free_port
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
-from provision.local_server import free_port
 
 pytestmark = pytest.mark.integration
 META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")

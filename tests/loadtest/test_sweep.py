@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
 from loadtest.sweep import run_sweep
-from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
-    return RunDir.create(root, sweep_manifest("test", "tiny", f"http://127.0.0.1:{port}", settings, slots))
+    manifest = new_manifest("test", "tiny", load=settings, server=server_at(f"http://127.0.0.1:{port}", slots=slots))
+    return RunDir.create(root, manifest)
 
 
 def outside_tolerances(results) -> list:
@@ -86,7 +86,7 @@ def test_errors_are_recorded_and_the_threshold_fails_the_run_keeping_records(tmp
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=2)
         manifest = run_sweep(
-            run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False, max_error_rate=0.3
+            run, server.base_url, progress=False, max_error_rate=0.3
         )
     assert manifest.status == "failed"
     assert "error rate" in manifest.status_detail and "http_500" in manifest.status_detail
@@ -102,7 +102,7 @@ def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=1, max_tokens=8)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=2)
-        manifest = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert manifest.status == "complete"
     assert len(manifest.warnings) == 1 and "4 users exceed the server's 2 parallel slots" in manifest.warnings[0]
     assert run.read_telemetry()[-1].slots_total == 2
@@ -111,11 +111,11 @@ def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
 SWEEP_SCRIPT = """
 import sys
 from loadtest.sweep import run_sweep
-from rigbench.profile import load_profile
-from rigbench.rundir import RunDir
+from core.profile import load_profile
+from core.rundir import RunDir
 run = RunDir(sys.argv[1])
 try:
-    run_sweep(run, sys.argv[2], profile=load_profile("tiny"), settings=run.read_manifest().load, progress=False)
+    run_sweep(run, sys.argv[2], progress=False)
 except KeyboardInterrupt:
     print("raised KeyboardInterrupt", run.read_manifest().status)
 """
@@ -146,13 +146,13 @@ def test_sigterm_leaves_the_run_interrupted_with_its_records(tmp_path: Path) -> 
 
 
 def test_long_context_without_detokenize_fails_before_starting(tmp_path: Path) -> None:
-    from rigbench.errors import LoadTestError
+    from core.errors import LoadTestError
 
     settings = LoadSettings(user_steps=[1], warmup_seconds=1, measure_seconds=1, max_tokens=8, context_tokens=100)
     with GroundTruthServer(GroundTruthConfig(model="default"), tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=1)
         with pytest.raises(LoadTestError, match="detokenize answered HTTP 404"):
-            run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+            run_sweep(run, server.base_url, progress=False)
     manifest = run.read_manifest()
     assert manifest.status == "failed" and "detokenize" in manifest.status_detail
 
@@ -171,8 +171,6 @@ def test_every_fault_kind_is_recorded_while_the_sweep_goes_on(tmp_path: Path) ->
         manifest = run_sweep(
             run,
             server.base_url,
-            profile=load_profile("tiny"),
-            settings=settings,
             progress=False,
             max_error_rate=0.9,
             read_timeout=0.5,
@@ -195,7 +193,7 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=300, processes=2)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=8)
-        manifest = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False)
+        manifest = run_sweep(run, server.base_url, progress=False)
         left = [
             p for p in psutil.process_iter(["cmdline"]) if str(run.path) in " ".join(p.info["cmdline"] or [])
         ]

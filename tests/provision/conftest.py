@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from provision.llamacpp_build import default_cache_dir
-from provision.local_server import free_port
-from provision.rig import RigPaths, connect
+from core.cache import cache_root
+from core.network import free_port
+from provision.connection import connect
+from provision.rig_paths import RigPaths
 
 SSHD = "/usr/sbin/sshd"
 
@@ -104,7 +105,7 @@ def rig(sshd: PrivateSshd, tmp_path: Path):
 @pytest.fixture(scope="session")
 def build_cache() -> str:
     """The cache the shared CPU build lives in: the rig's build reuses it instead of rebuilding."""
-    return str(default_cache_dir())
+    return str(cache_root())
 
 
 class HubFiles:
@@ -166,13 +167,15 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture()
-def built_rig(rig, rig_paths, llama_build, build_cache):
+def built_rig(rig, rig_paths, llama_build, build_cache, tmp_path):
     """A rig folder with the (cached) CPU build and the tiny model in place."""
+    from core.profile import load_profile
+    from llamacpp.build import BUILD_SCRIPT
+    from provision.build import build
     from provision.download import download
-    from provision.remote_build import build
-    from rigbench.profile import load_profile
+    from rigbench.provision_steps import synthetic_files
 
     profile = load_profile("tiny")
-    manifest = build(rig, profile, rig_paths, cache=build_cache)
-    download(rig, profile, rig_paths)
+    manifest = build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
+    download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))
     return rig, rig_paths, profile, manifest

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from provision.local_server import free_port
-from provision.rig import connect, run
+from core.errors import ProvisionError
+from core.network import free_port
+from provision.connection import connect, run
 from provision.toolkit import ensure_build_tools, toolkit
-from rigbench.errors import ProvisionError
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ProvisionError
+from core.profile import RigProfile
 from provision.download import download, resolve_url
-from rigbench.errors import ProvisionError
-from rigbench.profile import RigProfile
 
 pytestmark = pytest.mark.integration
 

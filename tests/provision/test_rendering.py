@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
 
-from provision.bench import summarize
-from provision.remote_build import parse_manifest
-from provision.rig import RigPaths
+from core.errors import ProvisionError
+from core.profile import load_profile
+from provision.build import parse_manifest
+from provision.rig_paths import RigPaths
 from provision.serve import render_supervisor, render_unit, server_command, systemd_quote
 from provision.toolkit import check_package_fits_driver, keyring_url, package_cuda_version, parse_gpu
-from rigbench.errors import ProvisionError
-from rigbench.profile import load_profile
 
 
 def test_unit_serves_the_profile_on_loopback_with_restart_and_one_log() -> None:
@@ -68,16 +68,19 @@ def test_keyring_url_follows_nvidia_repository_layout() -> None:
     assert "/ubuntu2204/sbsa/" in keyring_url("ubuntu", "22.04", "aarch64")
 
 
+BUILD = {"key": "abc", "source": "sha256:x", "source_tree": "/src", "backend": "cpu", "cuda_arch": None,
+         "cmake_options": [], "targets": ["llama-server"], "binaries": {"llama-server": "/b/llama-server"},
+         "build_seconds": 1.0, "jobs": 2, "machine": "x86_64", "built_at": "2026-12-01T00:00:00Z", "cached": False}
+
+
 def test_parse_manifest_takes_the_json_after_the_progress_lines() -> None:
-    stdout = '[build] configure: cmake ...\n[build] {not json\n{\n  "key": "abc",\n  "binaries": {}\n}\n'
-    assert parse_manifest(stdout) == {"key": "abc", "binaries": {}}
+    stdout = "[build] configure: cmake ...\n[build] {not json\n" + json.dumps(BUILD, indent=2) + "\n"
+    manifest = parse_manifest(stdout)
+    assert manifest.key == "abc" and manifest.binary("llama-server") == "/b/llama-server"
     with pytest.raises(ProvisionError, match="printed no manifest"):
         parse_manifest("[build] compile failed\n")
-
-
-def test_bench_summary_names_pp_and_tg() -> None:
-    rows = [{"n_prompt": 512, "n_gen": 0, "avg_ts": 1234.567}, {"n_prompt": 0, "n_gen": 128, "avg_ts": 55.555}]
-    assert summarize(rows) == {"pp512": 1234.57, "tg128": 55.55}
+    with pytest.raises(ProvisionError, match="build: the build script's output: backend: "):
+        parse_manifest(json.dumps({**BUILD, "backend": "tpu"}, indent=2))
 
 
 def test_gpu_parsing_on_output_seen_on_an_h200() -> None:
@@ -91,8 +94,8 @@ def test_gpu_parsing_on_output_seen_on_an_h200() -> None:
 
 
 def test_on_demand_rig_takes_the_list_price_from_the_stack() -> None:
+    from core.rundir import RigInfo
     from provision.run_metadata import aws_rig
-    from rigbench.rundir import RigInfo
 
     rig = aws_rig({"instanceType": "g6.2xlarge", "availabilityZone": "us-west-2b", "market": "on-demand",
                    "onDemandUsdPerHour": 0.9776}, RigInfo())
@@ -104,10 +107,10 @@ def test_project_archive_holds_the_packages_but_no_caches() -> None:
     import io
     import tarfile
 
-    from provision.remote_sweep import project_archive
+    from provision.sweep import project_archive
 
     with tarfile.open(fileobj=io.BytesIO(project_archive())) as archive:
         names = archive.getnames()
     assert "rigbench-src/pyproject.toml" in names and "rigbench-src/provision/rig_agent.py" in names
-    assert "rigbench-src/loadtest" in names and "rigbench-src/rigbench/profiles/tiny.toml" in names
+    assert "rigbench-src/loadtest" in names and "rigbench-src/core/profiles/tiny.toml" in names
     assert not [name for name in names if "__pycache__" in name or name.startswith("rigbench-src/runs")]

@@ -9,24 +9,25 @@ from pathlib import Path
 import httpx
 import pytest
 
-from provision.local_server import free_port
-from provision.remote_build import build
+from core.errors import ProvisionError
+from core.network import free_port
+from core.profile import load_profile
+from llamacpp.build import BUILD_SCRIPT
+from provision.build import build
 from provision.serve import serve, status, stop
 from provision.tunnel import open_tunnel
-from rigbench.errors import ProvisionError
-from rigbench.profile import load_profile
 
 pytestmark = pytest.mark.integration
 
 
 def test_build_reuses_the_cache_and_keeps_the_manifest(rig, rig_paths, llama_build, build_cache) -> None:
     profile = load_profile("tiny")
-    first = build(rig, profile, rig_paths, cache=build_cache)
-    second = build(rig, profile, rig_paths, cache=build_cache)
-    assert first["cached"] and second["cached"], "the rig build must be a cache hit of the shared CPU build"
-    assert first["binaries"] == llama_build["binaries"] and first["backend"] == "cpu"
+    first = build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
+    second = build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
+    assert first.cached and second.cached, "the rig build must be a cache hit of the shared CPU build"
+    assert first.binaries == llama_build.binaries and first.backend == "cpu"
     kept = json.loads(Path(rig_paths.build_manifest).read_text())
-    assert kept["key"] == llama_build["key"] and "Available devices" in kept["devices"]
+    assert kept["key"] == llama_build.key and "Available devices" in kept["devices"]
 
 
 def test_serve_status_logs_stop_twice_each(built_rig, capsys) -> None:
@@ -34,7 +35,7 @@ def test_serve_status_logs_stop_twice_each(built_rig, capsys) -> None:
     port = free_port()
     state = serve(rig, profile, paths, port=port, health_timeout=120)
     assert state.supervisor == "process" and state.host == "127.0.0.1"
-    assert state.command[0] == manifest["binaries"]["llama-server"]
+    assert state.command[0] == manifest.binary("llama-server")
     pid = Path(paths.serve, "supervisor.pid").read_text().strip()
     again = serve(rig, profile, paths, port=port, health_timeout=120)
     assert again.started_at == state.started_at, "serving the same command twice must not restart it"
@@ -86,7 +87,7 @@ def test_public_needs_an_api_key(built_rig) -> None:
 
 def test_serve_without_a_model_says_run_download(rig, rig_paths, llama_build, build_cache) -> None:
     profile = load_profile("tiny")
-    build(rig, profile, rig_paths, cache=build_cache)
+    build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
     with pytest.raises(ProvisionError, match=r"serve: model file .*synthetic-llama-tiny-s0.gguf is missing"):
         serve(rig, profile, rig_paths, port=free_port())
 

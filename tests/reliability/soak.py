@@ -30,24 +30,16 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from core.cache import cache_root
+from core.machine import machine_info
+from core.profile import load_profile, merge_server_args, parallel_slots
+from core.rundir import LoadSettings, RigInfo, RunDir, new_manifest, server_at, utc_now
+from llamacpp.build import build_llama_cpp
+from llamacpp.server import LocalServer
+from loadtest.sweep import run_sweep
+from rigbench.local_rig import model_file
 
-from provision.llamacpp_build import build, default_cache_dir  # noqa: E402
-from provision.local_server import LocalServer  # noqa: E402
-from rigbench.local_rig import model_file  # noqa: E402
-from rigbench.machine import machine_info  # noqa: E402
-from rigbench.profile import load_profile, merge_server_args, parallel_slots  # noqa: E402
-from rigbench.rundir import (  # noqa: E402
-    BuildInfo,
-    LoadSettings,
-    RigInfo,
-    RunDir,
-    RunManifest,
-    ServerInfo,
-    new_run_id,
-    utc_now,
-)
+ROOT = Path(__file__).resolve().parents[2]
 
 WARMUP_SECONDS = 30.0
 SAMPLE_SECONDS = 10.0
@@ -149,31 +141,23 @@ def tally(run: RunDir, result: SoakResult) -> None:
 
 
 def soak(minutes: float, users: int, runs_root: Path) -> SoakResult:
-    from loadtest.sweep import run_sweep
-
     profile = load_profile("tiny")
-    cache = default_cache_dir()
-    built = build(source=profile.llama_cpp.spec(), backend="cpu", extra_options=profile.llama_cpp.cmake_options,
-                  cache=cache)
+    cache = cache_root()
+    built = build_llama_cpp(profile.llama_cpp.spec(), "cpu", extra_options=profile.llama_cpp.cmake_options)
     model_path, model = model_file(profile, None, cache)
     # one slot per user and room in the unified KV cache for all of them at once: the longest
     # prompt with its chat template is about 300 tokens, plus the reply (256 per user ran out:
     # 128 of 48,247 requests got "Context size has been exceeded" in a 10-minute soak)
     args = merge_server_args(profile.server_args(model_path, None), ["--parallel", str(users), "-c", str(512 * users)])
-    server = LocalServer(built["binaries"]["llama-server"], args)
+    server = LocalServer(built.binary("llama-server"), args)
     measure = max(10.0, minutes * 60 - WARMUP_SECONDS)
     load = LoadSettings(user_steps=[users], warmup_seconds=WARMUP_SECONDS, measure_seconds=measure,
                         max_tokens=profile.request.max_tokens, temperature=profile.request.temperature,
                         cache_prompt=profile.request.cache_prompt, ignore_eos=profile.request.ignore_eos,
                         arm="soak")
-    manifest = RunManifest(
-        run_id=new_run_id("tiny-soak"), created_at=utc_now(), profile=profile.name,
-        rig=RigInfo(kind="local", machine=machine_info()),
-        build=BuildInfo(source=built["source"], backend=built["backend"], cuda_arch=built["cuda_arch"],
-                        cmake_options=built["cmake_options"], build_seconds=built["build_seconds"], key=built["key"]),
-        model=model, server=ServerInfo(args=server.args, host=server.host, port=server.port,
-                                       parallel_slots=parallel_slots(args)),
-        load=load,
+    manifest = new_manifest(
+        "tiny-soak", profile.name, load=load, server=server_at(server.base_url, server.args, parallel_slots(args)),
+        rig=RigInfo(kind="local", machine=machine_info()), build=built.build_info(), model=model,
     )
     run = RunDir.create(runs_root, manifest)
     server.log_path = run.path / "llama-server.log"
@@ -183,7 +167,7 @@ def soak(minutes: float, users: int, runs_root: Path) -> SoakResult:
 
     def sweep() -> None:
         try:
-            run_sweep(run, server.base_url, profile=profile, settings=load, progress=False)
+            run_sweep(run, server.base_url, progress=False)
         except BaseException as error:  # reported below, after the sampler stops
             failure.append(error)
 

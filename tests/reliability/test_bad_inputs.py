@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.config import load_rig_config
+from core.errors import RigbenchError
+from core.profile import load_profile
+from core.rundir import LoadSettings, RecordWriter, RequestRecord, RunDir, RunManifest, StepWindow
+from infra.stack_config import load_rig_config
 from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
 from rigbench.cli import app
-from rigbench.errors import RigbenchError
-from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RecordWriter, RequestRecord, RunDir, RunManifest, StepWindow
 
 RUN_ID = "20261130T040000Z-tiny-0bad"
 GOOD_STACK = {"allowedCidrs": "203.0.113.7/32", "owner": "tester", "publicKeyPath": "~/.ssh/id_ed25519.pub"}
@@ -152,7 +152,7 @@ CASES = [
             "InfraError: config key rigbench:instanceType: instance type 'g7.mega' is not a "
             "GPU type rigbench knows; expected one of: g4dn.xlarge, g5.2xlarge, g5.xlarge, "
             "g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge. Pick one of those, "
-            "or add the type to rigbench/instance_types.py with its GPU figures. Fix it with "
+            "or add the type to core/instance_types.py with its GPU figures. Fix it with "
             "`pulumi config set <key> <value>` and run the preview again."
         ),
     ),
@@ -255,12 +255,15 @@ CASES = [
     Case(
         "cli: local --users 0",
         lambda ws, url: cli("local", "--users", "0"),
-        "UsageError: Invalid value: user counts must be positive integers, found '0'",
+        "UsageError: --users: 0 is below 1 in '0'; expected e.g. 1,2,4,8",
     ),
     Case(
         "cli: local --users 1,x",
         lambda ws, url: cli("local", "--users", "1,x"),
-        ("UsageError: Invalid value: expected comma-separated integers such as 1,2,4, found '1,x'"),
+        (
+            "UsageError: --users: cannot read '1,x': 'x' is not a whole number; expected whole numbers "
+            "separated by commas, e.g. 1,2,4,8"
+        ),
     ),
     Case(
         "cli: local --backend tpu",
@@ -270,10 +273,7 @@ CASES = [
     Case(
         "cli: local --measure 0",
         lambda ws, url: cli("local", "--measure", "0"),
-        (
-            "UsageError: Invalid value for --measure: cannot read measured seconds '0'; "
-            "expected a number > 0, or one per step, e.g. 30 or 8,8,10,20"
-        ),
+        "UsageError: --measure: every value must be above 0 seconds, found '0'; expected e.g. 30 or 8,8,10,20",
     ),
     Case(
         "cli: local unknown profile",
@@ -324,7 +324,10 @@ CASES = [
     Case(
         "cli: sweep bad steps",
         lambda ws, url: cli("sweep", "--url", url, "--steps", "1,a"),
-        "LoadTestError: cannot read --steps '1,a'; expected integers separated by commas",
+        (
+            "UsageError: --steps: cannot read '1,a': 'a' is not a whole number; expected whole numbers "
+            "separated by commas, e.g. 1,2,4,8"
+        ),
     ),
     # run directories
     Case(

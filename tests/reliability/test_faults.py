@@ -26,10 +26,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
-from rigbench.profile import load_profile
-from rigbench.rundir import LoadSettings, RunDir, sweep_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +114,8 @@ def assert_next_commands_work(run_path: Path, check_exit: int = 0, report_refusa
 
 
 def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir:
-    return RunDir.create(root, sweep_manifest("fault", "tiny", f"http://127.0.0.1:{port}", settings, slots))
+    manifest = new_manifest("fault", "tiny", load=settings, server=server_at(f"http://127.0.0.1:{port}", slots=slots))
+    return RunDir.create(root, manifest)
 
 
 def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
@@ -228,7 +228,7 @@ def test_stalls_500s_and_disconnects_leave_a_complete_run_that_checks_and_report
     settings = LoadSettings(user_steps=[2, 3], warmup_seconds=0.5, measure_seconds=3, max_tokens=8)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path / "runs", settings, server.port, slots=4)
-        manifest = run_sweep(run, server.base_url, profile=load_profile("tiny"), settings=settings, progress=False,
+        manifest = run_sweep(run, server.base_url, progress=False,
                              max_error_rate=0.9, read_timeout=0.5)
     assert manifest.status == "complete", manifest.status_detail
     records = run.read_records()
@@ -391,11 +391,11 @@ def drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path: Path) -> DroppedSwee
     has records, let the rig's sweep finish on its own, then fetch over a new connection."""
     import threading
 
-    from provision.local_server import free_port
-    from provision.remote_sweep import fetch, sweep
-    from provision.rig import connect
+    from core.errors import ProvisionError
+    from core.network import free_port
+    from provision.connection import connect
     from provision.serve import serve, stop
-    from rigbench.errors import ProvisionError
+    from provision.sweep import fetch, sweep
 
     connection, paths, profile, _ = built_rig
     local_runs = tmp_path / "runs"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from infra.config import RigConfig
+from core.errors import InfraError
 from infra.orphans import (
     EXPIRES_AT_TAG,
     PROJECT_TAG,
@@ -27,8 +27,8 @@ from infra.orphans import (
     terminate_orphans,
 )
 from infra.program import rig_tags
+from infra.stack_config import RigConfig
 from rigbench.cli import app
-from rigbench.errors import InfraError
 
 NOW = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
 IN_1H = (NOW + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")

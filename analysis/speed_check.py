@@ -1,0 +1,141 @@
+"""Analysis speed check: write a synthetic run of N records (default 1,000,000) and time its analysis.
+
+    .venv/bin/python -m analysis.speed_check [--records 1000000] [--keep DIR]
+
+The target is 10 s or less on one core for a million records (a long 64-user sweep writes
+about that many); run it pinned to one core with ``taskset -c 0``. The synthetic sweep has
+7 steps (1..64 users), back-to-back streaming requests of 256 tokens per user, six prompt
+categories, a drafter's timings, two shards. Lines are written with a format string (not
+pydantic) so that writing stays quick; a sample is validated against RequestRecord so the
+file is a faithful run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analysis.figures import run_figures
+from analysis.load import load_run
+from analysis.report import write_report
+from core.rundir import LoadSettings, RequestRecord, RunDir, StepWindow, new_manifest, utc_now
+
+USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
+CATEGORIES = ("code", "chat", "story", "explanation", "facts", "summary")
+TOKENS = 256
+LINE = (
+    '{{"schema_version":1,"request_id":"{rid}","shard":"{shard}","step":{step},"users":{users},'
+    '"phase":"{phase}","category":"{cat}","t_start":{ts:.6f},"t_first_token":{tf:.6f},'
+    '"t_last_token":{tl:.6f},"t_end":{te:.6f},"content_chunks":{tok},"http_status":200,'
+    '"prompt_tokens":{pt},"completion_tokens":{tok},"timings":{{"prompt_n":{pt},"prompt_ms":{pms:.3f},'
+    '"predicted_n":{tok},"predicted_ms":{dms:.3f},"predicted_per_second":{pps:.3f},'
+    '"draft_n":{dn},"draft_n_accepted":{da}}}}}\n'
+)
+
+
+def write_synthetic_run(root: Path, records: int, seed: int = 0) -> Path:
+    """A complete run directory with about ``records`` request records; returns its path."""
+    rng = np.random.default_rng(seed)
+    weights = np.array(USER_STEPS, dtype=float) / (1 + 0.04 * np.array(USER_STEPS))
+    per_step = np.maximum((records * weights / weights.sum()).astype(int), 1)
+    per_step[-1] += records - per_step.sum()
+    manifest = new_manifest(
+        f"speed-check-{records}",
+        "synthetic-benchmark",
+        load=LoadSettings(
+            user_steps=list(USER_STEPS), warmup_seconds=0, measure_seconds=0, max_tokens=TOKENS, processes=2
+        ),
+        server=None,
+    )
+    run = RunDir.create(root, manifest)
+    handles = [open(run.shard_path(f"p{i}"), "w") for i in range(2)]  # noqa: SIM115
+    clock, steps = 1.8e9, []
+    for index, (users, count) in enumerate(zip(USER_STEPS, per_step, strict=True)):
+        rate = 130.0 / (1 + 0.05 * users)
+        duration = TOKENS / rate + 0.05
+        per_user = int(np.ceil(count / users))
+        warmup = max(1, per_user // 10)
+        user = np.repeat(np.arange(users), per_user)[:count]
+        order = np.tile(np.arange(per_user), users)[:count]
+        ttft = 0.03 * np.sqrt(users) * rng.lognormal(0, 0.3, count)
+        decode = duration * rng.lognormal(0, 0.1, count)
+        t_start = clock + order * (duration + 0.1) + user * 0.01
+        t_first = t_start + ttft
+        t_last = t_first + decode
+        measure_start, measure_end = clock + warmup * (duration + 0.1), clock + (per_user - 1) * (duration + 0.1)
+        steps.append(
+            StepWindow(
+                index=index,
+                users=users,
+                started_at=clock,
+                measure_start=measure_start,
+                measure_end=max(measure_end, measure_start + 1),
+            )
+        )
+        categories = rng.integers(0, len(CATEGORIES), count)
+        drafted = rng.integers(100, 140, count)
+        accepted = (drafted * rng.uniform(0.5, 0.8, count)).astype(int)
+        for i in range(count):
+            shard = int(user[i] % 2)
+            handles[shard].write(
+                LINE.format(
+                    rid=f"s{index}-{i}",
+                    shard=f"p{shard}",
+                    step=index,
+                    users=users,
+                    phase="warmup" if order[i] < warmup else "measure",
+                    cat=CATEGORIES[categories[i]],
+                    ts=t_start[i],
+                    tf=t_first[i],
+                    tl=t_last[i],
+                    te=t_last[i] + 0.001,
+                    tok=TOKENS,
+                    pt=120,
+                    pms=ttft[i] * 900,
+                    dms=decode[i] * 1000,
+                    pps=TOKENS / decode[i] * 1.02,
+                    dn=drafted[i],
+                    da=accepted[i],
+                )
+            )
+        clock += per_user * (duration + 0.1) + 1
+    for handle in handles:
+        handle.close()
+    run.update_manifest(steps=steps, status="complete", ended_at=utc_now())
+    with open(run.shard_path("p0")) as handle:
+        RequestRecord.model_validate_json(handle.readline())
+    return run.path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keep", type=Path, help="write the run here and keep it")
+    args = parser.parse_args()
+
+    root = args.keep or Path(tempfile.mkdtemp(prefix="rigbench-speed-check-"))
+    started = time.perf_counter()
+    path = write_synthetic_run(root, args.records)
+    print(f"wrote {args.records:,} records to {path} in {time.perf_counter() - started:.1f} s")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    started = time.perf_counter()
+    run = load_run(path)
+    loaded = time.perf_counter()
+    figures = run_figures(run)
+    analysed = time.perf_counter()
+    report = write_report([path])
+    done = time.perf_counter()
+    print(
+        f"load {loaded - started:.2f} s, figures {analysed - loaded:.2f} s, "
+        f"load+figures {analysed - started:.2f} s; full report (loads again, prices, plots) {done - analysed:.2f} s"
+    )
+    print(f"{len(run.records):,} records, {len(figures.steps)} steps, {cores} core(s) allowed; report {report}")
+
+
+if __name__ == "__main__":
+    main()

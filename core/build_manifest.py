@@ -1,0 +1,68 @@
+"""What a llama.cpp build left behind: the build script's manifest, typed.
+
+The build script (``llamacpp/build_script.py``) runs alone with the standard library, on this
+machine or on a bare rig, and writes ``build_manifest.json`` beside its binaries. Everything
+that serves, benchmarks or records a build reads that file through this model, so the
+binaries' paths and the run manifest's ``build`` entry come from one definition.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.errors import LlamaCppError
+from core.rundir.models import BuildInfo
+from core.validation import describe_validation_error
+
+
+class BuildManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="hash of source, backend, GPU arch, options, targets and machine")
+    source: str = Field(description="sha256:<sdist digest> or git:<commit>")
+    source_tree: str
+    backend: Literal["cpu", "cuda"]
+    cuda_arch: str | None = None
+    cmake_options: list[str]
+    targets: list[str]
+    binaries: dict[str, str]
+    build_seconds: float
+    jobs: int
+    machine: str
+    built_at: str
+    cached: bool = Field(False, description="this call reused a finished build")
+    devices: str | None = Field(None, description="llama-server --list-devices, where the build was checked")
+
+    @classmethod
+    def parse(cls, data: dict | str, source: str) -> BuildManifest:
+        """Validate a manifest (a dict, or its JSON text); ``source`` names where it came from."""
+        try:
+            payload = json.loads(data) if isinstance(data, str) else data
+            return cls.model_validate(payload)
+        except json.JSONDecodeError as error:
+            raise LlamaCppError(f"{source}: the build manifest is not valid JSON ({error})") from None
+        except ValidationError as error:
+            raise LlamaCppError(describe_validation_error(error, source)) from None
+
+    def binary(self, name: str) -> str:
+        try:
+            return self.binaries[name]
+        except KeyError:
+            raise LlamaCppError(
+                f"the llama.cpp build {self.key} has no {name} (it built {', '.join(sorted(self.binaries))}); "
+                "rebuild with the default targets"
+            ) from None
+
+    def build_info(self) -> BuildInfo:
+        """The run manifest's ``build`` entry."""
+        return BuildInfo(
+            source=self.source,
+            backend=self.backend,
+            cuda_arch=self.cuda_arch,
+            cmake_options=self.cmake_options,
+            build_seconds=self.build_seconds,
+            key=self.key,
+        )

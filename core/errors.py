@@ -1,0 +1,51 @@
+"""One error base class, one subclass per stage.
+
+    RigbenchError
+    ├── UsageError        a command-line value is malformed (a list option, a flag's value)
+    ├── ProfileError      a rig profile is missing, unreadable or invalid
+    ├── RunDirError       a run directory is missing, damaged or of an unknown schema
+    ├── InfraError        stack configuration refused before any resource is created
+    ├── ProvisionError    a provisioning step on a rig failed
+    ├── LlamaCppError     llama.cpp on this machine (build, server, llama-bench) failed
+    ├── LoadTestError     the load generator could not run or stopped the sweep
+    └── AnalysisError     records or prices cannot give the asked figure
+
+Every message says what was found, what was expected and what to do; the CLI prints it
+as one line and exits non-zero, without a traceback.
+"""
+
+
+class RigbenchError(Exception):
+    """Base class of every error rigbench raises on purpose."""
+
+
+class UsageError(RigbenchError):
+    pass
+
+
+class ProfileError(RigbenchError):
+    pass
+
+
+class RunDirError(RigbenchError):
+    pass
+
+
+class InfraError(RigbenchError):
+    pass
+
+
+class ProvisionError(RigbenchError):
+    pass
+
+
+class LlamaCppError(RigbenchError):
+    pass
+
+
+class LoadTestError(RigbenchError):
+    pass
+
+
+class AnalysisError(RigbenchError):
+    pass

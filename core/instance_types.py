@@ -1,0 +1,84 @@
+"""The one table of GPU instance types rigbench knows.
+
+infra picks the instance from it (and refuses types that are not in it), provision reads the
+compute capability to build llama.cpp for the right CUDA architecture, and analysis reads the
+hardware figures and the on-demand price. Keeping it in one place means a new type is added
+once and every stage agrees on it.
+
+Figures come from the vendors' specifications and the public AWS price list. GPU memory is
+the nominal size the vendor sells; the driver shows a little less. ``on_demand_usd_per_hour``
+is the us-east-1 Linux on-demand price where it is known here, and ``None`` where it is not:
+analysis then asks the price list, not this table.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.errors import InfraError
+
+
+class InstanceType(BaseModel):
+    """One EC2 GPU instance type and the figures the stages need about it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    gpu_name: str
+    gpu_count: int = 1
+    gpu_memory_gib: int = Field(description="nominal memory of one GPU")
+    compute_capability: str = Field(description="CUDA compute capability, e.g. '8.9'")
+    vcpu: int
+    ram_gib: int
+    local_nvme_gb: int = Field(description="instance-store NVMe, all disks together")
+    on_demand_usd_per_hour: float | None = Field(default=None, description="us-east-1 Linux on-demand; None = unknown")
+
+    @property
+    def cuda_architecture(self) -> str:
+        """The value for ``-DCMAKE_CUDA_ARCHITECTURES`` (``'8.9'`` -> ``'89'``)."""
+        return self.compute_capability.replace(".", "")
+
+    @property
+    def family(self) -> str:
+        """``g6`` for ``g6.2xlarge``."""
+        return self.name.split(".", 1)[0]
+
+
+def _table(*rows: InstanceType) -> dict[str, InstanceType]:
+    return {row.name: row for row in rows}
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = _table(
+    InstanceType(name="g4dn.xlarge", gpu_name="NVIDIA T4", gpu_memory_gib=16, compute_capability="7.5",
+                 vcpu=4, ram_gib=16, local_nvme_gb=125, on_demand_usd_per_hour=0.526),
+    InstanceType(name="g5.xlarge", gpu_name="NVIDIA A10G", gpu_memory_gib=24, compute_capability="8.6",
+                 vcpu=4, ram_gib=16, local_nvme_gb=250, on_demand_usd_per_hour=1.006),
+    InstanceType(name="g5.2xlarge", gpu_name="NVIDIA A10G", gpu_memory_gib=24, compute_capability="8.6",
+                 vcpu=8, ram_gib=32, local_nvme_gb=450),
+    InstanceType(name="g6.xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
+                 vcpu=4, ram_gib=16, local_nvme_gb=250, on_demand_usd_per_hour=0.8048),
+    InstanceType(name="g6.2xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
+                 vcpu=8, ram_gib=32, local_nvme_gb=450, on_demand_usd_per_hour=0.9776),
+    InstanceType(name="g6.4xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
+                 vcpu=16, ram_gib=64, local_nvme_gb=600, on_demand_usd_per_hour=1.3232),
+    InstanceType(name="g6e.xlarge", gpu_name="NVIDIA L40S", gpu_memory_gib=48, compute_capability="8.9",
+                 vcpu=4, ram_gib=32, local_nvme_gb=250),
+    InstanceType(name="g6e.2xlarge", gpu_name="NVIDIA L40S", gpu_memory_gib=48, compute_capability="8.9",
+                 vcpu=8, ram_gib=64, local_nvme_gb=450, on_demand_usd_per_hour=2.24208),
+)
+
+
+def known_instance_type_names() -> list[str]:
+    return sorted(INSTANCE_TYPES)
+
+
+def get_instance_type(name: str) -> InstanceType:
+    """The table row for ``name``; an unknown (or non-GPU) type is refused with the known names."""
+    try:
+        return INSTANCE_TYPES[name.strip()]
+    except KeyError:
+        known = ", ".join(known_instance_type_names())
+        raise InfraError(
+            f"instance type {name!r} is not a GPU type rigbench knows; expected one of: {known}. "
+            "Pick one of those, or add the type to core/instance_types.py with its GPU figures."
+        ) from None

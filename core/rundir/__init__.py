@@ -1,0 +1,55 @@
+"""The run directory: the contract between the stages that write a run and those that read it.
+
+    models.py    what each file holds (manifest, request records, telemetry), schema version 1
+    files.py     the folder on disk: create, validate on read, append-only record shards
+    manifest.py  the one builder of a new run's manifest
+    check.py     every problem of a run directory, listed (``rigbench check``)
+    compact.py   a finished run made small enough to commit (``rigbench compact``)
+    schema.py    the JSON Schema generated from the models (``rigbench schema``)
+
+The names below are the public surface; everything else is imported by its module's path.
+"""
+
+from core.rundir.files import RecordWriter, RunDir, private_umask, write_json_atomic
+from core.rundir.manifest import new_manifest, new_run_id, server_at, utc_now
+from core.rundir.models import (
+    SCHEMA_VERSION,
+    BuildInfo,
+    LoadSettings,
+    MachineInfo,
+    ModelInfo,
+    Phase,
+    RequestRecord,
+    RigInfo,
+    RunManifest,
+    RunStatus,
+    ServerInfo,
+    ServerTimings,
+    StepWindow,
+    TelemetrySnapshot,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BuildInfo",
+    "LoadSettings",
+    "MachineInfo",
+    "ModelInfo",
+    "Phase",
+    "RecordWriter",
+    "RequestRecord",
+    "RigInfo",
+    "RunDir",
+    "RunManifest",
+    "RunStatus",
+    "ServerInfo",
+    "ServerTimings",
+    "StepWindow",
+    "TelemetrySnapshot",
+    "new_manifest",
+    "new_run_id",
+    "private_umask",
+    "server_at",
+    "utc_now",
+    "write_json_atomic",
+]

@@ -1,0 +1,47 @@
+"""Make a finished run directory small enough to commit, without losing what analysis reads.
+
+Why: runs/ is committed, so records and server logs are stored gzipped (the readers open
+``.jsonl.gz`` and ``.jsonl`` alike), the 64 KiB space reserve kept for disk-full errors is
+dropped, and nothing that a report, ``rigbench check`` or a re-analysis needs is removed.
+A run still ``running`` is refused: its load processes may be writing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+from core.errors import RunDirError
+from core.rundir import RunDir
+
+# Files gzipped in place (name -> name + ".gz"); records shards are matched separately.
+LOG_FILES = ("llama-server.log", "locust.log")
+
+
+def gzip_file(path: Path) -> Path:
+    """``path`` -> ``path.gz`` (mtime kept, written beside then renamed, original removed)."""
+    target = path.with_name(path.name + ".gz")
+    partial = target.with_name(target.name + ".part")
+    with open(path, "rb") as source, gzip.GzipFile(partial, "wb", mtime=int(path.stat().st_mtime)) as sink:
+        shutil.copyfileobj(source, sink)
+    os.replace(partial, target)
+    path.unlink()
+    return target
+
+
+def compact_run(path: Path | str) -> list[Path]:
+    """Compact one run directory in place; returns the files it wrote."""
+    run = RunDir(Path(path))
+    manifest = run.read_manifest()  # validates: not a run directory -> a clear error
+    if manifest.status == "running":
+        raise RunDirError(f"{run.path}: status is 'running'; compact a run only after it has ended")
+    sources = sorted((run.path / "records").glob("*.jsonl"))
+    sources += [run.path / name for name in LOG_FILES if (run.path / name).exists()]
+    clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
+    if clashes:  # checked before anything is written, so a refused run is left exactly as it was
+        raise RunDirError(f"{run.path}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")
+    written = [gzip_file(source) for source in sources]
+    run.release_space_reserve()
+    return written

@@ -1,0 +1,194 @@
+"""The run directory's models: one definition of every file's content, with its schema version.
+
+Loadtest writes these, analysis reads them, provision adds what the rig knows; the JSON Schema
+in ``run-v1.schema.json`` is generated from them (``rigbench schema``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
+Phase = Literal["warmup", "measure"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MachineInfo(Strict):
+    hostname: str = ""
+    cpu_model: str = ""
+    cpu_cores: int = 0
+    memory_gib: float = 0.0
+    gpu_name: str | None = None
+    gpu_memory_mib: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+
+
+class RigInfo(Strict):
+    """Where the server ran; prices are what was known at run time, with their source."""
+
+    kind: Literal["local", "aws"] = "local"
+    instance_type: str | None = None
+    region: str | None = None
+    availability_zone: str | None = None
+    market: Literal["spot", "on-demand"] | None = None
+    price_per_hour: float | None = None
+    price_source: str | None = None
+    launch_time: str | None = None
+    machine: MachineInfo = Field(default_factory=MachineInfo)
+
+
+class BuildInfo(Strict):
+    source: str
+    backend: str
+    cuda_arch: str | None = None
+    cmake_options: list[str] = Field(default_factory=list)
+    build_seconds: float | None = None
+    key: str | None = None
+
+
+class ModelInfo(Strict):
+    name: str
+    sha256: str
+    size_bytes: int
+    repo: str | None = None
+    synthetic: bool = False
+    label: str | None = None
+
+
+class ServerInfo(Strict):
+    args: list[str]
+    host: str
+    port: int
+    parallel_slots: int = 1
+    endpoint: str = "/v1/chat/completions"
+
+
+class LoadSettings(Strict):
+    user_steps: list[int]
+    warmup_seconds: float
+    # one measured window for every step, or one per step (longer where requests are longer)
+    measure_seconds: float | list[float]
+    max_tokens: int
+    temperature: float = 0.0
+    cache_prompt: bool = False
+    ignore_eos: bool = False
+    prompts: str = "mixed"
+    context_tokens: int = 0
+    processes: int = 1
+    arm: str | None = None
+
+    @model_validator(mode="after")
+    def _one_window_per_step(self) -> LoadSettings:
+        if isinstance(self.measure_seconds, list) and len(self.measure_seconds) != len(self.user_steps):
+            raise ValueError(
+                f"measure_seconds has {len(self.measure_seconds)} windows for {len(self.user_steps)} user steps"
+            )
+        return self
+
+    def remaining(self, first_step: int) -> LoadSettings:
+        """The settings of the steps from ``first_step`` on (a resumed sweep)."""
+        measure = self.measure_seconds
+        if isinstance(measure, list):
+            measure = measure[first_step:]
+        return self.model_copy(update={"user_steps": self.user_steps[first_step:], "measure_seconds": measure})
+
+
+class StepWindow(Strict):
+    """One step of a sweep; analysis uses records from [measure_start, measure_end) only."""
+
+    index: int
+    users: int
+    started_at: float
+    measure_start: float
+    measure_end: float | None = None
+    context_tokens: int = 0
+
+
+class RunManifest(Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    status: RunStatus = "running"
+    status_detail: str | None = None
+    created_at: str
+    ended_at: str | None = None
+    profile: str
+    rig: RigInfo = Field(default_factory=RigInfo)
+    build: BuildInfo | None = None
+    model: ModelInfo | None = None
+    drafter: ModelInfo | None = None
+    server: ServerInfo | None = None
+    load: LoadSettings | None = None
+    steps: list[StepWindow] = Field(default_factory=list)
+    last_complete_step: int | None = None
+    linked_runs: list[str] = Field(default_factory=list)
+    resumed_from: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ServerTimings(BaseModel):
+    """llama-server's ``timings`` object from the final stream chunk (unknown keys kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+
+
+class RequestRecord(Strict):
+    """One request, as raw as possible: timestamps (unix seconds) and the server's counts.
+
+    The inter-token gaps are summarised by ``t_first_token``, ``t_last_token`` and
+    ``content_chunks`` (mean ITL = span / (chunks - 1)); full arrival times go to the
+    optional timeline shard so a million records stay quick to analyse.
+    """
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str
+    shard: str
+    step: int
+    users: int
+    phase: Phase
+    category: str
+    context_tokens: int = 0
+    t_start: float
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    t_end: float
+    content_chunks: int = 0
+    http_status: int | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    timings: ServerTimings | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+class TelemetrySnapshot(Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    taken_at: float
+    step: int
+    users: int
+    boundary: Literal["start", "measure", "end"]
+    metrics: dict[str, float] = Field(default_factory=dict)
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    error: str | None = None
+
+

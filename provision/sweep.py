@@ -1,0 +1,165 @@
+"""Steps ``project``, ``sweep`` and ``fetch``: load the rig from the rig itself, then copy results home.
+
+The sweep runs ON the rig against llama-server on 127.0.0.1, so no WAN latency enters the
+timings; it is the same ``rigbench sweep`` command a user runs locally, from the project
+installed on the rig (``project`` puts this checkout there in a virtualenv). Run
+directories land in ``<work>/rigbench/results/runs`` and are copied into local ``runs/``;
+the NVMe folder is wiped when the instance stops, so copy results before ``pulumi destroy``.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import stat
+import tarfile
+from pathlib import Path
+
+from fabric import Connection
+
+from core.errors import ProvisionError
+from core.profile import RigProfile
+from provision.connection import describe_host, privileged, rig_step, run
+from provision.rig_paths import RigPaths
+from provision.run_metadata import annotate_runs, rig_facts
+from provision.serve import read_state
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# what `pip install` of the checkout needs: the packages pyproject installs, and its readme
+PROJECT_PARTS = ("pyproject.toml", "README.md", "core", "infra", "provision", "llamacpp", "loadtest", "analysis",
+                 "rigbench")
+SWEEP_TIMEOUT_S = 4 * 3600
+INSTALL_TIMEOUT_S = 1800
+
+
+def project_archive() -> bytes:
+    """This checkout's sources (no caches, runs or virtualenvs) as a tar.gz."""
+    buffer = io.BytesIO()
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
+
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for part in PROJECT_PARTS:
+            if (REPO_ROOT / part).exists():
+                archive.add(REPO_ROOT / part, arcname=f"rigbench-src/{part}", filter=keep)
+    return buffer.getvalue()
+
+
+def rig_rigbench(paths: RigPaths) -> str:
+    return f"{paths.root}/venv/bin/rigbench"
+
+
+@rig_step("project")
+def install_project(c: Connection, paths: RigPaths | None = None, timeout: int = INSTALL_TIMEOUT_S) -> str:
+    """Install this checkout on the rig in ``<work>/rigbench/venv``; return its ``rigbench`` path."""
+    paths = paths or RigPaths()
+    source = f"{paths.root}/rigbench-src"
+    run(c, f"mkdir -p {shlex.quote(paths.root)} && rm -rf {shlex.quote(source)}")
+    c.put(io.BytesIO(project_archive()), remote=f"{paths.root}/rigbench-src.tar.gz")
+    venv = f"{paths.root}/venv"
+    run(c, f"tar -xzf {shlex.quote(paths.root)}/rigbench-src.tar.gz -C {shlex.quote(paths.root)}")
+    if not run(c, f"test -x {venv}/bin/python || python3 -m venv {venv}", timeout=300, warn=True).ok:
+        # Ubuntu's python3 lacks ensurepip until python3-venv is installed.
+        print("[project] python3 -m venv failed; installing python3-venv", flush=True)
+        run(c, f"rm -rf {venv} && " + privileged(c, "env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                                                    "python3-venv"), timeout=600, hide=False)
+        run(c, f"python3 -m venv {venv}", timeout=300)
+    print(f"[project] pip install {source} into {venv} (first time: a few minutes)", flush=True)
+    run(c, f"{venv}/bin/python -m pip install -q --upgrade pip && {venv}/bin/python -m pip install -q {source}",
+        timeout=timeout, hide=False)
+    return rig_rigbench(paths)
+
+
+def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
+    """The profile file on the rig, so the rig's sweep reads exactly the local one."""
+    if not profile.source_path:
+        raise ProvisionError(f"sweep: profile {profile.name} has no file to copy to the rig")
+    remote = f"{paths.root}/profiles/{profile.name}.toml"
+    run(c, f"mkdir -p {shlex.quote(paths.root)}/profiles")
+    c.put(profile.source_path, remote=remote)
+    return remote
+
+
+@rig_step("sweep")
+def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str = "1,2,4,8,16,32,64",
+          warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
+          rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
+          stack_outputs: dict | None = None) -> list[Path]:
+    """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
+
+    The copied manifests get the build, model digests and GPU from the rig, and the instance,
+    market and price from ``stack_outputs`` when given.
+    """
+    paths = paths or RigPaths()
+    state = read_state(c, paths)
+    if state is None:
+        raise ProvisionError("sweep: nothing is served on the rig; run the serve step first")
+    rigbench = rigbench or rig_rigbench(paths)
+    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
+        raise ProvisionError(f"sweep: no rigbench at {rigbench} on the rig; run the project step first")
+    remote_profile = upload_profile(c, profile, paths)
+    command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
+               "--steps", steps, "--warmup", str(warmup), "--measure", str(measure), "--runs-dir", paths.runs,
+               "--no-progress", *(extra or [])]
+    print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
+    result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
+                 timeout=timeout, hide=False, warn=True)
+    if result.exited in (None, -1):  # the channel closed without an exit status: the link, not the sweep
+        raise ProvisionError(
+            f"sweep: lost the SSH session to {describe_host(c)} while `rigbench sweep` ran on the rig (no exit "
+            "status came back); the sweep goes on there: once it has ended, `rigbench provision fetch` copies its runs"
+        )
+    run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
+    copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
+    if copied:
+        annotate_runs(copied, rig_facts(c, profile, paths), stack_outputs)
+    if not result.ok:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
+                             f"{' (runs copied to ' + ', '.join(map(str, copied)) + ')' if copied else ''}:\n{tail}")
+    return copied
+
+
+def copy_tree(sftp, remote: str, local: Path) -> int:
+    """Copy ``remote`` into ``local``, skipping files already there with the same size; return files copied."""
+    local.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for entry in sftp.listdir_attr(remote):
+        source, target = f"{remote}/{entry.filename}", local / entry.filename
+        if stat.S_ISDIR(entry.st_mode):
+            copied += copy_tree(sftp, source, target)
+        elif not (target.exists() and target.stat().st_size == entry.st_size):
+            sftp.get(source, str(target))
+            copied += 1
+    return copied
+
+
+@rig_step("fetch")
+def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str = "runs",
+          run_ids: list[str] | None = None) -> list[Path]:
+    """Copy run directories (all, or ``run_ids``) and bench results from the rig into ``local_runs``."""
+    paths = paths or RigPaths()
+    local_runs = Path(local_runs)
+    sftp = c.sftp()
+    try:
+        available = sftp.listdir(paths.runs)
+    except FileNotFoundError:
+        available = []
+    wanted = run_ids if run_ids is not None else sorted(available)
+    missing = sorted(set(wanted) - set(available))
+    if missing:
+        raise ProvisionError(f"fetch: no run {', '.join(missing)} in {paths.runs} on the rig; "
+                             f"runs there: {', '.join(sorted(available)) or 'none'}")
+    copied = []
+    for run_id in wanted:
+        count = copy_tree(sftp, f"{paths.runs}/{run_id}", local_runs / run_id)
+        copied.append(local_runs / run_id)
+        print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
+    try:
+        sftp.stat(f"{paths.results}/bench")
+    except FileNotFoundError:
+        return copied
+    count = copy_tree(sftp, f"{paths.results}/bench", local_runs / "rig-bench")
+    print(f"[fetch] bench results: {count} file(s) copied to {local_runs / 'rig-bench'}", flush=True)
+    return copied

@@ -1,0 +1,249 @@
+"""The one table of provision steps: ``rigbench provision STEP`` and ``fab STEP`` are both thin over it.
+
+Each step names its options once (name, default, help); the typer group
+(``rigbench/commands/provision.py``) and the Fabric tasks (``fabfile.py``) are generated from
+this table, so the two front doors cannot drift apart. A step runs against a :class:`Rig`:
+the connection, the work folder, the profile and, when the rig came from a Pulumi stack, the
+stack's outputs. This is app code: the build step hands the rig the llama.cpp toolbox's build
+script and the download step writes synthetic models with it, which provision (a stage) may
+not import itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shlex
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from fabric import Connection
+
+from core.lists import MEASURE_HELP, parse_counts, parse_seconds, seconds_per_step
+from core.profile import RigProfile, load_profile
+from llamacpp.build import BUILD_SCRIPT
+from llamacpp.synthetic_models import write_synthetic_model
+from provision import build as build_step
+from provision import download as download_step
+from provision import llama_bench as bench_step
+from provision import serve as serve_step
+from provision import sweep as sweep_step
+from provision import toolkit as toolkit_step
+from provision.rig_paths import DEFAULT_WORK, RigPaths
+from provision.tunnel import hold_tunnel
+
+DEFAULT_PROFILE = os.environ.get("RIGBENCH_PROFILE", "gemma4-e2b")
+API_KEY_VARIABLE = "RIGBENCH_API_KEY"
+SWEEP_STEPS = "1,2,4,8,16,32,64"
+
+
+@dataclass
+class Rig:
+    """What a step works on: the SSH connection, where things live there, which profile."""
+
+    c: Connection
+    paths: RigPaths
+    profile_name: str = DEFAULT_PROFILE
+    stack_outputs: dict | None = None
+
+    @cached_property
+    def profile(self) -> RigProfile:
+        return load_profile(self.profile_name)
+
+
+@dataclass(frozen=True)
+class StepOption:
+    """One option of a step; ``flag`` defaults to ``--name-with-dashes``, ``short`` is for the rigbench CLI
+    only (Fabric's own short flags, such as -H, -i and -r, would clash)."""
+
+    name: str
+    default: Any
+    help: str
+    short: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+
+@dataclass(frozen=True)
+class ProvisionStep:
+    name: str
+    run: Callable[..., Any]  # run(rig, **options)
+    options: tuple[StepOption, ...] = ()
+    needs_profile: bool = False
+
+    @property
+    def help(self) -> str:
+        return inspect.getdoc(self.run) or ""
+
+    def signature(self, first: list[inspect.Parameter], default: Callable[[StepOption], Any]) -> inspect.Signature:
+        """The step's options as a function signature after ``first`` (for typer and invoke)."""
+        options = [
+            inspect.Parameter(option.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default(option),
+                              annotation=option.type)
+            for option in self.options
+        ]
+        return inspect.Signature([*first, *options])
+
+
+def command_function(name: str, doc: str, signature: inspect.Signature, body: Callable[..., Any]) -> Callable[..., Any]:
+    """A function with ``signature`` that calls ``body`` with every argument by name: how a CLI
+    library that reads signatures (typer, invoke) sees a step."""
+
+    def command(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return body(**bound.arguments)
+
+    command.__name__ = command.__qualname__ = name.replace("-", "_")
+    command.__doc__ = doc
+    command.__signature__ = signature  # type: ignore[attr-defined]
+    command.__annotations__ = {
+        p.name: p.annotation for p in signature.parameters.values() if p.annotation is not inspect.Parameter.empty
+    }
+    return command
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
+    """GPU, driver and nvcc; install the CUDA toolkit from NVIDIA's apt repository when nvcc is missing."""
+    toolkit_step.toolkit(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
+
+
+def build(rig: Rig, cache: str, backend: str) -> None:
+    """Build llama.cpp on the rig for its GPU (cached); keep the build manifest."""
+    build_step.build(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend)
+
+
+def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
+    """The profile's synthetic model and drafter, written here for the download step to upload."""
+    files = {}
+    for role, model in (("model", profile.model), ("drafter", profile.drafter)):
+        if model is not None and model.synthetic is not None:
+            files[role] = write_synthetic_model(
+                folder / model.local_name, preset=model.synthetic.preset, seed=model.synthetic.seed
+            )
+    return files
+
+
+def download(rig: Rig) -> None:
+    """The profile's model and drafter into the NVMe folder, resumable, sha256 verified (HF_TOKEN, HF_ENDPOINT)."""
+    with tempfile.TemporaryDirectory() as folder:
+        written = synthetic_files(rig.profile, Path(folder))
+        download_step.download(rig.c, rig.profile, rig.paths, synthetic_files=written)
+
+
+def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> None:
+    """Serve the profile with llama-server (systemd unit, or a supervised process) and wait for /health."""
+    serve_step.serve(rig.c, rig.profile, rig.paths, port=server_port, public=public,
+                     api_key=api_key or os.environ.get(API_KEY_VARIABLE) or None, health_timeout=health_timeout,
+                     supervisor=supervisor)
+
+
+def up(rig: Rig, server_port: int, cache: str) -> None:
+    """toolkit, build, download and serve in one go (each step is safe to repeat)."""
+    toolkit_step.toolkit(rig.c)
+    build(rig, cache=cache, backend="auto")
+    download(rig)
+    serve_step.serve(rig.c, rig.profile, rig.paths, port=server_port)
+
+
+def stop(rig: Rig) -> None:
+    """Stop llama-server on the rig."""
+    serve_step.stop(rig.c, rig.paths)
+
+
+def status(rig: Rig) -> None:
+    """Service state, /health, slots and GPU memory used, as JSON."""
+    serve_step.status(rig.c, rig.paths)
+
+
+def logs(rig: Rig, lines: int) -> None:
+    """The last lines of llama-server's log on the rig."""
+    serve_step.logs(rig.c, rig.paths, lines=lines)
+
+
+def bench(rig: Rig, repetitions: int) -> None:
+    """llama-bench pp512/tg128 at the profile's settings, saved as JSON in the rig's results."""
+    report, _ = bench_step.bench(rig.c, rig.profile, rig.paths, repetitions=repetitions)
+    print(json.dumps(report.summary), flush=True)
+
+
+def tunnel(rig: Rig, local_port: int, server_port: int) -> None:
+    """Forward 127.0.0.1:LOCAL_PORT here to the rig's llama-server until Ctrl-C."""
+    hold_tunnel(rig.c, local_port, server_port)
+
+
+def project(rig: Rig) -> None:
+    """Install this checkout on the rig (a virtualenv in the NVMe folder) for the sweep."""
+    print(sweep_step.install_project(rig.c, rig.paths), flush=True)
+
+
+def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs: str, rigbench: str, sweep_args: str) -> None:
+    """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
+    # read here, so a mistyped list stops the command before anything runs on the rig
+    seconds_per_step(parse_seconds(measure, "--measure"), len(parse_counts(steps, "--steps")))
+    for path in sweep_step.sweep(rig.c, rig.profile, rig.paths, steps=steps, warmup=warmup, measure=measure,
+                                 local_runs=runs, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
+                                 extra=shlex.split(sweep_args)):
+        print(path, flush=True)
+
+
+def fetch(rig: Rig, runs: str) -> None:
+    """Copy every run directory and bench result from the rig into local runs/."""
+    sweep_step.fetch(rig.c, rig.paths, runs)
+
+
+SERVER_PORT = StepOption("server_port", serve_step.DEFAULT_PORT, "llama-server's port on the rig")
+CACHE = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
+RUNS = StepOption("runs", "runs", "local folder for run directories")
+
+STEPS: tuple[ProvisionStep, ...] = (
+    ProvisionStep("toolkit", toolkit, (
+        StepOption("cuda_package", toolkit_step.DEFAULT_CUDA_PACKAGE, "CUDA toolkit package when nvcc is missing"),
+        StepOption("require_gpu", False, "fail when the machine has no NVIDIA GPU"),
+    )),
+    ProvisionStep("build", build, (CACHE, StepOption("backend", "auto", "auto, cpu or cuda")), needs_profile=True),
+    ProvisionStep("download", download, needs_profile=True),
+    ProvisionStep("serve", serve, (
+        SERVER_PORT,
+        StepOption("public", False, "listen on 0.0.0.0 (needs --api-key)"),
+        StepOption("api_key", "", f"key clients must send (default: ${API_KEY_VARIABLE})"),
+        StepOption("health_timeout", 300, "seconds to wait for /health"),
+        StepOption("supervisor", "auto", "auto, systemd or process"),
+    ), needs_profile=True),
+    ProvisionStep("up", up, (SERVER_PORT, CACHE), needs_profile=True),
+    ProvisionStep("stop", stop),
+    ProvisionStep("status", status),
+    ProvisionStep("logs", logs, (StepOption("lines", 50, "how many lines", short="-n"),)),
+    ProvisionStep("bench", bench, (StepOption("repetitions", 5, "llama-bench repetitions", short="-r"),),
+                  needs_profile=True),
+    ProvisionStep("tunnel", tunnel, (StepOption("local_port", 8080, "port here (0: a free one)"), SERVER_PORT)),
+    ProvisionStep("project", project),
+    ProvisionStep("sweep", sweep, (
+        StepOption("steps", SWEEP_STEPS, "user counts, one step each"),
+        StepOption("warmup", 10.0, "warm-up seconds per step"),
+        StepOption("measure", "30", MEASURE_HELP),
+        RUNS,
+        StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
+        StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'"),
+    ), needs_profile=True),
+    ProvisionStep("fetch", fetch, (RUNS,)),
+)
+
+# Options every step takes besides its own (the rigbench group has them once, Fabric per task).
+PROFILE_HELP = f"bundled profile name or .toml path (default: $RIGBENCH_PROFILE or {DEFAULT_PROFILE})"
+WORK_HELP = f"the rig's NVMe work folder (default {DEFAULT_WORK})"
+

@@ -1,0 +1,60 @@
+"""bench, sweep (on the rig, against its 127.0.0.1) and fetch over SSH."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.digest import file_sha256
+from core.errors import ProvisionError
+from core.network import free_port
+from core.rundir import RunDir
+from provision.llama_bench import bench
+from provision.serve import serve, stop
+from provision.sweep import fetch, sweep
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_saves_pp_and_tg_as_json_on_the_rig(built_rig) -> None:
+    rig, paths, profile, _ = built_rig
+    report, path = bench(rig, profile, paths, prompt_tokens=64, gen_tokens=16, repetitions=1)
+    assert set(report.summary) == {"pp64", "tg16"} and all(v > 0 for v in report.summary.values())
+    saved = json.loads(Path(path).read_text())
+    assert saved["summary"] == report.summary and saved["command"][-2:] == ["-o", "json"]
+    assert saved["profile"] == "tiny" and saved["backend"] == "cpu" and saved["build_key"]
+    assert saved["command"][saved["command"].index("-t"):saved["command"].index("-t") + 2] == ["-t", "2"]
+
+
+def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Path) -> None:
+    pytest.importorskip("loadtest.sweep", reason="loadtest.sweep.run_sweep is not in this checkout yet")
+    rig, paths, profile, _ = built_rig
+    local_runs = tmp_path / "runs"
+    with pytest.raises(ProvisionError, match="sweep: nothing is served on the rig; run the serve step first"):
+        sweep(rig, profile, paths, rigbench=str(Path(sys.executable).parent / "rigbench"), local_runs=local_runs)
+    serve(rig, profile, paths, port=free_port(), health_timeout=120)
+    try:
+        copied = sweep(rig, profile, paths, steps="1,2", warmup=0.5, measure=2.0, local_runs=local_runs,
+                       rigbench=str(Path(sys.executable).parent / "rigbench"))
+    finally:
+        stop(rig, paths)
+    assert len(copied) == 1 and copied[0].parent == local_runs
+    manifest = RunDir(copied[0]).read_manifest()
+    assert manifest.status == "complete" and manifest.server.host == "127.0.0.1"
+    assert manifest.build.key == built_rig[3].key and manifest.build.backend == "cpu"
+    model_file = Path(paths.models, profile.model.local_name)
+    assert manifest.model.sha256 == file_sha256(model_file) and manifest.model.synthetic
+    assert manifest.model.size_bytes == model_file.stat().st_size and manifest.rig.kind == "local"
+    remote_files = sorted(p.relative_to(paths.runs) for p in Path(paths.runs).rglob("*") if p.is_file())
+    local_files = sorted(p.relative_to(local_runs) for p in local_runs.rglob("*") if p.is_file())
+    assert remote_files == local_files
+    records = sorted(Path(paths.runs).rglob("*.jsonl"))
+    assert records and all(
+        (local_runs / r.relative_to(paths.runs)).read_bytes() == r.read_bytes() for r in records)
+    # fetch again: everything is already here, nothing copied, same runs.
+    assert fetch(rig, paths, local_runs) == copied
+    with pytest.raises(ProvisionError, match="fetch: no run nope in .* runs there: "):
+        fetch(rig, paths, local_runs, ["nope"])

@@ -1,0 +1,85 @@
+"""The GPU study (``python -m rigbench.studies.gpu_study``): its plumbing, dry-run on the CPU with tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigbench.studies.gpu_study import divergence
+from rigbench.studies.study_report import write_study_report
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_divergence_names_the_token_where_texts_part_and_the_margin_there() -> None:
+    reference = {"text": "ab cd ef", "tokens": ["ab", " cd", " ef"], "top2": [[-1, -2], [-1.0, -1.25], [-1, -3]]}
+    assert divergence(reference, {"text": "ab cd ef"}) is None
+    assert divergence(reference, {"text": "ab cX ef"}) == {"token_index": 1, "top2_margin": 0.25}
+    assert divergence(reference, {"text": "ab"})["token_index"] == 1  # a shorter text parts where it ends
+
+
+@pytest.mark.integration
+def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build) -> None:
+    out, cache = tmp_path / "study", tmp_path / "cache"
+    # the build is shared with the other tests (same key); only the models go to this cache
+    env = {**os.environ, "RIGBENCH_CACHE": str(cache)}
+    cache.mkdir()
+    (cache / "builds").symlink_to(Path(llama_build.binary("llama-server")).parents[3])
+    done = subprocess.run(
+        [sys.executable, "-m", "rigbench.studies.gpu_study", str(out), "--presets", "tiny-gemma4",
+         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "models,bench,greedy,longctx"],
+        capture_output=True, text=True, timeout=900, env=env, check=False, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
+    assert [(p["phase"], p["status"]) for p in phases if p["phase"] != "run"] == [
+        ("models", "ok"), ("bench", "ok"), ("greedy", "ok"), ("longctx", "ok")]
+    assert all(p["status"] == "complete" for p in phases if p["phase"] == "run")
+    assert json.loads((out / "batched-bench-tiny-gemma4-per-slot-kv.json").read_text())["summary"]["tg@4"] > 0
+    greedy = json.loads((out / "greedy.json").read_text())
+    assert set(greedy["same_text_as_cpu_sampling"]) >= {"plain/backend-sampling", "favoured/backend-sampling+drafter"}
+    assert greedy["median_top2_margin_cpu_sampling"] >= 0
+    text = write_study_report(out).read_text()
+    assert "## 1. llama-bench ceiling" in text and "## 6. Long context" in text
+
+
+def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from rigbench.studies.gpu_study import Study
+
+    monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
+    study = Study(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", deadline_seconds=50)
+    run = SimpleNamespace(user_steps=[1, 64], warmup_seconds=3, measure_seconds=15, label="e2b-best")
+    assert study.local_run(run) is None  # 2 x 18 s + 20 s of start-up and report > 50 s left: not started
+    called = []
+    study.phase("bench", lambda: called.append(1))
+    study.deadline_seconds = 10
+    study.phase("sweep", lambda: called.append(2))
+    assert called == [1]
+    lines = [json.loads(line) for line in (tmp_path / "out" / "phases.jsonl").read_text().splitlines()]
+    assert [(line["phase"], line["status"]) for line in lines][-1] == ("sweep", "skipped")
+    assert "skipped" in (tmp_path / "out" / "study.log").read_text()
+
+
+@pytest.mark.integration
+def test_phases_without_models_use_the_cached_build_and_a_failure_sets_the_exit_code(tmp_path, llama_build) -> None:
+    out, cache = tmp_path / "study", tmp_path / "cache"
+    cache.mkdir()
+    (cache / "builds").symlink_to(Path(llama_build.binary("llama-server")).parents[3])
+    env = {**os.environ, "RIGBENCH_CACHE": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-m", "rigbench.studies.gpu_study", str(out), "--presets", "tiny-gemma4",
+         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "longctx"],
+        capture_output=True, text=True, timeout=300, env=env, check=False, cwd=ROOT,
+    )
+    assert done.returncode == 1  # the models were never written: every long-context run fails
+    phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
+    assert ("build", "ok") in [(p["phase"], p.get("status")) for p in phases]
+    assert [p["status"] for p in phases if p["phase"] == "run"] == ["failed", "failed"]
+    assert (out / "DONE").exists() and "no build: stopping" not in (out / "study.log").read_text()

@@ -1,0 +1,91 @@
+"""The local rig end to end: real build, real llama-server, real sweep, real report."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from core.rundir import RunDir
+from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
+
+
+@pytest.mark.integration
+def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
+    report = run_local_rig(
+        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    )
+    run = RunDir(report.parent)
+    manifest = run.read_manifest()
+    assert manifest.status == "complete"
+    assert manifest.rig.kind == "local" and manifest.rig.machine.cpu_cores > 0
+    assert manifest.build.key == llama_build.key and manifest.build.backend == "cpu"
+    assert manifest.model.synthetic and len(manifest.model.sha256) == 64
+    assert [step.users for step in manifest.steps] == list(DEFAULT_USER_STEPS)
+    assert all(step.measure_end and step.measure_end > step.measure_start for step in manifest.steps)
+    assert "--host" in manifest.server.args and str(manifest.server.port) in manifest.server.args
+    records = run.read_records()
+    # requests still streaming when the last step ended were stopped by the harness (interrupted, partial)
+    stopped = [r for r in records if r.interrupted]
+    assert all(r.ok and r.content_chunks <= manifest.load.max_tokens for r in stopped)
+    measured = [r for r in records if r.phase == "measure" and r.ok and not r.interrupted]
+    assert {r.users for r in measured} == set(DEFAULT_USER_STEPS)
+    for record in measured:
+        assert record.completion_tokens == record.content_chunks == manifest.load.max_tokens
+        assert record.timings.predicted_n == record.completion_tokens
+
+    text = report.read_text()
+    rows = [line for line in text.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
+    users_seen = [int(row.split("|")[1]) for row in rows]
+    for users in DEFAULT_USER_STEPS:
+        assert users in users_seen, f"step with {users} users missing from the report table"
+    header = next(line for line in text.splitlines() if "users" in line.lower() and "|" in line)
+    columns = [c.strip().lower() for c in header.split("|")]
+    aggregate = next(i for i, c in enumerate(columns) if "aggregate" in c)
+    for row in rows[: len(DEFAULT_USER_STEPS)]:
+        value = row.split("|")[aggregate].strip().split()[0].replace(",", "")
+        assert float(value) > 0, row
+
+
+@pytest.mark.integration
+def test_a_synthetic_model_is_labelled_and_held_to_fixed_replies(tmp_path, llama_build, tiny_model):
+    # a profile that does not ask for ignore_eos, serving a synthetic file given with --model
+    profile = tmp_path / "plain.toml"
+    profile.write_text(
+        'description = "a real-model profile"\n'
+        '[model]\nrepo = "example/real"\nfile = "real.gguf"\nsha256 = "unknown"\n'
+        '[server]\nargs = "-c 1024 --parallel 2 -t 2 --metrics"\n'
+        '[request]\nmax_tokens = 8\ntemperature = 0.0\n'
+    )
+    report = run_local_rig(LocalRigOptions(
+        profile=str(profile), runs_root=tmp_path / "runs", user_steps=[1], warmup_seconds=0.3,
+        measure_seconds=1.0, backend="cpu", model_path=tiny_model,
+    ))
+    manifest = RunDir(report.parent).read_manifest()
+    assert manifest.model.synthetic and manifest.model.repo is None
+    assert "synthetic random weights (llama architecture" in manifest.model.label
+    assert manifest.load.ignore_eos is True
+    assert "synthetic random weights" in report.read_text()
+
+
+@pytest.mark.integration
+def test_local_rig_with_one_measured_window_per_step(tmp_path, llama_build):
+    from typer.testing import CliRunner
+
+    from core.errors import UsageError
+    from rigbench.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["local", "--users", "1,2", "--measure", "1,2,3", "--runs", str(tmp_path)])
+    assert isinstance(bad.exception, UsageError)  # the console script prints it as one line, exit 2
+    assert str(bad.exception).startswith("--measure: 3 measured windows for 2 user steps")
+    assert not any(tmp_path.iterdir())  # refused before anything was built, served or written
+
+    done = runner.invoke(app, ["local", "--users", "1,2", "--warmup", "0.3", "--measure", "1,2.5",
+                               "--backend", "cpu", "--runs", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    run = RunDir(next(tmp_path.iterdir()))
+    manifest = run.read_manifest()
+    assert manifest.load.measure_seconds == [1.0, 2.5]
+    assert [round(s.measure_end - s.measure_start, 2) for s in manifest.steps] == [1.0, 2.5]
+    assert "measure 1,2.5 s per step" in (run.path / "report.md").read_text()

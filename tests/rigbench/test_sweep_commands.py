@@ -1,0 +1,92 @@
+"""``rigbench sweep`` (arms, processes) and ``rigbench selftest`` end to end on loopback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from core.rundir import RunDir
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from rigbench.cli import app
+
+pytestmark = pytest.mark.integration
+
+
+def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
+    with GroundTruthServer(config, tmp_path / "a.jsonl") as a, GroundTruthServer(config, tmp_path / "b.jsonl") as b:
+        result = CliRunner().invoke(
+            app,
+            [
+                "sweep",
+                "--arm",
+                f"off={a.base_url}",
+                "--arm",
+                f"draft2={b.base_url}",
+                "--steps",
+                "2,4",
+                "--warmup",
+                "1",
+                "--measure",
+                "1.5",
+                "--processes",
+                "2",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--no-progress",
+                "--max-tokens",
+                "8",
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    runs = sorted((tmp_path / "runs").iterdir())
+    manifests = [RunDir(path).read_manifest() for path in runs]
+    assert [m.load.arm for m in manifests] == ["off", "draft2"]
+    assert manifests[0].linked_runs == [runs[1].name] and manifests[1].linked_runs == [runs[0].name]
+    for path, manifest in zip(runs, manifests, strict=True):
+        assert manifest.status == "complete" and manifest.load.processes == 2
+        assert len(RunDir(path).shard_paths()) == 2  # one shard per worker process
+        records = RunDir(path).read_records()
+        assert {r.users for r in records if r.phase == "measure"} == {2, 4}
+        # requests still streaming at the sweep's end are interrupted by the harness, without a count
+        assert {r.completion_tokens for r in records if not r.interrupted} == {8}
+        assert all(r.error_kind is None for r in records)
+
+
+def test_sweep_without_a_server_is_one_clear_line() -> None:
+    result = CliRunner().invoke(app, ["sweep", "--steps", "1"])
+    assert result.exit_code != 0
+    assert "pass --url" in str(result.exception)
+
+
+def test_selftest_writes_its_table_and_ceiling(tmp_path: Path) -> None:
+    out = tmp_path / "selftest.md"
+    ceiling_home = tmp_path / "home"
+    result = CliRunner(env={"HOME": str(ceiling_home)}).invoke(
+        app,
+        [
+            "selftest",
+            "--steps",
+            "1,4",
+            "--warmup",
+            "1",
+            "--measure",
+            "2",
+            "--reply-tokens",
+            "32",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--output",
+            str(out),
+            "--no-progress",
+            "--no-save",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "tok_s_error_pct" in text and "highest aggregate rate followed" in text
+    assert "4 users x 100 tok/s" in text
+    assert json.loads((next((tmp_path / "runs").iterdir()) / "manifest.json").read_text())["status"] == "complete"

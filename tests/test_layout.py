@@ -1,0 +1,159 @@
+"""The architecture, checked: base, stages, app, and every import pointing down.
+
+    base    core                                          imports no stage and no app
+    stages  infra, provision, llamacpp, loadtest, analysis  import only the base (and themselves)
+    app     rigbench, fabfile.py                           composes stages
+
+Imports are read from the source (every ``import`` and ``from ... import``, also inside
+functions), so a lazy import that runs back up is found like any other. There is no list of
+allowed exceptions: an arrow up or sideways fails here until the code moves.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = {"core"}
+STAGES = {"infra", "provision", "llamacpp", "loadtest", "analysis"}
+APP = {"rigbench", "fabfile"}
+LAYERS = BASE | STAGES | APP
+# Files that run alone with the standard library on a bare rig (copied there one by one).
+STANDALONE = {"llamacpp/build_script.py", "provision/rig_agent.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def shipped_files() -> dict[str, Path]:
+    files = {module_name(ROOT / "fabfile.py"): ROOT / "fabfile.py"}
+    for package in sorted(BASE | STAGES | {"rigbench"}):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            files[module_name(path)] = path
+    return files
+
+
+FILES = shipped_files()
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Project modules a file imports: ``from a.b import c`` names a.b.c when that is a module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in FILES else node.module)
+    return {name for name in found if name.split(".")[0] in LAYERS}
+
+
+GRAPH = {name: imported_modules(path) for name, path in FILES.items()}
+
+
+def layer(module: str) -> str:
+    top = module.split(".")[0]
+    return "base" if top in BASE else "stage" if top in STAGES else "app"
+
+
+def test_every_package_is_in_a_layer() -> None:
+    folders = {p.parent.relative_to(ROOT).parts[0] for p in ROOT.glob("*/__init__.py")}
+    assert folders == BASE | STAGES | {"rigbench"}, "a new top-level package must be given its layer here"
+
+
+def test_the_base_imports_no_stage_and_no_app() -> None:
+    wrong = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() if layer(a) == "base"
+                   for b in targets if layer(b) != "base")
+    assert not wrong, "the base imports up: " + "; ".join(wrong)
+
+
+def test_a_stage_imports_only_the_base_and_itself() -> None:
+    wrong = sorted(
+        f"{a} -> {b}" for a, targets in GRAPH.items() if layer(a) == "stage"
+        for b in targets if layer(b) == "app" or (layer(b) == "stage" and b.split(".")[0] != a.split(".")[0])
+    )
+    assert not wrong, "a stage imports another stage or the app (meet in the run directory): " + "; ".join(wrong)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm: the groups of modules that import each other, directly or not."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_circles() -> None:
+    assert strongly_connected(GRAPH) == []
+
+
+def test_the_circle_finder_finds_one() -> None:
+    """The check above can fail: a made-up pair of modules importing each other is a circle."""
+    assert strongly_connected({"a": {"b"}, "b": {"c", "a"}, "c": set()}) == [["a", "b"]]
+
+
+@pytest.mark.parametrize("name", sorted(STANDALONE))
+def test_standalone_files_import_only_the_standard_library(name: str) -> None:
+    modules = set()
+    for node in ast.walk(ast.parse((ROOT / name).read_text())):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module.split(".")[0])
+    outside = sorted(modules - set(sys.stdlib_module_names) - {"__future__"})
+    assert not outside, f"{name} must run alone on a bare rig, with the standard library only: {outside}"
+
+
+def test_no_shipped_module_edits_sys_path() -> None:
+    edits = sorted(
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in FILES.values()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"sys\.path\s*(\.|\[|=)|[\"']PYTHONPATH[\"']", line) and not line.lstrip().startswith("#")
+    )
+    assert not edits, "shipped modules import through the installed packages, not sys.path: " + ", ".join(edits)
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    names = defaultdict(list)
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names[path.name].append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
