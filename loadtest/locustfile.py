@@ -88,8 +88,11 @@ def on_init(environment: Any, **_: Any) -> None:
     options = environment.parsed_options
     if options is None or isinstance(environment.runner, WorkerRunner):
         return
-    settings = _settings_from(options)
-    stages = make_stages(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
+    stages = make_stages(
+        parse_counts(options.rigbench_steps, "--rigbench-steps"),
+        options.rigbench_warmup,
+        parse_seconds(options.rigbench_measure, "--rigbench-measure"),
+    )
     if environment.shape_class is not None:
         environment.shape_class.stages = stages
     if not environment.host:
