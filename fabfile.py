@@ -52,21 +52,25 @@ def fabric_task(step: ProvisionStep) -> Task:
     def parameter(name: str, default: Any) -> inspect.Parameter:
         return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
 
-    common = [parameter("work", DEFAULT_WORK), parameter("stack", STACK), parameter("strict", False)]
+    common = [parameter("stack", STACK), parameter("strict", False)]
+    if step.uses_work:
+        common.insert(0, parameter("work", DEFAULT_WORK))
     if step.needs_profile:
         common.insert(0, parameter("profile", DEFAULT_PROFILE))
     first = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD), *common]
 
-    def body(c: Any, work: str, stack: str, strict: bool, profile: str = DEFAULT_PROFILE, **options: Any) -> None:
+    def body(c: Any, stack: str, strict: bool, profile: str = DEFAULT_PROFILE, work: str = DEFAULT_WORK,
+             **options: Any) -> None:
         if not isinstance(c, Connection):
             raise Exit(f"rigbench: error: {step.name}: no rig given; pass -H ubuntu@HOST (and -i KEY)", code=2)
         pin_host_keys(c, known_hosts_path(stack), strict=strict)
         try:
-            step.run(Rig(c, RigPaths(work), profile), **options)
+            step.execute(Rig(c, RigPaths(work), profile), **options)
         except RigbenchError as error:
             raise Exit(f"rigbench: error: {error}", code=2) from None
 
-    helps = {name: text for name, text in COMMON_HELP.items() if name != "profile" or step.needs_profile}
+    wanted = {"profile": step.needs_profile, "work": step.uses_work}
+    helps = {name: text for name, text in COMMON_HELP.items() if wanted.get(name, True)}
     helps |= {option.name: option.help for option in step.options}
     function = command_function(step.name, step.help, step.signature(first, lambda option: option.default), body)
     return Task(function, name=step.name, help=helps, auto_shortflags=False)

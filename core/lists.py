@@ -73,3 +73,10 @@ def seconds_per_step(values: float | list[float], steps: int, option: str = "--m
             f"{option}: {len(values)} measured windows for {steps} user steps; give one number, or one per step"
         )
     return [float(value) for value in values]
+
+
+def parse_windows(text: str, steps: list[int], option: str = "--measure") -> float | list[float]:
+    """``--measure`` read and held against the user steps: one value for every step, or one per step."""
+    windows = parse_seconds(text, option)
+    seconds_per_step(windows, len(steps), option)
+    return windows

@@ -259,7 +259,7 @@ class GroundTruthServer:
             "--port",
             str(self.port),
             "--log",
-            str(self.log_path),
+            str(self.log_path.resolve()),  # the child runs from the repository root
             "--config-json",
             self.config.model_dump_json(),
         ]

@@ -62,7 +62,7 @@ def locust_command(
         "--host",
         base_url,
         "--rigbench-run-dir",
-        str(run.path),
+        str(run.path.resolve()),  # Locust runs from the repository root
         "--rigbench-steps",
         ",".join(str(users) for users in settings.user_steps),
         "--rigbench-warmup",

@@ -26,12 +26,13 @@ from core.errors import ProvisionError
 from core.profile import RigProfile
 from provision.build import read_build_manifest
 from provision.connection import agent, privileged, rig_step, run, upload_helpers, upload_text
+from provision.defaults import SERVER_PORT
 from provision.download import model_paths
 from provision.rig_paths import RigPaths
 
 UNIT_NAME = "rigbench-llama.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
-DEFAULT_PORT = 8080
+DEFAULT_PORT = SERVER_PORT
 LOG_NAME = "llama-server.log"
 EXIT_MARKER = "[supervisor] llama-server exited"
 

@@ -17,8 +17,9 @@ from pydantic import BaseModel
 
 from core.errors import ProvisionError
 from provision.connection import privileged, rig_step, run
+from provision.defaults import CUDA_PACKAGE
 
-DEFAULT_CUDA_PACKAGE = "cuda-toolkit-13-1"
+DEFAULT_CUDA_PACKAGE = CUDA_PACKAGE
 KEYRING_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/cuda-keyring_1.1-1_all.deb"
 NVCC_CANDIDATES = ("nvcc", "/usr/local/cuda/bin/nvcc")
 INSTALL_TIMEOUT_S = 1800

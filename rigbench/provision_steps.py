@@ -6,7 +6,8 @@ this table, so the two front doors cannot drift apart. A step runs against a :cl
 the connection, the work folder, the profile and, when the rig came from a Pulumi stack, the
 stack's outputs. This is app code: the build step hands the rig the llama.cpp toolbox's build
 script and the download step writes synthetic models with it, which provision (a stage) may
-not import itself.
+not import itself. The steps' modules are imported when a step runs, so a ``rigbench``
+command that never touches a rig starts without Fabric.
 """
 
 from __future__ import annotations
@@ -20,22 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fabric import Connection
-
-from core.lists import MEASURE_HELP, parse_counts, parse_seconds, seconds_per_step
+from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
-from llamacpp.build import BUILD_SCRIPT
-from llamacpp.synthetic_models import write_synthetic_model
-from provision import build as build_step
-from provision import download as download_step
-from provision import llama_bench as bench_step
-from provision import serve as serve_step
-from provision import sweep as sweep_step
-from provision import toolkit as toolkit_step
+from provision.defaults import CUDA_PACKAGE, SERVER_PORT
 from provision.rig_paths import DEFAULT_WORK, RigPaths
-from provision.tunnel import hold_tunnel
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 DEFAULT_PROFILE = os.environ.get("RIGBENCH_PROFILE", "gemma4-e2b")
 API_KEY_VARIABLE = "RIGBENCH_API_KEY"
@@ -81,10 +75,17 @@ class ProvisionStep:
     run: Callable[..., Any]  # run(rig, **options)
     options: tuple[StepOption, ...] = ()
     needs_profile: bool = False
+    uses_work: bool = True  # whether the step reads or writes the rig's work folder
 
     @property
     def help(self) -> str:
         return inspect.getdoc(self.run) or ""
+
+    def execute(self, rig: Rig, **options: Any) -> Any:
+        """Run the step; a profile it needs is read first, so a typo fails before the rig is touched."""
+        if self.needs_profile:
+            rig.profile  # noqa: B018 - loads and validates it
+        return self.run(rig, **options)
 
     def signature(self, first: list[inspect.Parameter], default: Callable[[StepOption], Any]) -> inspect.Signature:
         """The step's options as a function signature after ``first`` (for typer and invoke)."""
@@ -119,16 +120,23 @@ def command_function(name: str, doc: str, signature: inspect.Signature, body: Ca
 
 def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
     """GPU, driver and nvcc; install the CUDA toolkit from NVIDIA's apt repository when nvcc is missing."""
-    toolkit_step.toolkit(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
+    from provision.toolkit import toolkit as toolkit_step
+
+    toolkit_step(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
 
 
 def build(rig: Rig, cache: str, backend: str) -> None:
     """Build llama.cpp on the rig for its GPU (cached); keep the build manifest."""
-    build_step.build(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend)
+    from llamacpp.build import BUILD_SCRIPT
+    from provision.build import build as build_step
+
+    build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend)
 
 
 def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
     """The profile's synthetic model and drafter, written here for the download step to upload."""
+    from llamacpp.synthetic_models import write_synthetic_model
+
     files = {}
     for role, model in (("model", profile.model), ("drafter", profile.drafter)):
         if model is not None and model.synthetic is not None:
@@ -140,62 +148,82 @@ def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
 
 def download(rig: Rig) -> None:
     """The profile's model and drafter into the NVMe folder, resumable, sha256 verified (HF_TOKEN, HF_ENDPOINT)."""
+    from provision.download import download as download_step
+
     with tempfile.TemporaryDirectory() as folder:
         written = synthetic_files(rig.profile, Path(folder))
-        download_step.download(rig.c, rig.profile, rig.paths, synthetic_files=written)
+        download_step(rig.c, rig.profile, rig.paths, synthetic_files=written)
 
 
 def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> None:
     """Serve the profile with llama-server (systemd unit, or a supervised process) and wait for /health."""
-    serve_step.serve(rig.c, rig.profile, rig.paths, port=server_port, public=public,
+    from provision.serve import serve as serve_step
+
+    serve_step(rig.c, rig.profile, rig.paths, port=server_port, public=public,
                      api_key=api_key or os.environ.get(API_KEY_VARIABLE) or None, health_timeout=health_timeout,
                      supervisor=supervisor)
 
 
 def up(rig: Rig, server_port: int, cache: str) -> None:
     """toolkit, build, download and serve in one go (each step is safe to repeat)."""
-    toolkit_step.toolkit(rig.c)
+    from provision.serve import serve as serve_step
+
+    toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
     build(rig, cache=cache, backend="auto")
     download(rig)
-    serve_step.serve(rig.c, rig.profile, rig.paths, port=server_port)
+    serve_step(rig.c, rig.profile, rig.paths, port=server_port)
 
 
 def stop(rig: Rig) -> None:
     """Stop llama-server on the rig."""
-    serve_step.stop(rig.c, rig.paths)
+    from provision.serve import stop as stop_step
+
+    stop_step(rig.c, rig.paths)
 
 
 def status(rig: Rig) -> None:
     """Service state, /health, slots and GPU memory used, as JSON."""
-    serve_step.status(rig.c, rig.paths)
+    from provision.serve import status as status_step
+
+    status_step(rig.c, rig.paths)
 
 
 def logs(rig: Rig, lines: int) -> None:
     """The last lines of llama-server's log on the rig."""
-    serve_step.logs(rig.c, rig.paths, lines=lines)
+    from provision.serve import logs as logs_step
+
+    logs_step(rig.c, rig.paths, lines=lines)
 
 
 def bench(rig: Rig, repetitions: int) -> None:
     """llama-bench pp512/tg128 at the profile's settings, saved as JSON in the rig's results."""
-    report, _ = bench_step.bench(rig.c, rig.profile, rig.paths, repetitions=repetitions)
+    from provision.llama_bench import bench as bench_step
+
+    report, _ = bench_step(rig.c, rig.profile, rig.paths, repetitions=repetitions)
     print(json.dumps(report.summary), flush=True)
 
 
 def tunnel(rig: Rig, local_port: int, server_port: int) -> None:
     """Forward 127.0.0.1:LOCAL_PORT here to the rig's llama-server until Ctrl-C."""
+    from provision.tunnel import hold_tunnel
+
     hold_tunnel(rig.c, local_port, server_port)
 
 
 def project(rig: Rig) -> None:
     """Install this checkout on the rig (a virtualenv in the NVMe folder) for the sweep."""
-    print(sweep_step.install_project(rig.c, rig.paths), flush=True)
+    from provision.sweep import install_project
+
+    print(install_project(rig.c, rig.paths), flush=True)
 
 
 def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs: str, rigbench: str, sweep_args: str) -> None:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
+    from provision.sweep import sweep as sweep_step
+
     # read here, so a mistyped list stops the command before anything runs on the rig
-    seconds_per_step(parse_seconds(measure, "--measure"), len(parse_counts(steps, "--steps")))
-    for path in sweep_step.sweep(rig.c, rig.profile, rig.paths, steps=steps, warmup=warmup, measure=measure,
+    parse_windows(measure, parse_counts(steps, "--steps"))
+    for path in sweep_step(rig.c, rig.profile, rig.paths, steps=steps, warmup=warmup, measure=measure,
                                  local_runs=runs, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
                                  extra=shlex.split(sweep_args)):
         print(path, flush=True)
@@ -203,44 +231,48 @@ def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs: str, rigbench
 
 def fetch(rig: Rig, runs: str) -> None:
     """Copy every run directory and bench result from the rig into local runs/."""
-    sweep_step.fetch(rig.c, rig.paths, runs)
+    from provision.sweep import fetch as fetch_step
+
+    fetch_step(rig.c, rig.paths, runs)
 
 
-SERVER_PORT = StepOption("server_port", serve_step.DEFAULT_PORT, "llama-server's port on the rig")
-CACHE = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
-RUNS = StepOption("runs", "runs", "local folder for run directories")
+SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig")
+CACHE_OPTION = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
+RUNS_OPTION = StepOption("runs", "runs", "local folder for run directories")
 
 STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("toolkit", toolkit, (
-        StepOption("cuda_package", toolkit_step.DEFAULT_CUDA_PACKAGE, "CUDA toolkit package when nvcc is missing"),
+        StepOption("cuda_package", CUDA_PACKAGE, "CUDA toolkit package when nvcc is missing"),
         StepOption("require_gpu", False, "fail when the machine has no NVIDIA GPU"),
-    )),
-    ProvisionStep("build", build, (CACHE, StepOption("backend", "auto", "auto, cpu or cuda")), needs_profile=True),
+    ), uses_work=False),
+    ProvisionStep("build", build, (CACHE_OPTION, StepOption("backend", "auto", "auto, cpu or cuda")),
+                  needs_profile=True),
     ProvisionStep("download", download, needs_profile=True),
     ProvisionStep("serve", serve, (
-        SERVER_PORT,
+        SERVER_PORT_OPTION,
         StepOption("public", False, "listen on 0.0.0.0 (needs --api-key)"),
         StepOption("api_key", "", f"key clients must send (default: ${API_KEY_VARIABLE})"),
         StepOption("health_timeout", 300, "seconds to wait for /health"),
         StepOption("supervisor", "auto", "auto, systemd or process"),
     ), needs_profile=True),
-    ProvisionStep("up", up, (SERVER_PORT, CACHE), needs_profile=True),
+    ProvisionStep("up", up, (SERVER_PORT_OPTION, CACHE_OPTION), needs_profile=True),
     ProvisionStep("stop", stop),
     ProvisionStep("status", status),
     ProvisionStep("logs", logs, (StepOption("lines", 50, "how many lines", short="-n"),)),
     ProvisionStep("bench", bench, (StepOption("repetitions", 5, "llama-bench repetitions", short="-r"),),
                   needs_profile=True),
-    ProvisionStep("tunnel", tunnel, (StepOption("local_port", 8080, "port here (0: a free one)"), SERVER_PORT)),
+    ProvisionStep("tunnel", tunnel, (StepOption("local_port", 8080, "port here (0: a free one)"), SERVER_PORT_OPTION),
+                  uses_work=False),
     ProvisionStep("project", project),
     ProvisionStep("sweep", sweep, (
         StepOption("steps", SWEEP_STEPS, "user counts, one step each"),
         StepOption("warmup", 10.0, "warm-up seconds per step"),
         StepOption("measure", "30", MEASURE_HELP),
-        RUNS,
+        RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
         StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'"),
     ), needs_profile=True),
-    ProvisionStep("fetch", fetch, (RUNS,)),
+    ProvisionStep("fetch", fetch, (RUNS_OPTION,)),
 )
 
 # Options every step takes besides its own (the rigbench group has them once, Fabric per task).

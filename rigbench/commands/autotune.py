@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from core.lists import MEASURE_HELP, parse_counts
+from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
-from rigbench.commands.local import parse_measure_option
 from rigbench.local_rig import LocalRigOptions
 
 
@@ -52,7 +51,7 @@ def register(app: typer.Typer) -> None:
             profile=profile,
             user_steps=steps,
             warmup_seconds=warmup,
-            measure_seconds=parse_measure_option(measure, steps),
+            measure_seconds=parse_windows(measure, steps),
             backend=backend,
             model_path=model,
             drafter_path=drafter,

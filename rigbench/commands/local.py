@@ -7,18 +7,9 @@ from pathlib import Path
 
 import typer
 
-from core.lists import MEASURE_HELP, parse_counts, parse_seconds, seconds_per_step
+from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from llamacpp.build import BACKENDS
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
-
-
-def parse_measure_option(text: str, steps: list[int]) -> float | list[float]:
-    """``--measure 10`` (every step) or ``--measure 8,8,10,20`` (one per step), checked against
-    the step count here, before anything runs, so the error names the flag."""
-    measure = parse_seconds(text, "--measure")
-    seconds_per_step(measure, len(steps), "--measure")
-    return measure
-
-
 
 
 def register(app: typer.Typer) -> None:
@@ -42,8 +33,9 @@ def register(app: typer.Typer) -> None:
         no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
     ) -> None:
         """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
-        if backend not in ("auto", "cpu", "cuda"):
-            raise typer.BadParameter(f"--backend must be auto, cpu or cuda, found {backend!r}")
+        if backend not in BACKENDS:
+            choices = f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"
+            raise typer.BadParameter(f"--backend must be {choices}, found {backend!r}")
         steps = parse_counts(users, "--users")
         report = run_local_rig(
             LocalRigOptions(
@@ -51,7 +43,7 @@ def register(app: typer.Typer) -> None:
                 runs_root=runs,
                 user_steps=steps,
                 warmup_seconds=warmup,
-                measure_seconds=parse_measure_option(measure, steps),
+                measure_seconds=parse_windows(measure, steps),
                 backend=backend,
                 model_path=model,
                 drafter_path=drafter,

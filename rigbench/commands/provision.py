@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 
-from provision.stack import RigTarget, resolve_target
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
     PROFILE_HELP,
@@ -32,7 +31,7 @@ def step_command(step: ProvisionStep, rig_of: Any) -> Any:
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
 
     def body(ctx: typer.Context, **options: Any) -> None:
-        step.run(rig_of(ctx), **options)
+        step.execute(rig_of(ctx), **options)
 
     return command_function(step.name, step.help, step.signature([context], typer_option), body)
 
@@ -59,6 +58,8 @@ def register(app: typer.Typer) -> None:
                    "profile": profile}
 
     def rig_of(ctx: typer.Context) -> Rig:
+        from provision.stack import RigTarget, resolve_target  # Fabric: loaded when a step runs
+
         target = ctx.obj["target"]
         if not isinstance(target, RigTarget):
             target = ctx.obj["target"] = resolve_target(**target)

@@ -12,10 +12,9 @@ from typing import Any
 import typer
 
 from core.errors import LoadTestError
-from core.lists import MEASURE_HELP, parse_counts
+from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
-from rigbench.commands.local import parse_measure_option
 
 
 def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
@@ -85,7 +84,7 @@ def register(app: typer.Typer) -> None:
         profile = load_profile(profile_name)
         user_steps = parse_counts(steps, "--steps")
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
-        measure_seconds = parse_measure_option(measure, user_steps)
+        measure_seconds = parse_windows(measure, user_steps)
         runs: list[RunDir] = []
         failures = []
         for arm_name, arm_url in parse_arms(arm, url):

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Check the CUDA path of the build module on a GPU machine, from a bare checkout:
+# Check the CUDA path of the build script on a GPU machine, from a bare checkout:
 # build the pinned llama.cpp for this card's arch, list devices, and measure llama-bench on
-# a synthetic model. Usage, from the repository root: rigbench/studies/gpu_check.sh OUTDIR [PRESET]
+# a synthetic model. Usage: rigbench/studies/gpu_check.sh OUTDIR [PRESET]
 # Needs python3 with numpy; gguf comes from the llama.cpp tree itself when not installed.
 set -euo pipefail
 out=${1:?usage: gpu_check.sh OUTDIR [PRESET]}
 preset=${2:-probe-2b}
 mkdir -p "$out"
-export RIGBENCH_CACHE=$(python3 -c 'from core.cache import cache_root; print(cache_root())')
-if [ -n "${SDIST_DIR:-}" ]; then mkdir -p "$RIGBENCH_CACHE/sources"; cp -n "$SDIST_DIR"/*.tar.gz "$RIGBENCH_CACHE/sources/"; fi
+out=$(cd "$out" && pwd)
+sdist=${SDIST_DIR:+$(cd "$SDIST_DIR" && pwd)}
+cd "$(dirname "$0")/../.."  # the repository root: python3 -c imports this checkout's packages
+cache=$(python3 -c 'from core.cache import cache_root; print(cache_root().resolve())')
+export RIGBENCH_CACHE=$cache
+if [ -n "$sdist" ]; then mkdir -p "$RIGBENCH_CACHE/sources"; cp -n "$sdist"/*.tar.gz "$RIGBENCH_CACHE/sources/"; fi
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv | tee "$out/gpu.csv"
 ( time python3 llamacpp/build_script.py --backend auto --cache "$RIGBENCH_CACHE" ) > "$out/build_manifest.json" 2> "$out/build.stderr"
 tail -3 "$out/build.stderr"

@@ -89,7 +89,7 @@ class Study:
         self.scale = scale
         self.processes = processes
         self.backend = backend
-        self.cache = cache_root()
+        self.cache = cache_root().resolve()  # children run from the repository root
         self.models = self.cache / "models"
         self.models.mkdir(parents=True, exist_ok=True)
         out.mkdir(parents=True, exist_ok=True)

@@ -100,3 +100,12 @@ def test_aborted_request_is_handed_over_as_interrupted(tmp_path: Path) -> None:
     assert len(kept) == 1
     record = kept[0].record
     assert record.interrupted and record.error_kind is None and 2 <= record.content_chunks < 20
+
+
+def test_a_log_path_relative_to_the_caller_is_where_the_caller_means(tmp_path: Path, monkeypatch) -> None:
+    """The server runs from the repository root; a relative log path still lands in the caller's folder."""
+    monkeypatch.chdir(tmp_path)
+    with GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1), Path("truth.jsonl")) as server, \
+            make_client(server.base_url) as client:
+        assert stream_chat(client, payload(max_tokens=2), META).record.ok
+    assert read_truth_log(tmp_path / "truth.jsonl")

@@ -12,8 +12,11 @@ from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_ri
 
 @pytest.mark.integration
 def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
+    # 64 users queue behind the tiny profile's 4 slots: a request started in a 1.5 s window at the
+    # last step may not end inside it (one that outlives the sweep is stopped), so that window is longer
+    windows = [1.5] * (len(DEFAULT_USER_STEPS) - 1) + [4.0]
     report = run_local_rig(
-        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu")
     )
     run = RunDir(report.parent)
     manifest = run.read_manifest()

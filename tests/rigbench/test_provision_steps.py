@@ -1,0 +1,50 @@
+"""The table of provision steps: what both front ends are made from."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import ProfileError, UsageError
+from core.profile import load_profile
+from provision.rig_paths import RigPaths
+from rigbench.provision_steps import STEPS, Rig, synthetic_files
+
+
+class NoRig:
+    """A connection that fails the test if a step touches it."""
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"the rig was touched ({name}) before the input was checked")
+
+
+def step(name: str):
+    return next(s for s in STEPS if s.name == name)
+
+
+@pytest.mark.parametrize("name", [s.name for s in STEPS if s.needs_profile])
+def test_a_bad_profile_stops_a_step_before_the_rig_is_touched(name: str) -> None:
+    options = {option.name: option.default for option in step(name).options}
+    with pytest.raises(ProfileError, match="unknown profile 'no-such-rig'"):
+        step(name).execute(Rig(NoRig(), RigPaths(), "no-such-rig"), **options)
+
+
+def test_a_bad_step_list_stops_the_remote_sweep_before_the_rig_is_touched() -> None:
+    options = {option.name: option.default for option in step("sweep").options}
+    with pytest.raises(UsageError, match="--steps: cannot read '1 2 4'"):
+        step("sweep").execute(Rig(NoRig(), RigPaths(), "tiny"), **{**options, "steps": "1 2 4"})
+    with pytest.raises(UsageError, match="--measure: 2 measured windows for 3 user steps"):
+        step("sweep").execute(Rig(NoRig(), RigPaths(), "tiny"), **{**options, "steps": "1,2,4", "measure": "5,6"})
+
+
+def test_names_and_options_are_unique_and_every_step_has_help() -> None:
+    assert len({s.name for s in STEPS}) == len(STEPS)
+    for s in STEPS:
+        assert s.help, s.name
+        flags = [option.flag for option in s.options]
+        assert len(set(flags)) == len(flags) and not {"--profile", "--work", "--stack", "--strict"} & set(flags)
+
+
+def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
+    files = synthetic_files(load_profile("tiny"), tmp_path)
+    assert list(files) == ["model"] and files["model"].stat().st_size > 0
+    assert synthetic_files(load_profile("gemma4-e2b"), tmp_path) == {}, "hub models are downloaded on the rig"
