@@ -29,7 +29,7 @@ sshd:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
 
 demo: $(STAMP) llama
-	$(VENV)/bin/rigbench local --runs runs/demo
+	$(VENV)/bin/rigbench local --runs-dir runs/demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

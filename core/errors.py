@@ -8,15 +8,19 @@
     ├── ProvisionError    a provisioning step on a rig failed
     ├── LlamaCppError     llama.cpp on this machine (build, server, llama-bench) failed
     ├── LoadTestError     the load generator could not run or stopped the sweep
+    │   └── RunIncomplete a run was made but did not complete (failed or interrupted; records kept)
     └── AnalysisError     records or prices cannot give the asked figure
 
 Every message says what was found, what was expected and what to do; the CLI prints it
-as one line and exits non-zero, without a traceback.
+as one line, without a traceback, and exits with the error's ``exit_code``: 2 when the input
+was refused before anything was created, 1 when a run was made but did not complete.
 """
 
 
 class RigbenchError(Exception):
     """Base class of every error rigbench raises on purpose."""
+
+    exit_code = 2
 
 
 class UsageError(RigbenchError):
@@ -45,6 +49,10 @@ class LlamaCppError(RigbenchError):
 
 class LoadTestError(RigbenchError):
     pass
+
+
+class RunIncomplete(LoadTestError):
+    exit_code = 1
 
 
 class AnalysisError(RigbenchError):

@@ -255,6 +255,12 @@ def available_profiles() -> list[str]:
 def resolve_profile_path(name_or_path: str | Path) -> Path:
     """A path to a TOML file, or the name of a bundled profile."""
     candidate = Path(name_or_path)
+    if candidate.is_dir():
+        what = "a run directory" if (candidate / "manifest.json").exists() else "a folder"
+        raise ProfileError(
+            f"profile {candidate} is {what}, not a profile; give a bundled profile ({', '.join(available_profiles())}) "
+            "or a .toml file"
+        )
     if candidate.suffix == ".toml" or candidate.exists():
         if not candidate.exists():
             raise ProfileError(f"profile file {candidate} does not exist")

@@ -1,77 +1,55 @@
 """Locust entry point: ``locust -f loadtest/locustfile.py --host http://127.0.0.1:8080``.
 
-Works by hand (web UI or ``--headless``) and under ``rigbench sweep``, which passes the
-same options. Without ``--rigbench-run-dir`` a new run directory is made under
-``--runs-dir``, so a hand-run sweep is analysable too. Options reach ``--processes`` and
-remote workers with Locust's spawn message, so only the master needs them.
+Works by hand (web UI or ``--headless``) and under ``rigbench sweep``, which passes the same
+options (``loadtest/locust_options.py``; ``rigbench sweep --help`` describes them, since Locust
+prints ``--help`` before it loads a locustfile). A hand run checks its ``--host`` first (a
+server's root that answers ``/health`` and streams one reply) and makes a new run directory
+under ``--runs-dir`` when it starts, so it is analysable too; the schedule and the run's
+settings are read from the options when a run starts, so the web UI's custom parameters take
+effect. Options reach ``--processes`` and remote workers with Locust's spawn message, so only
+the master needs them. One Locust request entry per request; per-step output tok/s and TTFT
+are in the web UI's rigbench tab and in ``<csv prefix>_rigbench_steps.csv``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
 
 import gevent.lock
 from locust import events
 
-from core.lists import parse_counts, parse_seconds
-from core.rundir import LoadSettings, RunDir, new_manifest, server_at
+from core.errors import RigbenchError
+from core.rundir import RunDir, new_manifest, server_at
 from loadtest.controller import SweepController
-from loadtest.schedule import make_stages
+from loadtest.live_stats import LIVE
+from loadtest.locust_options import add_arguments, adopt_old_spellings, settings_from, stages_from
+from loadtest.preflight import check_health, check_reply, check_url
 from loadtest.shapes import SweepShape
+from loadtest.telemetry import server_slots
 from loadtest.users import StreamingChatUser
 
 __all__ = ["StreamingChatUser", "SweepShape"]
 
 log = logging.getLogger("rigbench.sweep")
-DEFAULT_STEPS = "1,2,4,8,16,32,64"
+STEPS_CSV_SUFFIX = "_rigbench_steps.csv"
+
+events.init_command_line_parser.add_listener(add_arguments)
 
 
-@events.init_command_line_parser.add_listener
-def add_arguments(parser: Any) -> None:
-    group = parser
-    group.add_argument("--rigbench-steps", default=DEFAULT_STEPS, help="user counts, one step each")
-    group.add_argument("--rigbench-warmup", type=float, default=10.0, help="warm-up seconds per step")
-    group.add_argument("--rigbench-measure", default="30", help="measured seconds: one for every step, or one per step")
-    group.add_argument("--rigbench-run-dir", default="", help="run directory to fill (default: a new one)")
-    group.add_argument("--runs-dir", default="runs", help="where a new run directory goes")
-    group.add_argument("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help="(internal) sweep start")
-    group.add_argument("--model", default="default", help="model name sent in each request")
-    group.add_argument("--max-tokens", type=int, default=256)
-    group.add_argument("--temperature", type=float, default=0.0)
-    group.add_argument("--cache-prompt", action="store_true", default=False)
-    group.add_argument("--ignore-eos", action="store_true", default=False)
-    group.add_argument("--prompts", default="mixed", help="mixed, a category (code, chat, ...), or a JSONL file")
-    group.add_argument("--context-tokens", type=int, default=0, help="document tokens ahead of each prompt")
-    group.add_argument("--read-timeout", type=float, default=60.0, help="seconds a stream may stall")
-    group.add_argument("--max-error-rate", type=float, default=0.5, help="stop the sweep above this error share")
-    group.add_argument("--min-requests-for-error-rate", type=int, default=10)
-    group.add_argument("--parallel-slots", type=int, default=0, help="server slots (0: ask /slots)")
-    group.add_argument("--timeline", action="store_true", default=False, help="also keep every chunk's arrival")
-    group.add_argument(
-        "--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears"
-    )
-
-
-def _settings_from(options: Any) -> LoadSettings:
-    return LoadSettings(
-        user_steps=parse_counts(options.rigbench_steps, "--rigbench-steps"),
-        warmup_seconds=options.rigbench_warmup,
-        measure_seconds=parse_seconds(options.rigbench_measure, "--rigbench-measure"),
-        max_tokens=options.max_tokens,
-        temperature=options.temperature,
-        cache_prompt=options.cache_prompt,
-        ignore_eos=options.ignore_eos,
-        prompts=options.prompts,
-        context_tokens=options.context_tokens,
-        processes=max(1, options.processes or 1),
-    )
+def refuse(message: str) -> NoReturn:
+    """Stop Locust before any load, with the one line rigbench's own commands would print."""
+    print(f"rigbench: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def _new_run_dir(options: Any, host: str) -> RunDir:
     """A run directory for a hand-started Locust (``rigbench sweep`` makes its own)."""
-    server = server_at(host, slots=options.parallel_slots or 1)
-    manifest = new_manifest("locust", "(hand-run locust)", load=_settings_from(options), server=server)
+    slots = options.parallel_slots or server_slots(host) or 1
+    server = server_at(host, slots=slots)
+    manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server)
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)
     return run
@@ -86,45 +64,87 @@ def on_init(environment: Any, **_: Any) -> None:
     from locust.runners import WorkerRunner
 
     options = environment.parsed_options
-    if options is None or isinstance(environment.runner, WorkerRunner):
+    if options is None:
         return
-    stages = make_stages(
-        parse_counts(options.rigbench_steps, "--rigbench-steps"),
-        options.rigbench_warmup,
-        parse_seconds(options.rigbench_measure, "--rigbench-measure"),
-    )
-    if environment.shape_class is not None:
-        environment.shape_class.stages = stages
+    adopt_old_spellings(options)
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    shape = environment.shape_class
+    try:
+        stages = stages_from(options)
+        hand_run = bool(environment.host) and not options.run_dir
+        if hand_run:
+            environment.host = check_url(environment.host, "--host")
+            if not options.no_preflight:
+                check_health(environment.host)
+                check_reply(environment.host, options.model_name)
+    except RigbenchError as error:
+        refuse(str(error))
+    if shape is not None:
+        shape.stages = stages
+    if environment.web_ui is not None:
+        from loadtest import web_ui
+
+        web_ui.install(environment.web_ui)
     if not environment.host:
         return
-    hand_run = not options.rigbench_run_dir
-    if hand_run:
-        options.rigbench_run_dir = str(_new_run_dir(options, environment.host).path)
 
     def on_reset(t0: float) -> None:
         global _controller
-        if hand_run and RunDir(options.rigbench_run_dir).read_manifest().status != "running":
-            # a second start from the web UI: a fresh run directory, the finished one stays as it was
-            options.rigbench_run_dir = str(_new_run_dir(options, environment.host).path)
+        # the schedule is read again at each start: the web UI may have changed the options
+        try:
+            current = stages_from(options)
+        except RigbenchError as error:
+            log.error("rigbench: %s; the sweep does not start", error)
+            environment.runner.quit()
+            return
+        if shape is not None:
+            shape.stages = current
+        if hand_run and (not options.run_dir or RunDir(options.run_dir).read_manifest().status != "running"):
+            # a first start, or a second one from the web UI: a fresh run directory (a finished one stays)
+            options.run_dir = str(_new_run_dir(options, environment.host).path)
         with _reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
-            run = RunDir(options.rigbench_run_dir)
+            run = RunDir(options.run_dir)
             options.rigbench_t0 = t0
             previous = _controller
             if previous is not None:
                 previous.stop()
-            _controller = SweepController(environment, stages, run, replaces=previous)
+            _controller = SweepController(environment, current, run, replaces=previous)
             _controller.start(t0)
 
-    if environment.shape_class is not None:
-        environment.shape_class.on_reset = on_reset
+    if shape is not None:
+        shape.on_reset = on_reset
+
+
+@events.report_to_master.add_listener
+def send_step_tallies(client_id: str, data: dict, **_: Any) -> None:
+    data["rigbench_steps"] = LIVE.take()
+
+
+@events.worker_report.add_listener
+def merge_step_tallies(client_id: str, data: dict, **_: Any) -> None:
+    LIVE.merge(data.get("rigbench_steps") or {})
+
+
+@events.reset_stats.add_listener
+def forget_step_tallies(**_: Any) -> None:
+    LIVE.steps.clear()
 
 
 @events.test_stop.add_listener
 def on_test_stop(environment: Any, **_: Any) -> None:
-    """The web UI's stop, or the shape's end: the run gets its final status."""
+    """The web UI's stop, or the shape's end: the run gets its final status, and with ``--csv``
+    the per-step figures go beside Locust's own CSV files."""
+    from locust.runners import WorkerRunner
+
+    if isinstance(environment.runner, WorkerRunner):
+        return  # a worker's tallies went to the master with its reports
     if _controller is not None:
         _controller.stop()
         _controller.finish()
+    prefix = getattr(environment.parsed_options, "csv_prefix", None)
+    if prefix and LIVE.steps:
+        Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(LIVE.csv_text())
 
 
 @events.quitting.add_listener

@@ -18,6 +18,12 @@ Error kinds (``RequestRecord.error_kind``):
     server_error    the server sent an error event mid-stream (``data: {"error": {...}}``, e.g.
                     llama-server's "Context size has been exceeded."); the message says code and text
     malformed_sse   an event that is not the JSON chunk the protocol promises (unparseable)
+    client_error    anything else raised in the request path: a bug in this client, never the
+                    server's fault; a sweep that sees one fails at once
+
+A request is ``interrupted`` only when the harness stops it (the sweep's end, a spot notice,
+Ctrl-C): that arrives as a ``BaseException`` that is not an ``Exception`` (gevent's
+``GreenletExit``, ``KeyboardInterrupt``), and the partial record goes to ``on_abort``.
 """
 
 from __future__ import annotations
@@ -187,6 +193,8 @@ def stream_chat(
         error_kind, error_message = "server_error", str(error)
     except (_Malformed, SSEError) as error:
         error_kind, error_message = "malformed_sse", str(error)[:300]
+    except Exception as error:  # noqa: BLE001 - recorded as the client's own failure, never as a stop
+        error_kind, error_message = "client_error", f"{type(error).__name__}: {error}"[:300]
     except BaseException:
         if on_abort is not None:
             record = _make_record(request_id, meta, t_start, time.time(), chunk_times, state, None, None)

@@ -24,7 +24,7 @@ import httpx
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from core.errors import LoadTestError
+from core.errors import LoadTestError, RunDirError, RunIncomplete
 from core.lists import format_seconds, seconds_per_step
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from loadtest.ceiling import load_ceiling
@@ -61,13 +61,13 @@ def locust_command(
         "--headless",
         "--host",
         base_url,
-        "--rigbench-run-dir",
+        "--run-dir",
         str(run.path.resolve()),  # Locust runs from the repository root
-        "--rigbench-steps",
+        "--steps",
         ",".join(str(users) for users in settings.user_steps),
-        "--rigbench-warmup",
+        "--warmup",
         str(settings.warmup_seconds),
-        "--rigbench-measure",
+        "--measure",
         format_seconds(settings.measure_seconds),
         "--max-tokens",
         str(settings.max_tokens),
@@ -81,14 +81,14 @@ def locust_command(
         str(parallel_slots),
         "--max-error-rate",
         str(max_error_rate),
-        "--model",
+        "--model-name",
         model,
         "--read-timeout",
         str(read_timeout),
         "--stop-timeout",
         str(int(stop_timeout)),
         "--csv",
-        str(run.path / "locust"),
+        str(run.path.resolve() / "locust"),
         "--only-summary",
         "--loglevel",
         "WARNING",
@@ -192,9 +192,9 @@ def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunMani
     return run.update_manifest(status="failed", status_detail=detail[:2000], ended_at=utc_now())
 
 
-def interrupted_error(run: RunDir) -> LoadTestError:
+def interrupted_error(run: RunDir) -> RunIncomplete:
     """The one line a command ends with when Ctrl-C or SIGTERM stopped its sweep."""
-    return LoadTestError(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept")
+    return RunIncomplete(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept")
 
 
 def run_sweep(
@@ -280,23 +280,47 @@ def run_sweep(
     manifest = _finalise(run, process.returncode, interrupted)
     if interrupted:
         raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
-    return _flag_client_ceiling(run, manifest, settings)
+    return _judge_records(run, manifest, settings)
 
 
-def _flag_client_ceiling(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
-    """Warn when a step asked more tok/s of each load process than ``rigbench selftest``
-    found one process can follow within 1 % on this machine."""
-    ceiling = load_ceiling()
-    if ceiling is None or not manifest.steps:
-        return manifest
+def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
+    """Read the records once the load is over: a complete run in which a step's measured window
+    holds no successful request measured nothing there, and is failed, not complete; a step that
+    asked more tok/s of each load process than ``rigbench selftest`` found one process follows
+    within 1 % on this machine gets a warning."""
+    try:
+        records = run.read_records()
+    except RunDirError as error:  # the status says what happened; `rigbench check` says what is damaged
+        return run.update_manifest(warnings=[*manifest.warnings, f"records not judged: {error}"])
     tokens: dict[int, int] = {}
-    with contextlib.suppress(Exception):
-        for record in run.read_records():
-            if record.phase == "measure" and record.completion_tokens:
-                tokens[record.step] = tokens.get(record.step, 0) + record.completion_tokens
+    succeeded: dict[int, int] = {}
+    kinds: dict[int, dict[str, int]] = {}
+    for record in records:
+        if record.phase != "measure":
+            continue
+        tokens[record.step] = tokens.get(record.step, 0) + (record.completion_tokens or 0)
+        if record.ok and not record.interrupted:
+            succeeded[record.step] = succeeded.get(record.step, 0) + 1
+        else:
+            kind = "interrupted" if record.interrupted else record.error_kind or "unknown"
+            kinds.setdefault(record.step, {})[kind] = kinds.setdefault(record.step, {}).get(kind, 0) + 1
+    changes: dict = {}
+    empty = [step for step in manifest.steps if step.measure_end is not None and not succeeded.get(step.index)]
+    if manifest.status == "complete" and empty:
+        step = empty[0]
+        seen = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.get(step.index, {}).items())) or "none"
+        changes |= {
+            "status": "failed",
+            "status_detail": (
+                f"step {step.index} ({step.users} users): no successful request in its measured window (requests "
+                f"started there: {seen}), so nothing was measured; if requests were still streaming when the sweep "
+                "ended, give the step a longer --measure"
+            ),
+        }
+    ceiling = load_ceiling()
     warnings = list(manifest.warnings)
     for step in manifest.steps:
-        if step.measure_end is None:
+        if ceiling is None or step.measure_end is None:
             continue
         per_process = tokens.get(step.index, 0) / (step.measure_end - step.measure_start) / max(1, settings.processes)
         if per_process > ceiling:
@@ -304,7 +328,9 @@ def _flag_client_ceiling(run: RunDir, manifest: RunManifest, settings: LoadSetti
                 f"step {step.index}: each load process took {per_process:.0f} tok/s, above the {ceiling:.0f} tok/s "
                 "that `rigbench selftest` found one process follows faithfully here; use --processes N"
             )
-    return run.update_manifest(warnings=warnings) if warnings != manifest.warnings else manifest
+    if warnings != manifest.warnings:
+        changes["warnings"] = warnings
+    return run.update_manifest(**changes) if changes else manifest
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

@@ -21,18 +21,25 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-from locust import User, constant, task
+from locust import User, task
 
 from core.errors import RunDirError
-from core.lists import parse_counts, parse_seconds
 from core.rundir import RecordWriter, RequestRecord, RunDir, utc_now
+from loadtest.live_stats import LIVE
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, stages_from
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
-from loadtest.schedule import Stage, locate_or_last, make_stages
+from loadtest.schedule import Stage, locate_or_last
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 
 log = logging.getLogger(__name__)
 STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
+# After a refused connection a user waits before its next request, doubling up to the cap, so a
+# server that is gone is asked a few times a second, not thousands (the error-rate rule then stops it).
+BACKOFF_FIRST_S = 0.05
+BACKOFF_CAP_S = 5.0
+# What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
+CONTEXT_OPTIONS = ("steps", "warmup", "measure", "run_dir", "prompts", "context_tokens", "timeline")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown Locust's own output
 
 
@@ -43,18 +50,15 @@ class LoadContext:
         self.options = options
         self.host = host
         self.shard = f"{socket.gethostname()}-{os.getpid()}"
-        self.stages: list[Stage] = make_stages(
-            parse_counts(options.rigbench_steps, "--rigbench-steps"),
-            options.rigbench_warmup,
-            parse_seconds(options.rigbench_measure, "--rigbench-measure"),
-        )
+        self.stages: list[Stage] = stages_from(options)
+        self.made_from = context_key(options)
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
         self.user_counter = itertools.count()
         self.writer: RecordWriter | None = None
         self.storage_error: str | None = None
         self.timeline = None
-        run_dir = options.rigbench_run_dir
+        run_dir = options.run_dir
         if run_dir:
             run = RunDir(run_dir)
             self.writer = run.open_shard(self.shard)
@@ -94,15 +98,15 @@ class LoadContext:
     def fail_storage(self, error: OSError, environment: Any) -> None:
         """Stop the sweep when records cannot be written (a full disk): a sweep whose records
         are dropped would only look like it measured something."""
-        where = self.writer.path if self.writer is not None else self.options.rigbench_run_dir
+        where = self.writer.path if self.writer is not None else self.options.run_dir
         code = errno.errorcode.get(error.errno or 0, str(error.errno))
         self.storage_error = (
             f"cannot write records to {where}: {error.strerror or error} ({code}); the records written "
             "before are kept; free space or choose another runs folder, then run the sweep again"
         )
         log.error(self.storage_error)
-        if self.options.rigbench_run_dir:
-            run = RunDir(self.options.rigbench_run_dir)
+        if self.options.run_dir:
+            run = RunDir(self.options.run_dir)
             run.release_space_reserve()
             with contextlib.suppress(OSError, RunDirError):
                 run.update_manifest(status="failed", status_detail=self.storage_error, ended_at=utc_now())
@@ -110,23 +114,36 @@ class LoadContext:
         gevent.spawn(environment.runner.quit)
 
 
+def context_key(options: Any) -> tuple:
+    return tuple(getattr(options, name, None) for name in CONTEXT_OPTIONS)
+
+
 _context: LoadContext | None = None
 _context_lock = threading.Lock()
 
 
 def load_context(environment: Any) -> LoadContext:
-    """The process's context, made on first use (after ``--processes`` has forked)."""
+    """The process's context, made on first use (after ``--processes`` has forked), and made
+    again when a new start brings other options (the web UI's custom parameters)."""
     global _context
     with _context_lock:
-        if _context is None or _context.shard != f"{socket.gethostname()}-{os.getpid()}":
-            _context = LoadContext(environment.parsed_options, environment.host)
+        options = environment.parsed_options
+        stale = _context is None or _context.shard != f"{socket.gethostname()}-{os.getpid()}"
+        if stale or _context.made_from != context_key(options):
+            if _context is not None and _context.writer is not None:
+                _context.writer.close()
+            _context = LoadContext(options, environment.host)
         return _context
 
 
 class StreamingChatUser(User):
-    """One user = one httpx client (one connection) sending requests back to back."""
+    """One user = one httpx client (one connection) sending requests back to back; after a
+    refused connection it backs off (doubling, capped) instead of spinning."""
 
-    wait_time = constant(0)
+    backoff = 0.0
+
+    def wait_time(self) -> float:
+        return self.backoff
 
     def on_start(self) -> None:
         self.context = load_context(self.environment)
@@ -134,7 +151,7 @@ class StreamingChatUser(User):
         self.client = make_client(self.host, read_timeout=options.read_timeout)
         self.prompts = rotation(self.context.prompts, offset=next(self.context.user_counter))
         self.request_options = {
-            "model": options.model,
+            "model": options.model_name,
             "max_tokens": options.max_tokens,
             "temperature": options.temperature,
             "cache_prompt": options.cache_prompt,
@@ -155,31 +172,25 @@ class StreamingChatUser(User):
         record = result.record.model_copy(update=self._phase_by_start(result.record.t_start, meta))
         result = StreamResult(record=record, chunk_times=result.chunk_times)
         self.context.keep(result, self.environment)
-        self._fire_events(record)
+        LIVE.add(record)
+        self._fire_event(record)
+        refused = record.error_kind == "connect"
+        self.backoff = min(BACKOFF_CAP_S, max(BACKOFF_FIRST_S, self.backoff * 2)) if refused else 0.0
 
     def _phase_by_start(self, t_start: float, meta: RequestMeta) -> dict:
         """Re-place the record by its exact start time (the meta was taken a moment before)."""
         exact = self.context.meta_for(t_start, meta.category)
         return {"step": exact.step, "users": exact.users, "phase": exact.phase}
 
-    def _fire_events(self, record: RequestRecord) -> None:
-        fire = self.environment.events.request.fire
+    def _fire_event(self, record: RequestRecord) -> None:
+        """One Locust request per request: its whole time, and its output tokens as the "size"
+        (the entry's name says so); TTFT and tok/s per step are in the web UI's rigbench tab."""
         failure = None if record.ok else Exception(f"{record.error_kind}: {record.error_message or ''}"[:200])
-        tokens = record.completion_tokens or 0
-        if record.t_first_token is not None:
-            fire(
-                request_type="SSE",
-                name="ttft",
-                response_time=(record.t_first_token - record.t_start) * 1000.0,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        fire(
-            request_type="SSE",
-            name="e2e",
+        self.environment.events.request.fire(
+            request_type=LOCUST_REQUEST_TYPE,
+            name=LOCUST_REQUEST_NAME,
             response_time=(record.t_end - record.t_start) * 1000.0,
-            response_length=tokens,
+            response_length=record.completion_tokens or 0,
             exception=failure,
             context={},
         )

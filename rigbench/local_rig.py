@@ -14,7 +14,7 @@ from rich.console import Console
 
 from core.cache import cache_root
 from core.digest import file_sha256
-from core.errors import LoadTestError, ProfileError, RigbenchError
+from core.errors import ProfileError, RigbenchError, RunIncomplete
 from core.machine import machine_info
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.rundir import (
@@ -30,6 +30,7 @@ from core.rundir import (
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
+from loadtest.preflight import check_reply
 from loadtest.sweep import interrupted_error, run_sweep
 
 DEFAULT_USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
@@ -162,6 +163,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         try:
             with server:
                 console.print(f"llama-server healthy at {server.base_url}")
+                check_reply(server.base_url)  # one streamed reply before the load
                 final = run_sweep(run, server.base_url)
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
@@ -177,7 +179,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         if final.status != "complete":
             # The report is still written (it counts what failed), but the command must not
             # look like a success.
-            raise LoadTestError(
+            raise RunIncomplete(
                 f"{run.path}: run {final.status}: {final.status_detail or 'see the report'}; report at {report}"
             )
         return report

@@ -16,6 +16,7 @@ import inspect
 import json
 import os
 import shlex
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,12 +54,14 @@ class Rig:
 @dataclass(frozen=True)
 class StepOption:
     """One option of a step; ``flag`` defaults to ``--name-with-dashes``, ``short`` is for the rigbench CLI
-    only (Fabric's own short flags, such as -H, -i and -r, would clash)."""
+    only (Fabric's own short flags, such as -H, -i and -r, would clash), ``old`` are spellings it had
+    before, still accepted with a one-line warning."""
 
     name: str
     default: Any
     help: str
     short: str | None = None
+    old: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -81,8 +84,19 @@ class ProvisionStep:
     def help(self) -> str:
         return inspect.getdoc(self.run) or ""
 
+    def old_spellings(self) -> dict[str, StepOption]:
+        """Each old spelling's parameter name, with the option it is now."""
+        return {old_parameter(flag): option for option in self.options for flag in option.old}
+
     def execute(self, rig: Rig, **options: Any) -> Any:
-        """Run the step; a profile it needs is read first, so a typo fails before the rig is touched."""
+        """Run the step; a profile it needs is read first, so a typo fails before the rig is touched.
+        A value given with an old spelling is taken, with a warning."""
+        for parameter, option in self.old_spellings().items():
+            value = options.pop(parameter, None)
+            if value is not None:
+                print(f"rigbench: warning: --{parameter.removeprefix(OLD_PREFIX).replace('_', '-')} is now "
+                      f"{option.flag}; the old spelling will go in a later release", file=sys.stderr, flush=True)
+                options[option.name] = option.type(value)
         if self.needs_profile:
             rig.profile  # noqa: B018 - loads and validates it
         return self.run(rig, **options)
@@ -95,6 +109,14 @@ class ProvisionStep:
             for option in self.options
         ]
         return inspect.Signature([*first, *options])
+
+
+OLD_PREFIX = "old_"
+
+
+def old_parameter(flag: str) -> str:
+    """The parameter name of an old spelling (``--runs`` -> ``old_runs``)."""
+    return OLD_PREFIX + flag.removeprefix("--").replace("-", "_")
 
 
 def command_function(name: str, doc: str, signature: inspect.Signature, body: Callable[..., Any]) -> Callable[..., Any]:
@@ -217,28 +239,28 @@ def project(rig: Rig) -> None:
     print(install_project(rig.c, rig.paths), flush=True)
 
 
-def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs: str, rigbench: str, sweep_args: str) -> None:
+def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs_dir: str, rigbench: str, sweep_args: str) -> None:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
     from provision.sweep import sweep as sweep_step
 
     # read here, so a mistyped list stops the command before anything runs on the rig
     parse_windows(measure, parse_counts(steps, "--steps"))
     for path in sweep_step(rig.c, rig.profile, rig.paths, steps=steps, warmup=warmup, measure=measure,
-                                 local_runs=runs, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
+                                 local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
                                  extra=shlex.split(sweep_args)):
         print(path, flush=True)
 
 
-def fetch(rig: Rig, runs: str) -> None:
+def fetch(rig: Rig, runs_dir: str) -> None:
     """Copy every run directory and bench result from the rig into local runs/."""
     from provision.sweep import fetch as fetch_step
 
-    fetch_step(rig.c, rig.paths, runs)
+    fetch_step(rig.c, rig.paths, runs_dir)
 
 
-SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig")
+SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig", old=("--port",))
 CACHE_OPTION = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
-RUNS_OPTION = StepOption("runs", "runs", "local folder for run directories")
+RUNS_OPTION = StepOption("runs_dir", "runs", "local folder for run directories", old=("--runs",))
 
 STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("toolkit", toolkit, (

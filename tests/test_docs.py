@@ -78,7 +78,13 @@ def test_the_docs_show_each_kind_of_command() -> None:
 
 
 def option_names(command) -> set[str]:
-    return {name for param in command.params for name in (*param.opts, *getattr(param, "secondary_opts", []))}
+    """The options a command shows (an old spelling is hidden: the docs must not teach it)."""
+    return {
+        name
+        for param in command.params
+        if not getattr(param, "hidden", False)
+        for name in (*param.opts, *getattr(param, "secondary_opts", []))
+    }
 
 
 def used_options(words: list[str]) -> list[str]:

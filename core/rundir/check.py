@@ -8,7 +8,9 @@ Two kinds of finding:
 
 - **damage**: data that is wrong or missing (invalid manifest, unreadable lines, records of
   steps the manifest does not list, steps without records, impossible windows, a run left
-  ``running`` by a writer that is gone). The check exits 1.
+  ``running`` by a writer that is gone), or a run that measured nothing: a finished step whose
+  measured window holds no successful request, or records that are all interrupted. The
+  check exits 1.
 - **warning**: readable but worth knowing (a truncated last line that analysis skips, a run
   still being written, duplicate request ids). The check exits 0.
 """
@@ -65,6 +67,8 @@ class CheckReport:
     telemetry: FileCount | None = None
     records_per_step: Counter[int] = field(default_factory=Counter)
     measured_per_step: Counter[int] = field(default_factory=Counter)
+    succeeded_per_step: Counter[int] = field(default_factory=Counter)  # measured, ok and not interrupted
+    interrupted: int = 0
     findings: list[Finding] = field(default_factory=list)
 
     def damage(self, where: str, message: str) -> None:
@@ -173,9 +177,14 @@ def _check_shards(run: RunDir, report: CheckReport) -> None:
         record: RequestRecord
         for record in records:
             report.records_per_step[record.step] += 1
+            report.interrupted += record.interrupted
             if record.phase == "measure":
                 report.measured_per_step[record.step] += 1
+                report.succeeded_per_step[record.step] += record.ok and not record.interrupted
             seen[record.request_id] += 1
+    total = sum(report.records_per_step.values())
+    if total and report.interrupted == total:
+        report.damage(f"{RunDir.RECORDS}/", f"all {total} record(s) are interrupted: the run measured no whole request")
     duplicates = [rid for rid, n in seen.items() if n > 1]
     if duplicates:
         report.warn(
@@ -264,8 +273,13 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
         previous_end = step.measure_end
         if step.measure_end is not None and report.records_per_step[step.index] == 0:
             report.damage(where, "completed in the manifest but no shard holds a record of it")
-        elif step.measure_end is not None and report.measured_per_step[step.index] == 0:
-            report.warn(where, "no record in its measure window; analysis has nothing to measure for it")
+        elif step.measure_end is not None and report.succeeded_per_step[step.index] == 0:
+            started = report.measured_per_step[step.index]
+            report.damage(
+                where,
+                f"no successful request in its measured window ({started} started there): it measured nothing; "
+                "re-run the step with a longer --measure, or see the records' error_kind",
+            )
     if manifest.last_complete_step is not None and manifest.last_complete_step not in listed:
         report.damage("last_complete_step", f"{manifest.last_complete_step} is not among the steps {indices}")
     planned = len(manifest.load.user_steps) if manifest.load else None

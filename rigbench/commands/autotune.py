@@ -10,6 +10,7 @@ import typer
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
 from rigbench.local_rig import LocalRigOptions
+from rigbench.options import STEPS_HELP, old_spelling, renamed
 
 
 def parse_trials(items: list[str]) -> dict[str, list[str]]:
@@ -27,33 +28,39 @@ def parse_trials(items: list[str]) -> dict[str, list[str]]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("autotune")
+    @app.command("autotune", epilog="Exit codes: 0 a best trial was found; 1 no trial completed; 2 a bad option.")
     def autotune(
         profile: str = typer.Option(..., "--profile", "-p", help="bundled profile name or .toml path"),
         trial: list[str] = typer.Option(
             [], "--trial", help="NAME=FLAGS added to the serving line (repeatable; default: a built-in set)"
         ),
-        users: str = typer.Option("1,64", "--users", help="user counts per trial sweep"),
-        warmup: float = typer.Option(2.0, "--warmup", min=0.0),
-        measure: str = typer.Option("10", "--measure", help=MEASURE_HELP),
-        out: Path = typer.Option(Path("runs/autotune"), "--out", help="folder for trial runs and autotune.jsonl"),
-        model: Path | None = typer.Option(None, "--model"),
-        drafter: Path | None = typer.Option(None, "--drafter"),
-        no_drafter: bool = typer.Option(False, "--no-drafter"),
-        processes: int = typer.Option(1, "--processes", min=1),
+        steps: str = typer.Option("1,64", "--steps", help=STEPS_HELP + " (each trial sweeps these)"),
+        warmup: float = typer.Option(2.0, "--warmup", min=0.0, help="warm-up seconds per step (rigbench sweep: 10)"),
+        measure: str = typer.Option("10", "--measure", help=MEASURE_HELP + " (rigbench sweep: 30)"),
+        runs_dir: Path = typer.Option(
+            Path("runs/autotune"), "--runs-dir", help="folder for the trials' run directories and autotune.jsonl"
+        ),
+        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF instead of the profile's"),
+        drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
+        no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
+        processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
         bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
-        backend: str = typer.Option("auto", "--backend"),
+        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
+        users: str | None = old_spelling("--users"),
+        out: Path | None = old_spelling("--out"),
+        model: Path | None = old_spelling("--model"),
     ) -> None:
         """Run each trial as a short sweep; print the table and the best flags."""
         trials = parse_trials(trial) if trial else dict(DEFAULT_TRIALS)
-        steps = parse_counts(users, "--users")
+        user_steps = parse_counts(renamed("--steps", steps, "--users", users), "--steps")
+        out = renamed("--runs-dir", runs_dir, "--out", out)
         options = LocalRigOptions(
             profile=profile,
-            user_steps=steps,
+            user_steps=user_steps,
             warmup_seconds=warmup,
-            measure_seconds=parse_windows(measure, steps),
+            measure_seconds=parse_windows(measure, user_steps),
             backend=backend,
-            model_path=model,
+            model_path=renamed("--model-file", model_file, "--model", model),
             drafter_path=drafter,
             no_drafter=no_drafter,
             processes=processes,

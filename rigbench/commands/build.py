@@ -7,9 +7,13 @@ import typer
 from core.profile import load_profile
 from llamacpp.build import BACKENDS, build_llama_cpp
 
+EXIT_CODES = (
+    "Exit codes: 0 built or reused; 2 the build failed or an option was refused."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("build")
+    @app.command("build", epilog=EXIT_CODES)
     def build(
         profile: str = typer.Option("tiny", "--profile", "-p", help="whose llama.cpp source and CMake options"),
         backend: str = typer.Option("auto", "--backend", help=", ".join(BACKENDS)),

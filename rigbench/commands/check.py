@@ -51,8 +51,13 @@ def report_lines(report: CheckReport) -> list[str]:
     return lines
 
 
+EXIT_CODES = (
+    "Exit codes: 0 healthy (warnings allowed); 1 damaged; 2 not a run directory."
+)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("check")
+    @app.command("check", epilog=EXIT_CODES)
     def check(
         run: Path = typer.Argument(..., help="run directory, e.g. runs/<run-id>"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the one-line summary"),

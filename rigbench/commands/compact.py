@@ -8,9 +8,14 @@ import typer
 
 from core.rundir.compact import compact_run
 
+EXIT_CODES = (
+    "Exit codes: 0 every run compacted; 1 some run was refused (said per run, the others are "
+    "done)."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("compact")
+    @app.command("compact", epilog=EXIT_CODES)
     def compact(
         runs: list[Path] = typer.Argument(..., help="finished run directories"),
     ) -> None:

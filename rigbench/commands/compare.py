@@ -6,9 +6,13 @@ from pathlib import Path
 
 import typer
 
+EXIT_CODES = (
+    "Exit codes: 0 compared; 2 a run that cannot be read or compared."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
+    @app.command("compare", epilog=EXIT_CODES)
     def compare(
         run_a: Path = typer.Argument(..., help="baseline run (A), e.g. without the drafter"),
         run_b: Path = typer.Argument(..., help="run to compare (B); ratios are B / A"),

@@ -10,46 +10,60 @@ import typer
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from llamacpp.build import BACKENDS
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
+from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
+
+EXIT_CODES = (
+    "Exit codes: 0 the sweep completed and the report is written; 1 the run failed or was "
+    "interrupted (report still written, records kept); 2 an option, profile or model was refused."
+)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("local")
+    @app.command("local", epilog=EXIT_CODES)
     def local(
         profile: str = typer.Option("tiny", "--profile", "-p", help="bundled profile name or .toml path"),
-        users: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--users", help="user counts per step"),
-        warmup: float = typer.Option(1.0, "--warmup", min=0.0, help="warm-up seconds per step"),
-        measure: str = typer.Option("3", "--measure", help=MEASURE_HELP),
-        runs: Path = typer.Option(Path("runs"), "--runs", help="folder for run directories"),
+        steps: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--steps", help=STEPS_HELP),
+        warmup: float = typer.Option(
+            1.0, "--warmup", min=0.0, help="warm-up seconds per step (a quick look here; rigbench sweep: 10)"
+        ),
+        measure: str = typer.Option("3", "--measure", help=MEASURE_HELP + " (a quick look here; rigbench sweep: 30)"),
+        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help=RUNS_DIR_HELP),
         backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
-        model: Path | None = typer.Option(None, "--model", help="serve this GGUF instead of the profile's"),
+        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF instead of the profile's"),
         drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
         max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="tokens per reply"),
         processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
-        context: int = typer.Option(0, "--context", min=0, help="tokens of a long document ahead of each prompt"),
+        context_tokens: int = typer.Option(
+            0, "--context-tokens", min=0, help="tokens of a long document ahead of each prompt"
+        ),
         server_arg: list[str] = typer.Option(
             [], "--server-arg", help="llama-server flag(s) replacing the profile's, e.g. --server-arg='--parallel 64'"
         ),
         label: str | None = typer.Option(None, "--label", help="arm label, kept in the run id and manifest"),
         no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
+        users: str | None = old_spelling("--users"),
+        runs: Path | None = old_spelling("--runs"),
+        model: Path | None = old_spelling("--model"),
+        context: int | None = old_spelling("--context"),
     ) -> None:
         """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
         if backend not in BACKENDS:
             choices = f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"
             raise typer.BadParameter(f"--backend must be {choices}, found {backend!r}")
-        steps = parse_counts(users, "--users")
+        user_steps = parse_counts(renamed("--steps", steps, "--users", users), "--steps")
         report = run_local_rig(
             LocalRigOptions(
                 profile=profile,
-                runs_root=runs,
-                user_steps=steps,
+                runs_root=renamed("--runs-dir", runs_dir, "--runs", runs),
+                user_steps=user_steps,
                 warmup_seconds=warmup,
-                measure_seconds=parse_windows(measure, steps),
+                measure_seconds=parse_windows(measure, user_steps),
                 backend=backend,
-                model_path=model,
+                model_path=renamed("--model-file", model_file, "--model", model),
                 drafter_path=drafter,
                 max_tokens=max_tokens,
                 processes=processes,
-                context_tokens=context,
+                context_tokens=renamed("--context-tokens", context_tokens, "--context", context),
                 server_overrides=[token for item in server_arg for token in shlex.split(item)],
                 label=label,
                 no_drafter=no_drafter,

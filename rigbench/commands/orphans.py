@@ -11,8 +11,14 @@ def parse_stack_list(text: str) -> set[str]:
     return {name.strip().rsplit("/", 1)[-1] for name in text.split(",") if name.strip()}
 
 
+EXIT_CODES = (
+    "Exit codes: 0 listed (and ended, with --terminate); 1 --terminate was declined; 2 a bad "
+    "region or AWS refused the call."
+)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("orphans")
+    @app.command("orphans", epilog=EXIT_CODES)
     def orphans(
         region: list[str] = typer.Option([], "--region", "-r", help="region to search (repeat for each region)"),
         known_stacks: str | None = typer.Option(

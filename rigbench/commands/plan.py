@@ -7,9 +7,15 @@ from pathlib import Path
 
 import typer
 
+NO_PLAN_EXIT_CODE = 3
+EXIT_CODES = (
+    "Exit codes: 0 a rig meets the targets (the recommendation is printed); 3 no measured rig meets them; "
+    "2 a bad option or run directory."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("plan")
+    @app.command("plan", epilog=EXIT_CODES)
     def plan(
         runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
         users: int = typer.Option(..., "--users", min=1, help="concurrent users to serve"),
@@ -52,3 +58,5 @@ def register(app: typer.Typer) -> None:
         for section in sections:
             for warning in section.warnings:
                 typer.echo(f"warning: {section.label}: {warning}")
+        if best is None:
+            raise typer.Exit(NO_PLAN_EXIT_CODE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 prices_app = typer.Typer(
+    epilog="Exit codes: 0 shown or fetched; 2 an unknown instance type, or AWS refused the call.",
     help="Instance prices: AWS Price List and spot history, cached with source and date.", no_args_is_help=True
 )
 

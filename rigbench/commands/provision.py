@@ -29,15 +29,24 @@ def typer_option(option: StepOption) -> Any:
 
 def step_command(step: ProvisionStep, rig_of: Any) -> Any:
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    signature = step.signature([context], typer_option)
+    old = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=option.type | None,
+                          default=typer.Option(None, "--" + name.removeprefix("old_").replace("_", "-"), hidden=True))
+        for name, option in step.old_spellings().items()
+    ]
+    signature = signature.replace(parameters=[*signature.parameters.values(), *old])
 
     def body(ctx: typer.Context, **options: Any) -> None:
         step.execute(rig_of(ctx), **options)
 
-    return command_function(step.name, step.help, step.signature([context], typer_option), body)
+    return command_function(step.name, step.help, signature, body)
 
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
+        epilog="Exit codes: 0 the step is done; 2 the step failed or was refused (one line names the step and "
+        "the host; a remote sweep's runs are copied first).",
         help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...", no_args_is_help=True
     )
 

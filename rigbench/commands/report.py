@@ -6,9 +6,13 @@ from pathlib import Path
 
 import typer
 
+EXIT_CODES = (
+    "Exit codes: 0 written; 2 a run directory that cannot be read."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("report")
+    @app.command("report", epilog=EXIT_CODES)
     def report(
         runs: list[Path] = typer.Argument(..., help="run directories (runs/<run-id>); several give a cross-run report"),
         out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),

@@ -6,9 +6,13 @@ import typer
 
 from core.rundir.schema import SCHEMA_FILE, schema_text
 
+EXIT_CODES = (
+    "Exit codes: 0 printed or written."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("schema")
+    @app.command("schema", epilog=EXIT_CODES)
     def schema(write: bool = typer.Option(False, "--write", help=f"write {SCHEMA_FILE.name} in the package")) -> None:
         """Print the JSON Schema of run directories (manifest, records, telemetry)."""
         if write:

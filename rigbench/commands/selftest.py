@@ -13,8 +13,13 @@ from core.lists import parse_counts
 TARGETS = {"tok_s_error_pct": 0.5, "ttft_p50_error_ms": 2.0, "itl_p50_error_ms": 0.5}
 
 
+EXIT_CODES = (
+    "Exit codes: 0 measured; 2 the selftest could not run or measured no step."
+)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("selftest")
+    @app.command("selftest", epilog=EXIT_CODES)
     def selftest(
         steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="user counts"),
         rate: float = typer.Option(100.0, "--rate", help="tok/s each simulated reply streams at"),

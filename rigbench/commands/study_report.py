@@ -6,9 +6,13 @@ from pathlib import Path
 
 import typer
 
+EXIT_CODES = (
+    "Exit codes: 0 written; 2 not a study folder, or a file in it that cannot be read."
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("study-report")
+    @app.command("study-report", epilog=EXIT_CODES)
     def study_report(
         study: Path = typer.Argument(..., help="folder the GPU study wrote (python -m rigbench.studies.gpu_study)"),
         earlier: list[Path] = typer.Option(

@@ -11,24 +11,31 @@ from typing import Any
 
 import typer
 
-from core.errors import LoadTestError
+from core.errors import RunIncomplete, UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
+from loadtest.preflight import check_health, check_reply, check_url
+from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
+
+EXIT_CODES = (
+    "Exit codes: 0 every sweep complete; 1 a sweep failed or was interrupted (its records are kept); "
+    "2 a bad option, or a server that fails the pre-flight check (nothing was created)."
+)
 
 
 def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
-    """``--arm NAME=URL`` pairs, or the single ``--url`` as an unnamed arm."""
+    """``--arm NAME=URL`` pairs, or the single ``--url`` as an unnamed arm; every URL checked."""
     if not arms:
         if not url:
-            raise LoadTestError("no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration")
-        return [(None, url)]
+            raise UsageError("no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration")
+        return [(None, check_url(url))]
     parsed = []
     for arm in arms:
         name, sep, arm_url = arm.partition("=")
-        if not sep or not name or not arm_url.startswith(("http://", "https://")):
-            raise LoadTestError(f"cannot read --arm {arm!r}; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081")
-        parsed.append((name, arm_url))
+        if not sep or not name or not arm_url:
+            raise UsageError(f"--arm: cannot read {arm!r}; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081")
+        parsed.append((name, check_url(arm_url, f"--arm {name}")))
     return parsed
 
 
@@ -40,13 +47,13 @@ def profile_sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("sweep")
+    @app.command("sweep", epilog=EXIT_CODES)
     def sweep(
         url: str = typer.Option(None, "--url", help="server base URL, e.g. http://127.0.0.1:8080"),
         arm: list[str] = typer.Option([], "--arm", help="NAME=URL, once per server configuration (one run each)"),
         profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
-        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="user counts, one step each"),
-        warmup: float = typer.Option(10.0, "--warmup", help="warm-up seconds per step"),
+        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help=STEPS_HELP),
+        warmup: float = typer.Option(10.0, "--warmup", min=0.0, help="warm-up seconds per step"),
         measure: str = typer.Option("30", "--measure", help=MEASURE_HELP),
         max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
         ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
@@ -55,8 +62,12 @@ def register(app: typer.Typer) -> None:
             "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
         ),
         processes: int = typer.Option(1, "--processes", help="load processes on this machine (Locust --processes)"),
-        runs_dir: str = typer.Option("runs", "--runs-dir"),
-        model: str = typer.Option("default", "--model", help="model name sent in requests"),
+        runs_dir: str = typer.Option("runs", "--runs-dir", help=RUNS_DIR_HELP),
+        model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
+        model_old: str | None = old_spelling("--model"),
+        no_preflight: bool = typer.Option(
+            False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
+        ),
         max_error_rate: float = typer.Option(0.5, "--max-error-rate", help="stop the sweep above this error share"),
         timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
@@ -73,21 +84,31 @@ def register(app: typer.Typer) -> None:
             "--url for a new server",
         ),
     ) -> None:
-        """Step a streaming chat load through user counts against a running server."""
+        """Step a streaming chat load through user counts against a running server.
+
+        Before anything is created, every server is checked: its URL is a server's root, /health
+        (or /v1/models) answers, and one streamed reply comes back whole."""
         from loadtest.sweep import default_interruption_marker
         from loadtest.telemetry import server_slots
 
+        model = renamed("--model-name", model_name, "--model", model_old)
         marker = interruption_marker or default_interruption_marker()
         if resume is not None:
-            _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate)
+            _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate,
+                    preflight=not no_preflight)
             return
         profile = load_profile(profile_name)
         user_steps = parse_counts(steps, "--steps")
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
         measure_seconds = parse_windows(measure, user_steps)
+        arms = parse_arms(arm, url)
+        if not no_preflight:
+            for _, arm_url in arms:
+                check_health(arm_url)
+                check_reply(arm_url, model)
         runs: list[RunDir] = []
         failures = []
-        for arm_name, arm_url in parse_arms(arm, url):
+        for arm_name, arm_url in arms:
             slots = server_slots(arm_url) or profile.server.parallel_slots
             for context in contexts:
                 settings = LoadSettings(
@@ -121,9 +142,9 @@ def register(app: typer.Typer) -> None:
                 if manifest.status != "complete":
                     failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
                     if manifest.status == "interrupted":
-                        raise LoadTestError("; ".join(failures) + "; remaining sweeps not run")
+                        raise RunIncomplete("; ".join(failures) + "; remaining sweeps not run")
         if failures:
-            raise LoadTestError("; ".join(failures))
+            raise RunIncomplete("; ".join(failures))
 
 
 def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
@@ -141,14 +162,19 @@ def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
 
 
 def _resume(
-    old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float
+    old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float,
+    preflight: bool,
 ) -> None:
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
-    from loadtest.resume import start_resumed_run
+    from loadtest.resume import resume_url, start_resumed_run
     from loadtest.telemetry import server_slots
 
     old = RunDir(old_path)
-    run, server_url = start_resumed_run(old, url)
+    server_url = check_url(resume_url(old.read_manifest(), url))
+    if preflight:
+        check_health(server_url)
+        check_reply(server_url, model)
+    run, server_url = start_resumed_run(old, server_url)
     manifest = run.read_manifest()
     slots = server_slots(server_url)
     if slots is not None and manifest.server is not None:
@@ -164,4 +190,4 @@ def _resume(
         interruption_marker=marker,
     )
     if manifest.status != "complete":
-        raise LoadTestError(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
+        raise RunIncomplete(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")

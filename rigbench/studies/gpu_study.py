@@ -74,6 +74,7 @@ MANY_USER_TRIALS: dict[str, list[str]] = {
 # Trials at one user only, on the single-user profile.
 ONE_USER_TRIALS: dict[str, list[str]] = {"profile": []}
 BATCHED_PARALLEL = [1, 2, 4, 8, 16, 32, 64]
+DRY_RUN_MAX_TOKENS = 16
 RUN_OVERHEAD_SECONDS = 20  # server start, load processes, report (10-25 s on an H200)
 MIN_PHASE_SECONDS = 30
 
@@ -158,6 +159,9 @@ class Study:
             processes=self.processes,
             server_overrides=[*overrides, *self.placement],
             label=label,
+            # a scaled-down run (the CPU dry run) checks the plumbing, not the figures: replies short
+            # enough that its shortened windows still hold whole requests
+            max_tokens=None if self.scale >= 1 else DRY_RUN_MAX_TOKENS,
         ), **changes)
         if "measure_seconds" not in changes:
             # A 64-user request takes ~11 s on an H200 (1 user: under 1 s): 8 s at 1 user, 2 s

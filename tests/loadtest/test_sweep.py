@@ -186,7 +186,8 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
     """Each reply takes ~6 s, the whole sweep 4 s: at its end the harness stops the users, so
     every request is recorded ``interrupted`` with the chunks it got (no ``disconnect``), every
     ``--processes`` worker has exited when run_sweep returns, and the last step has its
-    telemetry ``end`` snapshot."""
+    telemetry ``end`` snapshot. No step holds a whole request, so the run measured nothing: it is
+    failed, saying which step and why, not complete."""
     import psutil
 
     config = GroundTruthConfig(ttft_ms=20, itl_ms=20, model="default", tokens=300)
@@ -198,7 +199,9 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
             p for p in psutil.process_iter(["cmdline"]) if str(run.path) in " ".join(p.info["cmdline"] or [])
         ]
         assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], "a locust process outlived run_sweep"
-    assert manifest.status == "complete", manifest.status_detail
+    assert manifest.status == "failed", manifest.status_detail
+    assert manifest.status_detail.startswith(
+        "step 0 (1 users): no successful request in its measured window (requests started there: none)")
     records = run.read_records()
     assert len(records) == 4  # one long request per user, each recorded once
     kinds = [(r.error_kind, r.interrupted) for r in records]

@@ -159,7 +159,7 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
         assert "[rigbench] serve" in logs.stdout and "llama" in logs.stdout
         if importlib.util.find_spec("loadtest.sweep") is not None:
             runs = tmp_path / "runs"
-            sweep = subprocess.run([*base, "sweep", "--steps", "1", "--warmup", "0.5", "--measure", "1.5", "--runs",
+            sweep = subprocess.run([*base, "sweep", "--steps", "1", "--warmup", "0.5", "--measure", "1.5", "--runs-dir",
                                     str(runs), "--rigbench", str(BIN / "rigbench"), "--sweep-args", "--max-tokens 8"],
                                    capture_output=True, text=True, env=env, timeout=120)
             assert sweep.returncode == 0, sweep.stderr
@@ -172,7 +172,7 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
         bench = subprocess.run([*base, "bench", "-r", "1"], capture_output=True, text=True, env=env, timeout=120)
         assert bench.returncode == 0, bench.stderr
         assert set(json.loads(bench.stdout.strip().splitlines()[-1])) == {"pp512", "tg128"}
-        fetched = subprocess.run([*base, "fetch", "--runs", str(tmp_path / "fetched")], capture_output=True,
+        fetched = subprocess.run([*base, "fetch", "--runs-dir", str(tmp_path / "fetched")], capture_output=True,
                                  text=True, env=env, timeout=60)
         assert fetched.returncode == 0, fetched.stderr
         assert len(list((tmp_path / "fetched" / "rig-bench").glob("bench-tiny-*.json"))) == 1

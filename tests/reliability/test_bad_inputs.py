@@ -253,15 +253,15 @@ CASES = [
     ),
     # command-line flags
     Case(
-        "cli: local --users 0",
-        lambda ws, url: cli("local", "--users", "0"),
-        "UsageError: --users: 0 is below 1 in '0'; expected e.g. 1,2,4,8",
+        "cli: local --steps 0",
+        lambda ws, url: cli("local", "--steps", "0"),
+        "UsageError: --steps: 0 is below 1 in '0'; expected e.g. 1,2,4,8",
     ),
     Case(
-        "cli: local --users 1,x",
-        lambda ws, url: cli("local", "--users", "1,x"),
+        "cli: local --steps 1,x",
+        lambda ws, url: cli("local", "--steps", "1,x"),
         (
-            "UsageError: --users: cannot read '1,x': 'x' is not a whole number; expected whole numbers "
+            "UsageError: --steps: cannot read '1,x': 'x' is not a whole number; expected whole numbers "
             "separated by commas, e.g. 1,2,4,8"
         ),
     ),
@@ -314,12 +314,12 @@ CASES = [
     Case(
         "cli: sweep without server",
         lambda ws, url: cli("sweep"),
-        ("LoadTestError: no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration"),
+        ("UsageError: no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration"),
     ),
     Case(
         "cli: sweep bad arm",
         lambda ws, url: cli("sweep", "--arm", "draft2"),
-        ("LoadTestError: cannot read --arm 'draft2'; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081"),
+        ("UsageError: --arm: cannot read 'draft2'; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081"),
     ),
     Case(
         "cli: sweep bad steps",

@@ -120,8 +120,8 @@ def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir
 
 def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
     return subprocess.Popen(
-        [RIGBENCH, "local", "--users", users, "--warmup", "0.5", "--measure", measure, "--max-tokens", "16",
-         "--runs", str(runs)],
+        [RIGBENCH, "local", "--steps", users, "--warmup", "0.5", "--measure", measure, "--max-tokens", "16",
+         "--runs-dir", str(runs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
     )
 
@@ -202,12 +202,12 @@ def test_llama_server_killed_mid_step_fails_the_run_keeping_every_completed_reco
     assert errors and {e["error_kind"] for e in errors} <= {"connect", "disconnect"}
     manifest = RunDir(run_path).read_manifest()
     assert manifest.status == "failed" and manifest.ended_at and manifest.last_complete_step == 0
-    assert "error rate" in manifest.status_detail and "connect" in manifest.status_detail
+    assert manifest.status_detail.startswith("the server stopped answering: "), manifest.status_detail
     assert not processes_mentioning(str(run_path)), "locust outlived the run"
     assert_next_commands_work(run_path)
     # the rig is usable again: a fresh local run on a new server completes
-    again = cli("local", "--users", "1", "--warmup", "0.5", "--measure", "1", "--max-tokens", "8",
-                "--runs", str(tmp_path / "again"), timeout=300)
+    again = cli("local", "--steps", "1", "--warmup", "0.5", "--measure", "1", "--max-tokens", "8",
+                "--runs-dir", str(tmp_path / "again"), timeout=300)
     assert again.returncode == 0, again.stderr
     assert RunDir(only_run(tmp_path / "again")).read_manifest().status == "complete"
 
@@ -244,7 +244,7 @@ def test_error_rate_above_the_limit_fails_rigbench_sweep_in_one_line_keeping_rec
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         result = cli("sweep", "--url", server.base_url, "--steps", "1,2", "--warmup", "0.5", "--measure", "3",
                      "--max-tokens", "8", "--runs-dir", str(runs), "--max-error-rate", "0.3", "--no-progress")
-    assert result.returncode == 2
+    assert result.returncode == 1  # a run was made and did not complete
     line = last_line(result.stderr)
     assert line.startswith("rigbench: error: ") and "failed" in line and "error rate" in line, result.stderr
     assert "Traceback" not in result.stderr
@@ -273,7 +273,7 @@ def test_sigterm_to_rigbench_sweep_interrupts_keeps_records_and_leaves_no_locust
         before = completed_lines(run_path)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=90)
-    assert process.returncode == 2
+    assert process.returncode == 1  # a run was made and did not complete
     assert last_line(stderr) == f"rigbench: error: {run_path}: interrupted (Ctrl-C or SIGTERM); its records are kept"
     assert before <= completed_lines(run_path)
     manifest = RunDir(run_path).read_manifest()

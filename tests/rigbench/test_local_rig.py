@@ -79,13 +79,13 @@ def test_local_rig_with_one_measured_window_per_step(tmp_path, llama_build):
     from rigbench.cli import app
 
     runner = CliRunner()
-    bad = runner.invoke(app, ["local", "--users", "1,2", "--measure", "1,2,3", "--runs", str(tmp_path)])
+    bad = runner.invoke(app, ["local", "--steps", "1,2", "--measure", "1,2,3", "--runs-dir", str(tmp_path)])
     assert isinstance(bad.exception, UsageError)  # the console script prints it as one line, exit 2
     assert str(bad.exception).startswith("--measure: 3 measured windows for 2 user steps")
     assert not any(tmp_path.iterdir())  # refused before anything was built, served or written
 
-    done = runner.invoke(app, ["local", "--users", "1,2", "--warmup", "0.3", "--measure", "1,2.5",
-                               "--backend", "cpu", "--runs", str(tmp_path)])
+    done = runner.invoke(app, ["local", "--steps", "1,2", "--warmup", "0.3", "--measure", "1,2.5",
+                               "--backend", "cpu", "--runs-dir", str(tmp_path)])
     assert done.exit_code == 0, done.output
     run = RunDir(next(tmp_path.iterdir()))
     manifest = run.read_manifest()

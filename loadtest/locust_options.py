@@ -1,0 +1,102 @@
+"""The locustfile's own options: one vocabulary with ``rigbench sweep``, each with its help.
+
+``--steps``, ``--warmup``, ``--measure``, ``--run-dir``, ``--runs-dir``, ``--context-tokens`` and
+``--model-name`` mean what they mean in every rigbench command. The spellings the locustfile
+used before (``--rigbench-steps``, ``--model``, ...) still work, hidden from ``--help`` and from
+the web UI, and say once what they are now. Locust prints ``--help`` before it loads a
+locustfile, so these options are listed by ``rigbench sweep --help`` (which passes the same ones).
+
+Nothing here imports Locust: the options are read from the namespace Locust parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from core.lists import MEASURE_HELP, parse_counts, parse_seconds
+from core.rundir import LoadSettings
+from loadtest.schedule import Stage, make_stages
+
+log = logging.getLogger("rigbench.sweep")
+DEFAULT_STEPS = "1,2,4,8,16,32,64"
+# The one Locust request entry a request makes (the error-rate rule reads it back).
+LOCUST_REQUEST_TYPE = "POST"
+LOCUST_REQUEST_NAME = "/v1/chat/completions (size: output tokens)"
+# old spelling -> (its destination, the option it is now)
+RENAMED = {
+    "--rigbench-steps": ("old_rigbench_steps", "--steps"),
+    "--rigbench-warmup": ("old_rigbench_warmup", "--warmup"),
+    "--rigbench-measure": ("old_rigbench_measure", "--measure"),
+    "--rigbench-run-dir": ("old_rigbench_run_dir", "--run-dir"),
+    "--model": ("old_model", "--model-name"),
+}
+
+
+def add_arguments(parser: Any) -> None:
+    """Register the options on Locust's parser (its ``init_command_line_parser`` event)."""
+    add = parser.add_argument
+    add("--steps", default=DEFAULT_STEPS, help="user counts, one step each, e.g. 1,2,4,8")
+    add("--warmup", type=float, default=10.0, help="warm-up seconds per step")
+    add("--measure", default="30", help=MEASURE_HELP)
+    add("--run-dir", default="", help="run directory to fill (default: a new one under --runs-dir)")
+    add("--runs-dir", default="runs", help="where a new run directory goes")
+    add("--model-name", default="default", help="model name sent in each request")
+    add("--max-tokens", type=int, default=256, help="tokens per reply")
+    add("--temperature", type=float, default=0.0, help="sampling temperature of each request")
+    add("--cache-prompt", action="store_true", default=False, help="let llama-server reuse cached prompt prefixes")
+    add("--ignore-eos", action="store_true", default=False, help="every reply runs to --max-tokens")
+    add("--prompts", default="mixed", help="mixed, a category (code, chat, ...), or a JSONL file")
+    add("--context-tokens", type=int, default=0, help="document tokens ahead of each prompt")
+    add("--read-timeout", type=float, default=60.0, help="seconds a stream may stall")
+    add("--max-error-rate", type=float, default=0.5, help="stop the sweep above this share of failed requests")
+    add("--min-requests-for-error-rate", type=int, default=10, help="requests before the error rate is judged")
+    add("--parallel-slots", type=int, default=0, help="server slots (0: ask the server's /slots)")
+    add("--timeline", action="store_true", default=False, help="also keep every chunk's arrival time")
+    add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
+    add("--no-preflight", action="store_true", default=False,
+        help="a hand run: skip the check of /health and one streamed reply before the load")
+    add("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help=argparse.SUPPRESS)
+    for old, (dest, _) in RENAMED.items():
+        add(old, dest=dest, default=None, include_in_web_ui=False, help=argparse.SUPPRESS)
+
+
+def adopt_old_spellings(options: Any) -> None:
+    """Move a value given with an old spelling to its new option, saying so once."""
+    for old, (dest, new) in RENAMED.items():
+        value = getattr(options, dest, None)
+        if value is None:
+            continue
+        log.warning("%s is now %s; the old spelling will go in a later release", old, new)
+        setattr(options, new.removeprefix("--").replace("-", "_"), type_like(options, new, value))
+        setattr(options, dest, None)
+
+
+def type_like(options: Any, new: str, value: str) -> Any:
+    current = getattr(options, new.removeprefix("--").replace("-", "_"))
+    return type(current)(value) if isinstance(current, float | int) and not isinstance(current, bool) else value
+
+
+def stages_from(options: Any) -> list[Stage]:
+    """The sweep schedule the options ask for (refused at once, naming the option, when malformed)."""
+    return make_stages(
+        parse_counts(options.steps, "--steps"),
+        options.warmup,
+        parse_seconds(options.measure, "--measure"),
+    )
+
+
+def settings_from(options: Any) -> LoadSettings:
+    return LoadSettings(
+        user_steps=parse_counts(options.steps, "--steps"),
+        warmup_seconds=options.warmup,
+        measure_seconds=parse_seconds(options.measure, "--measure"),
+        max_tokens=options.max_tokens,
+        temperature=options.temperature,
+        cache_prompt=options.cache_prompt,
+        ignore_eos=options.ignore_eos,
+        prompts=options.prompts,
+        context_tokens=options.context_tokens,
+        processes=max(1, options.processes or 1),
+    )

@@ -1,0 +1,129 @@
+"""Before any load: is the URL a server's root, and does that server stream a chat reply?
+
+Why: a sweep against the wrong place still "runs". A URL without a scheme made every request
+fail inside the client; a URL with an API path gave hundreds of 404s; nothing listening gave
+thousands of refused connections a second. Each of those ends here, in one line that names
+the URL, what answered and the fix, before a run folder exists.
+
+The check is two requests: ``GET /health`` (llama-server; ``GET /v1/models`` for other
+OpenAI-compatible servers) and one streamed chat completion of a token or two, sent through
+the very code the load uses (:func:`loadtest.streaming.stream_chat`).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from core.errors import LoadTestError, UsageError
+from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, stream_chat
+
+HEALTH_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 60.0
+HOST = re.compile(r"[A-Za-z0-9._:-]+")  # a name, an IPv4 address or an IPv6 address (brackets removed)
+HOST_AND_PORT = re.compile(r"[A-Za-z0-9._-]+(:[0-9]+)?")
+PROBE_META = RequestMeta(shard="preflight", step=0, users=1, phase="warmup", category="preflight")
+
+# What to do about each way the probe reply can fail (the error kinds of loadtest.streaming).
+FIXES = {
+    "connect": "start the server, or check the URL's host and port",
+    "timeout": "the server accepted the request but sent nothing; check its log (is it stuck or overloaded?)",
+    "disconnect": "the server closed the stream early; check its log",
+    "server_error": "the server gave up on a one-token reply; check its log",
+    "malformed_sse": "this does not stream like an OpenAI-compatible server (text/event-stream of JSON chunks)",
+    "bad_model": "pass the model name the server lists at /v1/models (--model-name)",
+    "client_error": "this is a bug in rigbench's client; please report it with this line",
+}
+
+
+def check_url(text: str, option: str = "--url") -> str:
+    """The server's root URL, ``http(s)://host[:port]``, without a trailing slash; anything else
+    is refused with the URL that was probably meant."""
+    given = text.strip()
+    if "://" not in given:
+        example = f"http://{given}" if HOST_AND_PORT.fullmatch(given) else "http://127.0.0.1:8080"
+        raise UsageError(f"{option}: {text!r} has no scheme; expected http://HOST:PORT, e.g. {example}")
+    parts = urlsplit(given)
+    if parts.scheme not in ("http", "https"):
+        raise UsageError(f"{option}: {text!r} is not an http:// or https:// URL; expected http://HOST:PORT")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} has a port that is not a number from 0 to 65535") from None
+    if not parts.hostname or not HOST.fullmatch(parts.hostname):
+        raise UsageError(f"{option}: {text!r} names no host rigbench can reach; expected http://HOST:PORT, e.g. http://127.0.0.1:8080")
+    root = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    extra = parts.path.rstrip("/") + (f"?{parts.query}" if parts.query else "") + (
+        f"#{parts.fragment}" if parts.fragment else "")
+    if extra:
+        raise UsageError(
+            f"{option}: {text!r} has an API path ({extra}); give the server's root, {root}, and rigbench adds the paths"
+        )
+    return root
+
+
+def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
+    """``/health`` (or ``/v1/models``) answers 200; returns which one did."""
+    for path in ("/health", "/v1/models"):
+        try:
+            response = httpx.get(url + path, timeout=timeout)
+        except httpx.ConnectError:
+            raise LoadTestError(f"{url}: nothing is listening (connection refused); {FIXES['connect']}") from None
+        except httpx.TimeoutException:
+            raise LoadTestError(
+                f"{url}: no answer to GET {path} within {timeout:g} s; check the host, the port and any firewall"
+            ) from None
+        except httpx.HTTPError as error:
+            raise LoadTestError(f"{url}: GET {path} failed: {type(error).__name__}: {error}") from None
+        if response.status_code == 200:
+            return path
+        if response.status_code == 503:
+            raise LoadTestError(
+                f"{url}{path} answers 503 ({response.text.strip()[:120]}): the server is still loading its model; "
+                "wait until it answers 200, then run again"
+            )
+        if response.status_code != 404:
+            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}: {response.text.strip()[:200]}")
+    raise LoadTestError(
+        f"{url}: /health and /v1/models both answer 404, so this is not the root of an OpenAI-compatible "
+        "server; check the URL (no API path) and the port"
+    )
+
+
+def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:
+    """One streamed chat completion of two tokens comes back whole."""
+    payload = build_payload(
+        [{"role": "user", "content": "Say OK."}],
+        model=model_name,
+        max_tokens=2,
+        temperature=0.0,
+        cache_prompt=False,
+        ignore_eos=False,
+    )
+    with make_client(url, read_timeout=timeout, connect_timeout=HEALTH_TIMEOUT_S) as client:
+        record = stream_chat(client, payload, PROBE_META).record
+    if record.ok:
+        return
+    kind = record.error_kind or "unknown"
+    detail = f" ({record.error_message})" if record.error_message else ""
+    if kind.startswith("http_"):
+        code = kind.removeprefix("http_")
+        fix = (
+            "the server has no OpenAI chat endpoint at this root; check the URL and the server"
+            if code == "404"
+            else "check the server's log"
+        )
+        raise LoadTestError(f"{url}{CHAT_PATH} answers HTTP {code}{detail}: {fix}")
+    if kind == "bad_model":
+        raise LoadTestError(f"{url}{CHAT_PATH} refused the model name {model_name!r}{detail}: {FIXES['bad_model']}")
+    raise LoadTestError(f"{url}{CHAT_PATH}: a one-token streamed reply failed: {kind}{detail}; {FIXES.get(kind, '')}")
+
+
+def preflight(url: str, model_name: str = "default") -> str:
+    """Check the URL and the server before a run exists; returns the normalised root URL."""
+    root = check_url(url)
+    check_health(root)
+    check_reply(root, model_name)
+    return root
