@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import httpx
 import psutil
 
 from core.rundir import RunDir, StepWindow, utc_now
+from loadtest.error_watch import ErrorWatch
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Stage, boundaries
@@ -31,20 +31,6 @@ log = logging.getLogger("rigbench.sweep")
 CPU_WARN_PERCENT = 90.0
 FAILED_EXIT_CODE = 3
 MARKER_POLL_SECONDS = 0.5
-# A failure is "<kind>: <message>"; a worker's reaches the master as the exception's repr, so search.
-ERROR_KIND = re.compile(r"\b(http_\d+|bad_model|connect|timeout|disconnect|malformed_sse|server_error|client_error):")
-# What to do when most failed requests are of a kind (the error-rate stop says it).
-FIXES = {
-    "connect": "nothing answers at the URL any more: is the server still running?",
-    "timeout": "streams stall past --read-timeout: the server is stuck or overloaded (fewer users, or a longer "
-               "--read-timeout)",
-    "disconnect": "the server closes streams early: check its log (a crash or a restart?)",
-    "server_error": "the server gave up mid-stream: check its log (context full? raise -c or lower --max-tokens)",
-    "malformed_sse": "the server does not stream OpenAI-style JSON events: is it an OpenAI-compatible server?",
-    "bad_model": "the server does not know the model name: pass --model-name as it lists at /v1/models",
-    "http_404": "the server answers 404: the URL must be its root (no API path)",
-    "http_503": "the server is busy or still loading: wait for /health to answer 200, or serve fewer users",
-}
 
 
 class SweepController:
@@ -230,15 +216,6 @@ class SweepController:
         self.environment.runner.quit()
 
     # --- error threshold -------------------------------------------------------------
-    def _error_kinds(self) -> dict[str, int]:
-        """Failed requests so far by error kind (Locust keeps one entry per distinct message)."""
-        kinds: dict[str, int] = {}
-        for error in self.environment.stats.errors.values():
-            match = ERROR_KIND.search(str(error.error))
-            kind = match.group(1) if match else "unknown"
-            kinds[kind] = kinds.get(kind, 0) + error.occurrences
-        return kinds
-
     def _fail(self, detail: str) -> None:
         self.failed = detail
         log.error(self.failed)
@@ -248,48 +225,17 @@ class SweepController:
         self.environment.runner.quit()
 
     def _watch_errors(self) -> None:
-        """Every second: a client bug fails the sweep at once; refused connections with no success
-        in between mean the server is gone (users back off, so their count stays low: the error
-        rate alone would not see it); otherwise the error rate is held to its limit."""
-        limit = self.options.max_error_rate
-        minimum = self.options.min_requests_for_error_rate
-        successes = refused = refused_since_success = 0
+        """Once a second, the error rules of ``loadtest.error_watch`` over the master's totals."""
+        watch = ErrorWatch(self.options.max_error_rate, self.options.min_requests_for_error_rate)
         while True:
             gevent.sleep(1.0)
-            kinds = self._error_kinds()
-            entry = self.environment.stats.entries.get((LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE))
-            now_successes = entry.num_requests - entry.num_failures if entry is not None else 0
-            now_refused = kinds.get("connect", 0)
-            if now_successes > successes:
-                refused_since_success = 0
-            refused_since_success += now_refused - refused
-            successes, refused = now_successes, now_refused
-            if refused_since_success >= minimum:
-                self._fail(
-                    f"the server stopped answering: {refused_since_success} refused connections since the last "
-                    f"successful request ({FIXES['connect']}). Sweep stopped, records kept"
-                )
-                return
-            if kinds.get("client_error"):
-                bug = next(str(e.error) for e in self.environment.stats.errors.values()
-                           if "client_error:" in str(e.error))
-                self._fail(
-                    f"the load generator's own request code failed ({bug[:300]}); the sweep is stopped, the "
-                    "records written so far are kept. This is a bug in rigbench: please report it with this line"
-                )
-                return
-            if entry is None or entry.num_requests < minimum:
-                continue
-            rate = entry.num_failures / entry.num_requests
-            if rate > limit:
-                dominant, count = max(kinds.items(), key=lambda item: item[1]) if kinds else ("unknown", 0)
-                fix = FIXES.get(dominant) or ("the server failed requests: check its log" if dominant.startswith(
-                    "http_5") else "check the server log and the records' error_message")
-                self._fail(
-                    f"error rate {rate:.0%} over {entry.num_requests} requests exceeds the limit of {limit:.0%}; "
-                    f"most are {dominant} ({count} of {entry.num_failures}): {fix}. Sweep stopped, records kept "
-                    "(--max-error-rate sets the limit)"
-                )
+            stats = self.environment.stats
+            entry = stats.entries.get((LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE))
+            errors = [(str(error.error), error.occurrences) for error in stats.errors.values()]
+            requests, failures = (entry.num_requests, entry.num_failures) if entry is not None else (0, 0)
+            detail = watch.observe(requests, failures, errors)
+            if detail is not None:
+                self._fail(detail)
                 return
 
 

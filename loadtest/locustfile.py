@@ -4,9 +4,9 @@ Works by hand (web UI or ``--headless``) and under ``rigbench sweep``, which pas
 options (``loadtest/locust_options.py``; ``rigbench sweep --help`` describes them, since Locust
 prints ``--help`` before it loads a locustfile). A hand run checks its ``--host`` first (a
 server's root that answers ``/health`` and streams one reply) and makes a new run directory
-under ``--runs-dir`` when it starts, so it is analysable too; the schedule and the run's
-settings are read from the options when a run starts, so the web UI's custom parameters take
-effect. Options reach ``--processes`` and remote workers with Locust's spawn message, so only
+under ``--runs-dir``, so it is analysable too; the schedule and the run's settings are read
+again from the options when a run starts, so the web UI's custom parameters take effect.
+Options reach ``--processes`` and remote workers with Locust's spawn message, so only
 the master needs them. One Locust request entry per request; per-step output tok/s and TTFT
 are in the web UI's rigbench tab and in ``<csv prefix>_rigbench_steps.csv``.
 """
@@ -88,6 +88,9 @@ def on_init(environment: Any, **_: Any) -> None:
         web_ui.install(environment.web_ui)
     if not environment.host:
         return
+    if hand_run:
+        # made now, before any user can start (a reset below yields while it asks the server)
+        options.run_dir = str(_new_run_dir(options, environment.host).path)
 
     def on_reset(t0: float) -> None:
         global _controller
@@ -100,9 +103,14 @@ def on_init(environment: Any, **_: Any) -> None:
             return
         if shape is not None:
             shape.stages = current
-        if hand_run and (not options.run_dir or RunDir(options.run_dir).read_manifest().status != "running"):
-            # a first start, or a second one from the web UI: a fresh run directory (a finished one stays)
-            options.run_dir = str(_new_run_dir(options, environment.host).path)
+        if hand_run:
+            manifest = RunDir(options.run_dir).read_manifest()
+            if manifest.status != "running":
+                # a second start from the web UI: a fresh run directory, the finished one stays as it was
+                options.run_dir = str(_new_run_dir(options, environment.host).path)
+            elif manifest.load != settings_from(options):
+                # the web UI's parameters changed before the first start: the run says what it ran
+                RunDir(options.run_dir).update_manifest(load=settings_from(options))
         with _reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
             run = RunDir(options.run_dir)
             options.rigbench_t0 = t0

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from core.errors import LoadTestError, UsageError
+from loadtest.error_watch import fix_for
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, stream_chat
 
 HEALTH_TIMEOUT_S = 5.0
@@ -26,14 +27,11 @@ HOST = re.compile(r"[A-Za-z0-9._:-]+")  # a name, an IPv4 address or an IPv6 add
 HOST_AND_PORT = re.compile(r"[A-Za-z0-9._-]+(:[0-9]+)?")
 PROBE_META = RequestMeta(shard="preflight", step=0, users=1, phase="warmup", category="preflight")
 
-# What to do about each way the probe reply can fail (the error kinds of loadtest.streaming).
+# Before the load, what to do differs from a failure mid-sweep (loadtest.error_watch) for these kinds.
 FIXES = {
     "connect": "start the server, or check the URL's host and port",
-    "timeout": "the server accepted the request but sent nothing; check its log (is it stuck or overloaded?)",
-    "disconnect": "the server closed the stream early; check its log",
-    "server_error": "the server gave up on a one-token reply; check its log",
-    "malformed_sse": "this does not stream like an OpenAI-compatible server (text/event-stream of JSON chunks)",
-    "bad_model": "pass the model name the server lists at /v1/models (--model-name)",
+    "timeout": "the server accepted the request but sent nothing in time; check its log (stuck, or still loading?)",
+    "server_error": "the server gave up on a two-token reply; check its log",
     "client_error": "this is a bug in rigbench's client; please report it with this line",
 }
 
@@ -93,7 +91,7 @@ def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
 
 
 def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:
-    """One streamed chat completion of two tokens comes back whole."""
+    """One streamed chat completion of two tokens comes back whole within ``timeout`` seconds."""
     payload = build_payload(
         [{"role": "user", "content": "Say OK."}],
         model=model_name,
@@ -117,8 +115,9 @@ def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TI
         )
         raise LoadTestError(f"{url}{CHAT_PATH} answers HTTP {code}{detail}: {fix}")
     if kind == "bad_model":
-        raise LoadTestError(f"{url}{CHAT_PATH} refused the model name {model_name!r}{detail}: {FIXES['bad_model']}")
-    raise LoadTestError(f"{url}{CHAT_PATH}: a one-token streamed reply failed: {kind}{detail}; {FIXES.get(kind, '')}")
+        raise LoadTestError(f"{url}{CHAT_PATH} refused the model name {model_name!r}{detail}: {fix_for(kind)}")
+    fix = FIXES.get(kind) or fix_for(kind)
+    raise LoadTestError(f"{url}{CHAT_PATH}: a two-token streamed reply failed: {kind}{detail}; {fix}")
 
 
 def preflight(url: str, model_name: str = "default") -> str:

@@ -34,11 +34,9 @@ def resume_url(manifest: RunManifest, url: str | None) -> str:
     return f"http://{manifest.server.host}:{manifest.server.port}"
 
 
-def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
-    """Create the linked run for the rest of ``old``'s sweep; returns it and the server URL.
-
-    Refuses a run that is complete or still running (nothing to resume, or a sweep may still
-    be writing it) with a message that says what to do instead."""
+def check_resumable(old: RunDir) -> RunManifest:
+    """The manifest of a run that can be resumed; refuses a run that is complete or still running
+    (nothing to resume, or a sweep may still be writing it) with what to do instead."""
     manifest = old.read_manifest()
     if manifest.status == "running":
         raise LoadTestError(
@@ -53,9 +51,15 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
                 raise LoadTestError(
                     f"{old.path}: already resumed by {name}; resume that run instead if it was interrupted too"
                 )
-    steps = remaining_steps(manifest)
-    if not steps:
+    if not remaining_steps(manifest):
         raise LoadTestError(f"{old.path}: every step completed (status {manifest.status}); there is nothing to resume")
+    return manifest
+
+
+def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
+    """Create the linked run for the rest of ``old``'s sweep; returns it and the server URL."""
+    manifest = check_resumable(old)
+    steps = remaining_steps(manifest)
     assert manifest.load is not None
     server_url = resume_url(manifest, url)
     server = manifest.server or ServerInfo(args=[], host="", port=0)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import ProfileError, RigbenchError, RunIncomplete
@@ -111,14 +112,23 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
     )
 
 
-def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
-    """Run the local rig end to end; returns the report's path."""
-    from analysis.report import write_report  # matplotlib: loaded when a report is written, not at CLI start
+@dataclass
+class PreparedServer:
+    """llama-server ready to start for a profile: the build, the model files and the command line."""
 
-    console = console or Console(stderr=True)
+    profile: RigProfile
+    build: BuildManifest
+    model: ModelInfo
+    drafter: ModelInfo | None
+    server: LocalServer
+    server_args: list[str]
+
+
+def prepare_server(options: LocalRigOptions, console: Console, port: int | None = None) -> PreparedServer:
+    """Build or reuse llama.cpp, write or find the model (and drafter), and make the server's command."""
     profile = load_profile(options.profile)
     cache = cache_root()
-    console.print(f"[bold]rigbench local[/] profile {profile.name}: building or reusing llama.cpp …")
+    console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
     built = build_llama_cpp(
         profile.llama_cpp.spec(), options.backend, extra_options=profile.llama_cpp.cmake_options, cache=cache
     )
@@ -129,7 +139,18 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
     server_args = profile.server_args(model_path, drafter_path)
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
-    server = LocalServer(built.binary("llama-server"), server_args)
+    server = LocalServer(built.binary("llama-server"), server_args, port=port)
+    return PreparedServer(profile, built, model, drafter, server, server_args)
+
+
+def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
+    """Run the local rig end to end; returns the report's path."""
+    from analysis.report import write_report  # matplotlib: loaded when a report is written, not at CLI start
+
+    console = console or Console(stderr=True)
+    prepared = prepare_server(options, console)
+    profile, built, model, drafter = prepared.profile, prepared.build, prepared.model, prepared.drafter
+    server, server_args = prepared.server, prepared.server_args
     request = profile.request
     load = LoadSettings(
         user_steps=list(options.user_steps),

@@ -16,6 +16,7 @@ from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from loadtest.preflight import check_health, check_reply, check_url
+from loadtest.prompts import load_prompts
 from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
 
 EXIT_CODES = (
@@ -35,6 +36,8 @@ def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]
         name, sep, arm_url = arm.partition("=")
         if not sep or not name or not arm_url:
             raise UsageError(f"--arm: cannot read {arm!r}; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081")
+        if name in {seen for seen, _ in parsed}:
+            raise UsageError(f"--arm: {name!r} is given twice; name each server configuration once")
         parsed.append((name, check_url(arm_url, f"--arm {name}")))
     return parsed
 
@@ -69,6 +72,9 @@ def register(app: typer.Typer) -> None:
             False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
         ),
         max_error_rate: float = typer.Option(0.5, "--max-error-rate", help="stop the sweep above this error share"),
+        read_timeout: float = typer.Option(
+            60.0, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
+        ),
         timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
         interruption_marker: Path = typer.Option(
@@ -95,17 +101,18 @@ def register(app: typer.Typer) -> None:
         marker = interruption_marker or default_interruption_marker()
         if resume is not None:
             _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate,
-                    preflight=not no_preflight)
+                    read_timeout=read_timeout, preflight=not no_preflight)
             return
         profile = load_profile(profile_name)
         user_steps = parse_counts(steps, "--steps")
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
         measure_seconds = parse_windows(measure, user_steps)
+        load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
         arms = parse_arms(arm, url)
         if not no_preflight:
             for _, arm_url in arms:
                 check_health(arm_url)
-                check_reply(arm_url, model)
+                check_reply(arm_url, model, timeout=read_timeout)
         runs: list[RunDir] = []
         failures = []
         for arm_name, arm_url in arms:
@@ -136,6 +143,7 @@ def register(app: typer.Typer) -> None:
                     progress=progress,
                     model=model,
                     max_error_rate=max_error_rate,
+                    read_timeout=read_timeout,
                     timeline=timeline,
                     interruption_marker=marker,
                 )
@@ -163,17 +171,17 @@ def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
 
 def _resume(
     old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float,
-    preflight: bool,
+    read_timeout: float, preflight: bool,
 ) -> None:
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
-    from loadtest.resume import resume_url, start_resumed_run
+    from loadtest.resume import check_resumable, resume_url, start_resumed_run
     from loadtest.telemetry import server_slots
 
     old = RunDir(old_path)
-    server_url = check_url(resume_url(old.read_manifest(), url))
+    server_url = check_url(resume_url(check_resumable(old), url))
     if preflight:
         check_health(server_url)
-        check_reply(server_url, model)
+        check_reply(server_url, model, timeout=read_timeout)
     run, server_url = start_resumed_run(old, server_url)
     manifest = run.read_manifest()
     slots = server_slots(server_url)
@@ -187,6 +195,7 @@ def _resume(
         progress=progress,
         model=model,
         max_error_rate=max_error_rate,
+        read_timeout=read_timeout,
         interruption_marker=marker,
     )
     if manifest.status != "complete":

@@ -124,6 +124,11 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     plans = json.loads(plan_json.read_text())["plans"]
     assert plans[0]["hypothetical"] is True and plans[0]["instances"] >= 1
 
+    # targets no measured rig meets: a script can tell by the exit code (3), not only by the text
+    unmet = runner.invoke(app, ["plan", "--users", "10", "--min-tok-s", "1000", "--ttft-p90", "1", str(base)])
+    assert unmet.exit_code == 3, unmet.output
+    assert "no measured rig meets the targets" in unmet.output
+
 
 def test_cli_error_is_one_line_without_traceback(tmp_path):
     import subprocess

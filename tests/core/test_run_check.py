@@ -339,3 +339,30 @@ def test_a_real_local_rig_run_checks_healthy_then_damaged(tmp_path):
     result = CliRunner().invoke(app, ["check", "--quiet", str(path)])
     assert result.exit_code == 1
     assert result.output.startswith(f"damaged: 1 problem(s) in {path} (first: status: running, but no process")
+
+
+def rewrite_records(run: RunDir, change) -> None:
+    """Every record of every shard passed through ``change`` (a dict of field updates per record)."""
+    for path in run.shard_paths():
+        records = [RequestRecord.model_validate_json(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(r.model_copy(update=change(r)).model_dump_json() + "\n" for r in records))
+
+
+def test_a_step_with_no_successful_request_measured_nothing(tmp_path):
+    run = build_run(tmp_path)
+    rewrite_records(run, lambda r: {"error_kind": "http_500"} if r.step == 1 and r.phase == "measure" else {})
+    report = check_run(run.path)
+    assert not report.healthy
+    assert report.summary() == (
+        f"damaged: 1 problem(s) in {run.path} (first: step 1 (2 users): no successful request in its measured window "
+        "(3 started there): it measured nothing; re-run the step with a longer --measure, or see the records' "
+        "error_kind)"
+    )
+    assert invoke(run).exit_code == 1
+
+
+def test_a_run_whose_records_are_all_interrupted_measured_no_whole_request(tmp_path):
+    run = build_run(tmp_path)
+    rewrite_records(run, lambda r: {"interrupted": True})
+    messages = [finding.message for finding in check_run(run.path).damaged]
+    assert messages[0] == "all 10 record(s) are interrupted: the run measured no whole request"

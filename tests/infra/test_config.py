@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -86,3 +87,15 @@ def test_unknown_key_is_refused():
 def test_both_public_key_forms_are_refused():
     with pytest.raises(InfraError, match="both are set"):
         parse_rig_config({"owner": "me", "publicKey": "x", "publicKeyPath": "y", "allowedCidrs": "10.0.0.0/8"})
+
+
+def test_the_docs_way_to_set_cidrs_gives_a_list_the_program_reads():
+    """``pulumi config set --path 'allowedCidrs[0]' 203.0.113.7/32`` stores a YAML list (the key is
+    declared ``type: array``); Pulumi hands an array to the program as JSON text."""
+    docs = (ROOT / "README.md").read_text() + (ROOT / "docs" / "cloud.md").read_text()
+    assert "pulumi config set --path 'allowedCidrs[0]' 203.0.113.7/32" in docs
+    assert 'pulumi config set allowedCidrs "' not in docs, "a plain string for an array key fails Pulumi's check"
+    stored = yaml.safe_load("config:\n  rigbench:allowedCidrs:\n    - 203.0.113.7/32\n")["config"]
+    config = parse_rig_config({"owner": "me", "publicKey": "x",
+                               "allowedCidrs": json.dumps(stored["rigbench:allowedCidrs"])})
+    assert config.allowed_cidrs == ["203.0.113.7/32"]

@@ -30,7 +30,7 @@ from llamacpp.synthetic_gemma4 import (
 )
 from llamacpp.synthetic_models import banned_token_ids
 
-PUBLISHED_E2B_Q4_0_BYTES = 3_349_516_256  # gemma-4-E2B-it-q4_0-exact.gguf (DESIGN.md, seed articles)
+PUBLISHED_E2B_Q4_0_BYTES = 3_349_516_256  # the published gemma-4-E2B-it-q4_0-exact.gguf
 PUBLISHED_E4B_PARAMETERS = 7.52e9  # llama.cpp docs/build-riscv64-spacemit.md, gemma4 E4B row
 
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,13 +54,14 @@ def refusal(action: Callable[[], object]) -> str:
 
 
 def cli(*args: str) -> str:
-    """What the user sees: a RigbenchError (printed as one line by the console script) or typer's usage error."""
+    """What the user sees: a RigbenchError (printed as one line by the console script, which exits
+    with the error's code) or typer's usage error (exit 2), and the exit code."""
     result = CliRunner().invoke(app, list(args))
     if isinstance(result.exception, RigbenchError):
-        return f"{type(result.exception).__name__}: {result.exception}"
-    assert result.exit_code == 2, f"expected a refusal, got exit {result.exit_code}: {result.output}"
+        return f"{type(result.exception).__name__}: {result.exception} (exit {result.exception.exit_code})"
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     boxed = " ".join(line.strip(" │") for line in result.output.splitlines() if line.startswith("│"))
-    return "UsageError: " + re.sub(r"\s+", " ", boxed).strip()
+    return "UsageError: " + re.sub(r"\s+", " ", boxed).strip() + f" (exit {result.exit_code})"
 
 
 def stack(**changes: str | None) -> Callable[[Path, str], str]:
@@ -103,6 +105,36 @@ def dead_port(ws: Path, url: str) -> str:
         port = probe.getsockname()[1]
     outcome = request("/v1/chat/completions")(ws, f"http://127.0.0.1:{port}")
     return outcome.split(":", 1)[0]  # the OS wording of "connection refused" varies
+
+
+def dead_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def against_nothing(*args: str) -> Callable[[Path, str], str]:
+    """``rigbench ARGS --url <a port where nothing listens>``; the port reads {dead} in the outcome."""
+
+    def act(ws: Path, url: str) -> str:
+        dead = dead_url()
+        return cli(*args, "--url", dead).replace(dead, "{dead}")
+
+    return act
+
+
+def prompt_file_case(ws: Path, url: str, text: str) -> str:
+    """A prompt file written for the case (and removed again), given to a sweep."""
+    path = ws / "notes" / "prompts.jsonl"
+    path.write_text(text)
+    try:
+        return cli("sweep", "--url", url, "--steps", "1", "--prompts", "notes/prompts.jsonl")
+    finally:
+        path.unlink()
+
+
+def sweep_against(mode: str, *args: str) -> Callable[[Path, str], str]:
+    return lambda ws, url: cli("sweep", "--url", SERVERS[mode], "--steps", "1", *args)
 
 
 def edited_run(edit: Callable[[RunDir], None], read: Callable[[RunDir], object]) -> Callable[[Path, str], str]:
@@ -255,32 +287,32 @@ CASES = [
     Case(
         "cli: local --steps 0",
         lambda ws, url: cli("local", "--steps", "0"),
-        "UsageError: --steps: 0 is below 1 in '0'; expected e.g. 1,2,4,8",
+        "UsageError: --steps: 0 is below 1 in '0'; expected e.g. 1,2,4,8 (exit 2)",
     ),
     Case(
         "cli: local --steps 1,x",
         lambda ws, url: cli("local", "--steps", "1,x"),
         (
             "UsageError: --steps: cannot read '1,x': 'x' is not a whole number; expected whole numbers "
-            "separated by commas, e.g. 1,2,4,8"
+            "separated by commas, e.g. 1,2,4,8 (exit 2)"
         ),
     ),
     Case(
         "cli: local --backend tpu",
         lambda ws, url: cli("local", "--backend", "tpu"),
-        "UsageError: Invalid value: --backend must be auto, cpu or cuda, found 'tpu'",
+        "UsageError: Invalid value: --backend must be auto, cpu or cuda, found 'tpu' (exit 2)",
     ),
     Case(
         "cli: local --measure 0",
         lambda ws, url: cli("local", "--measure", "0"),
-        "UsageError: --measure: every value must be above 0 seconds, found '0'; expected e.g. 30 or 8,8,10,20",
+        "UsageError: --measure: every value must be above 0 seconds, found '0'; expected e.g. 30 or 8,8,10,20 (exit 2)",
     ),
     Case(
         "cli: local unknown profile",
         lambda ws, url: cli("local", "--profile", "nosuch"),
         (
             "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma4-e2b, "
-            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file"
+            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file (exit 2)"
         ),
     ),
     Case(
@@ -288,46 +320,184 @@ CASES = [
         lambda ws, url: cli("check", "notes"),
         (
             "RunDirError: notes: not a run directory (no manifest.json and no records/); "
-            "pass a folder under runs/, e.g. runs/<run-id>"
+            "pass a folder under runs/, e.g. runs/<run-id> (exit 2)"
         ),
     ),
     Case(
         "cli: check a missing folder",
         lambda ws, url: cli("check", "runs/nothing"),
-        ("RunDirError: runs/nothing: no such directory; expected a run directory such as runs/<run-id>"),
+        ("RunDirError: runs/nothing: no such directory; expected a run directory such as runs/<run-id> (exit 2)"),
     ),
     Case(
         "cli: report a missing folder",
         lambda ws, url: cli("report", "runs/nothing"),
-        ("RunDirError: runs/nothing: no such directory; pass a run directory such as runs/<run-id>"),
+        ("RunDirError: runs/nothing: no such directory; pass a run directory such as runs/<run-id> (exit 2)"),
     ),
     Case(
         "cli: orphans without region",
         lambda ws, url: cli("orphans"),
-        ("InfraError: no region named; pass --region us-east-1 (repeat it for every region your rigs may be in)"),
+        (
+            "InfraError: no region named; pass --region us-east-1 (repeat it for every region your rigs may be in) "
+            "(exit 2)"
+        ),
     ),
     Case(
         "cli: orphans bad region",
         lambda ws, url: cli("orphans", "-r", "mars-1"),
-        ("InfraError: 'mars-1' is not an AWS region name such as 'us-east-1'; check --region"),
+        ("InfraError: 'mars-1' is not an AWS region name such as 'us-east-1'; check --region (exit 2)"),
     ),
     Case(
         "cli: sweep without server",
         lambda ws, url: cli("sweep"),
-        ("UsageError: no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration"),
+        ("UsageError: no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration (exit 2)"),
     ),
     Case(
         "cli: sweep bad arm",
         lambda ws, url: cli("sweep", "--arm", "draft2"),
-        ("UsageError: --arm: cannot read 'draft2'; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081"),
+        ("UsageError: --arm: cannot read 'draft2'; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081 (exit 2)"),
     ),
     Case(
         "cli: sweep bad steps",
         lambda ws, url: cli("sweep", "--url", url, "--steps", "1,a"),
         (
             "UsageError: --steps: cannot read '1,a': 'a' is not a whole number; expected whole numbers "
-            "separated by commas, e.g. 1,2,4,8"
+            "separated by commas, e.g. 1,2,4,8 (exit 2)"
         ),
+    ),
+    # the first hour's mistakes, each refused before anything exists
+    Case(
+        "cli: sweep url without scheme",
+        lambda ws, url: cli("sweep", "--url", "127.0.0.1:8080"),
+        "UsageError: --url: '127.0.0.1:8080' has no scheme; expected http://HOST:PORT, e.g. http://127.0.0.1:8080 "
+        "(exit 2)",
+    ),
+    Case(
+        "cli: sweep url that is not a url",
+        lambda ws, url: cli("sweep", "--url", "my rig"),
+        "UsageError: --url: 'my rig' has no scheme; expected http://HOST:PORT, e.g. http://127.0.0.1:8080 (exit 2)",
+    ),
+    Case(
+        "cli: sweep steps with spaces",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1 2 4"),
+        "UsageError: --steps: cannot read '1 2 4': '1 2 4' is not a whole number; expected whole numbers separated "
+        "by commas, e.g. 1,2,4,8 (exit 2)",
+    ),
+    Case(
+        "cli: sweep nothing listening",
+        against_nothing("sweep", "--steps", "1"),
+        "LoadTestError: {dead}: nothing is listening (connection refused); start the server, or check the URL's "
+        "host and port (exit 2)",
+    ),
+    Case(
+        "cli: sweep url with the api path",
+        lambda ws, url: cli("sweep", "--url", url + "/v1/chat/completions"),
+        "UsageError: --url: '{url}/v1/chat/completions' has an API path (/v1/chat/completions); give the server's "
+        "root, {url}, and rigbench adds the paths (exit 2)",
+    ),
+    Case(
+        "cli: sweep a web server that is not an api",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1"),
+        "LoadTestError: {url}: /health and /v1/models both answer 404, so this is not the root of an "
+        "OpenAI-compatible server; check the URL (no API path) and the port (exit 2)",
+    ),
+    Case(
+        "cli: sweep json that never streams",
+        sweep_against("json-only"),
+        "LoadTestError: {json-only}/v1/chat/completions: a two-token streamed reply failed: malformed_sse (Expected "
+        "response header Content-Type to contain 'text/event-stream', got 'application/json'); the server does not "
+        "stream OpenAI-style JSON events: is it an OpenAI-compatible server? (exit 2)",
+    ),
+    Case(
+        "cli: sweep a stream that stalls before the first token",
+        sweep_against("stall", "--read-timeout", "1"),
+        "LoadTestError: {stall}/v1/chat/completions: a two-token streamed reply failed: timeout (stream stalled: "
+        "ReadTimeout); the server accepted the request but sent nothing in time; check its log (stuck, or still "
+        "loading?) (exit 2)",
+    ),
+    Case(
+        "cli: sweep a server still loading",
+        sweep_against("loading"),
+        "LoadTestError: {loading}/health answers 503 ({\"error\": {\"message\": \"Loading model\"}}): the server is "
+        "still loading its model; wait until it answers 200, then run again (exit 2)",
+    ),
+    Case(
+        "cli: sweep an unknown model name",
+        sweep_against("bad-model", "--model-name", "nosuch"),
+        "LoadTestError: {bad-model}/v1/chat/completions refused the model name 'nosuch' ({\"error\": {\"message\": "
+        "\"model not found: nosuch\"}}): the server does not know the model name: pass --model-name as it lists at "
+        "/v1/models (exit 2)",
+    ),
+    Case(
+        "cli: sweep windows that do not match the steps",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1,2,4", "--measure", "5,6"),
+        "UsageError: --measure: 2 measured windows for 3 user steps; give one number, or one per step (exit 2)",
+    ),
+    Case(
+        "cli: sweep a step twice",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1,2,2"),
+        "UsageError: --steps: 2 is given twice in '1,2,2'; give each value once (exit 2)",
+    ),
+    Case(
+        "cli: sweep bad context depths",
+        lambda ws, url: cli("sweep", "--url", url, "--context-tokens", "0,8k"),
+        "UsageError: --context-tokens: cannot read '0,8k': '8k' is not a whole number; expected whole numbers "
+        "separated by commas, e.g. 0,8192 (exit 2)",
+    ),
+    Case(
+        "cli: sweep arm without a scheme",
+        lambda ws, url: cli("sweep", "--arm", "draft=localhost:8081"),
+        "UsageError: --arm draft: 'localhost:8081' has no scheme; expected http://HOST:PORT, e.g. "
+        "http://localhost:8081 (exit 2)",
+    ),
+    Case(
+        "cli: sweep the same arm twice",
+        lambda ws, url: cli("sweep", "--arm", "a=http://127.0.0.1:1", "--arm", "a=http://127.0.0.1:2"),
+        "UsageError: --arm: 'a' is given twice; name each server configuration once (exit 2)",
+    ),
+    Case(
+        "cli: sweep a run folder as the profile",
+        lambda ws, url: cli("sweep", "--url", url, "--profile", f"runs/{RUN_ID}"),
+        f"ProfileError: profile runs/{RUN_ID} is a run directory, not a profile; give a bundled profile "
+        "(gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+    ),
+    Case(
+        "cli: local a folder as the profile",
+        lambda ws, url: cli("local", "--profile", "notes"),
+        "ProfileError: profile notes is a folder, not a profile; give a bundled profile (gemma4-e2b, "
+        "gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+    ),
+    Case(
+        "cli: sweep an empty prompt file",
+        lambda ws, url: prompt_file_case(ws, url, ""),
+        "LoadTestError: prompt file notes/prompts.jsonl holds no prompts (exit 2)",
+    ),
+    Case(
+        "cli: sweep a prompt file that is not json",
+        lambda ws, url: prompt_file_case(ws, url, "say hi\n"),
+        "LoadTestError: notes/prompts.jsonl:1: not JSON (Expecting value: line 1 column 1 (char 0)); expected one "
+        "JSON object per line (exit 2)",
+    ),
+    Case(
+        "cli: resume a complete run",
+        lambda ws, url: cli("sweep", "--resume", f"runs/{RUN_ID}"),
+        f"LoadTestError: runs/{RUN_ID}: the sweep is complete; there is nothing to resume (exit 2)",
+    ),
+    Case(
+        "cli: autotune steps with spaces",
+        lambda ws, url: cli("autotune", "--profile", "tiny", "--steps", "1 64"),
+        "UsageError: --steps: cannot read '1 64': '1 64' is not a whole number; expected whole numbers separated "
+        "by commas, e.g. 1,2,4,8 (exit 2)",
+    ),
+    Case(
+        "cli: selftest an empty step",
+        lambda ws, url: cli("selftest", "--steps", "1,,2"),
+        "UsageError: --steps: cannot read '1,,2': expected values separated by commas, e.g. 1,2,4,8 (exit 2)",
+    ),
+    Case(
+        "cli: local old spelling with a bad value",
+        lambda ws, url: cli("local", "--users", "1 2"),
+        "UsageError: --steps: cannot read '1 2': '1 2' is not a whole number; expected whole numbers separated by "
+        "commas, e.g. 1,2,4,8 (exit 2)",
     ),
     # run directories
     Case(
@@ -424,14 +594,34 @@ def fingerprint(root: Path) -> dict[str, tuple[int, str]]:
 
 
 class BadServer(http.server.BaseHTTPRequestHandler):
-    """Each path answers one wrong way."""
+    """Each path answers one wrong way; at its root it is a web server, not an OpenAI-compatible API."""
+
+    mode = "paths"
 
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.mode == "loading" and self.path == "/health":
+            self.answer(503, "application/json", b'{"error": {"message": "Loading model"}}')
+        elif self.mode in ("paths",):
+            self.answer(404, "text/plain", b"no such path")
+        else:
+            self.answer(200, "application/json", b'{"status": "ok"}')
+
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path == "/500":
+        if self.mode == "json-only":
+            self.answer(200, "application/json", b'{"choices": [{"message": {"content": "OK"}}]}')
+        elif self.mode == "stall":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(3)  # past the case's --read-timeout, not one event
+        elif self.mode == "bad-model":
+            self.answer(404, "application/json", b'{"error": {"message": "model not found: nosuch"}}')
+        elif self.path == "/500":
             self.answer(500, "application/json", b'{"error": "slot crashed"}')
         elif self.path == "/model":
             self.answer(404, "application/json", b'{"error": {"message": "model not found: nosuch"}}')
@@ -454,16 +644,31 @@ class BadServer(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+# Servers that each fail the pre-flight check one way, by name: a case's act reads its URL here, and the
+# URL in the outcome is replaced by {name}.
+SERVERS: dict[str, str] = {}
+MODES = ("json-only", "stall", "loading", "bad-model")
+
+
+def serve(mode: str) -> http.server.ThreadingHTTPServer:
+    handler = type(f"BadServer-{mode}", (BadServer,), {"mode": mode})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture(scope="module")
 def bad_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BadServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    running = {mode: serve(mode) for mode in ("paths", *MODES)}
+    SERVERS.update({mode: f"http://127.0.0.1:{server.server_address[1]}" for mode, server in running.items()})
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield SERVERS.pop("paths")
     finally:
-        server.shutdown()
-        server.server_close()
+        for server in running.values():
+            server.shutdown()
+            server.server_close()
+        SERVERS.clear()
 
 
 def test_the_table_is_large_enough():
@@ -480,6 +685,8 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(case: Case, tmp_path, 
     monkeypatch.chdir(ws)
     before = fingerprint(ws)
     outcome = case.act(ws, bad_server).replace(str(ws), "{ws}").replace(bad_server, "{url}")
+    for name, url in SERVERS.items():
+        outcome = outcome.replace(url, "{" + name + "}")
     assert outcome == case.expected
     assert fingerprint(ws) == before
 

@@ -1,0 +1,128 @@
+"""Locust started by hand: the truth in its own statistics, the per-step tab, the old spellings, a bad host."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.network import free_port
+from core.rundir import RunDir
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.locust_options import LOCUST_REQUEST_NAME
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+LOCUST = [sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py"]
+
+
+def locust(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*LOCUST, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def only_run(runs: Path) -> RunDir:
+    found = [path for path in runs.iterdir() if path.is_dir()]
+    assert len(found) == 1, found
+    return RunDir(found[0])
+
+
+def test_a_headless_hand_run_counts_each_request_once(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    config = GroundTruthConfig(ttft_ms=20, itl_ms=5, tokens=16, model="default", slots=4)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        done = locust("--headless", "--host", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure",
+                      "5", "--max-tokens", "16", "--ignore-eos", "--runs-dir", str(runs), "--csv",
+                      str(tmp_path / "locust"), "--only-summary")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = only_run(runs)
+    manifest = run.read_manifest()
+    assert manifest.status == "complete" and manifest.server.parallel_slots == 4, "a hand run asks /slots"
+    with open(tmp_path / "locust_stats.csv") as handle:
+        rows = {row["Name"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {LOCUST_REQUEST_NAME, "Aggregated"}, "one Locust entry per request: no separate TTFT entry"
+    # a request the harness stopped fires no event; one that ends as Locust writes its statistics may miss them
+    records = [r for r in run.read_records() if not r.interrupted]
+    assert int(rows["Aggregated"]["Request Count"]) == pytest.approx(len(records), rel=0.01)
+    # the same span as Locust's: its statistics start as the first users spawn, and end at the last request
+    span = max(r.t_end for r in records) - min(r.t_start for r in records)
+    assert float(rows["Aggregated"]["Requests/s"]) == pytest.approx(len(records) / span, rel=0.01)
+    with open(tmp_path / "locust_rigbench_steps.csv") as handle:
+        steps = list(csv.DictReader(handle))
+    assert [int(row["step"]) for row in steps] == [0, 1] and [int(row["users"]) for row in steps] == [2, 4]
+    measured = [r for r in records if r.phase == "measure"]
+    assert sum(int(row["requests"]) for row in steps) == len(measured)
+    assert all(float(row["output_tok_s"]) > 0 and float(row["ttft_p50_ms"]) >= 20 for row in steps)
+
+
+def test_old_spellings_still_work_and_say_what_they_are_now(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    with GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2, model="m"), tmp_path / "truth.jsonl") as server:
+        done = locust("--headless", "--host", server.base_url, "--rigbench-steps", "1", "--rigbench-warmup", "0.3",
+                      "--rigbench-measure", "1.5", "--model", "m", "--max-tokens", "4", "--runs-dir", str(runs),
+                      "--only-summary")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--rigbench-steps is now --steps" in done.stderr and "--model is now --model-name" in done.stderr
+    manifest = only_run(runs).read_manifest()
+    assert manifest.status == "complete" and manifest.load.user_steps == [1]
+
+
+@pytest.mark.parametrize(
+    "host, line",
+    [
+        ("127.0.0.1:8080", "rigbench: error: --host: '127.0.0.1:8080' has no scheme; expected http://HOST:PORT, e.g. "
+                           "http://127.0.0.1:8080"),
+        ("http://127.0.0.1:8080/v1", "rigbench: error: --host: 'http://127.0.0.1:8080/v1' has an API path (/v1); "
+                                     "give the server's root, http://127.0.0.1:8080, and rigbench adds the paths"),
+    ],
+)
+def test_a_bad_host_stops_a_hand_run_before_any_load(tmp_path: Path, host: str, line: str) -> None:
+    done = locust("--headless", "--host", host, "--steps", "1", "--runs-dir", str(tmp_path / "runs"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == line
+    assert not (tmp_path / "runs").exists(), "nothing was created"
+
+
+def test_a_dead_host_stops_a_hand_run_in_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = locust("--headless", "--host", url, "--steps", "1", "--runs-dir", str(tmp_path / "runs"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"rigbench: error: {url}: nothing is listening (connection refused); start the server, or check the URL's "
+        "host and port")
+
+
+def test_the_web_ui_shows_tok_s_and_ttft_per_step(tmp_path: Path) -> None:
+    port = free_port()
+    with GroundTruthServer(GroundTruthConfig(ttft_ms=10, itl_ms=2, model="default"), tmp_path / "truth.jsonl") as gt:
+        process = subprocess.Popen(
+            [*LOCUST, "--host", gt.base_url, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
+             "--autoquit", "3", "--steps", "2", "--warmup", "0.3", "--measure", "3", "--max-tokens", "8",
+             "--runs-dir", str(tmp_path / "runs")],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ},
+        )
+        try:
+            page = rows = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not rows:
+                time.sleep(0.5)
+                try:
+                    page = page or httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text
+                    stats = httpx.get(f"http://127.0.0.1:{port}/stats/requests", timeout=5).json()
+                except httpx.HTTPError:
+                    continue
+                rows = next((e["data"] for e in stats.get("extended_stats", []) if e["key"] == "rigbench-steps"), None)
+            table = httpx.get(f"http://127.0.0.1:{port}/rigbench/steps.csv", timeout=5).text
+        finally:
+            _, stderr = process.communicate(timeout=90)
+    assert "rigbench: tok/s and TTFT per step" in page and "rigbench-steps" in page
+    assert rows and rows[0]["users"] == 2 and rows[0]["requests"] > 0 and rows[0]["ttft_p50_ms"] >= 10, rows
+    assert table.splitlines()[0].startswith("step,users,requests,errors,output_tokens,output_tok_s")
+    assert process.returncode == 0, stderr[-2000:]
+    assert json.loads(only_run(tmp_path / "runs").manifest_path.read_text())["status"] == "complete"
