@@ -10,7 +10,16 @@ import typer
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
 from rigbench.local_rig import LocalRigOptions
-from rigbench.options import STEPS_HELP, old_spelling, renamed
+from rigbench.options import (
+    STEPS_HELP,
+    backend_option,
+    drafter_option,
+    model_file_option,
+    no_drafter_option,
+    old_spelling,
+    profile_option,
+    renamed,
+)
 
 
 def parse_trials(items: list[str]) -> dict[str, list[str]]:
@@ -30,7 +39,7 @@ def parse_trials(items: list[str]) -> dict[str, list[str]]:
 def register(app: typer.Typer) -> None:
     @app.command("autotune", epilog="Exit codes: 0 a best trial was found; 1 no trial completed; 2 a bad option.")
     def autotune(
-        profile: str = typer.Option(..., "--profile", "-p", help="bundled profile name or .toml path"),
+        profile: str = profile_option(...),
         trial: list[str] = typer.Option(
             [], "--trial", help="NAME=FLAGS added to the serving line (repeatable; default: a built-in set)"
         ),
@@ -40,12 +49,12 @@ def register(app: typer.Typer) -> None:
         runs_dir: Path = typer.Option(
             Path("runs/autotune"), "--runs-dir", help="folder for the trials' run directories and autotune.jsonl"
         ),
-        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF instead of the profile's"),
-        drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
-        no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
+        model_file: Path | None = model_file_option(),
+        drafter: Path | None = drafter_option(),
+        no_drafter: bool = no_drafter_option(),
         processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
         bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
-        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
+        backend: str = backend_option(),
         users: str | None = old_spelling("--users"),
         out: Path | None = old_spelling("--out"),
         model: Path | None = old_spelling("--model"),

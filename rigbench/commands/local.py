@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import typer
@@ -10,7 +9,19 @@ import typer
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from llamacpp.build import BACKENDS
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
-from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
+from rigbench.options import (
+    RUNS_DIR_HELP,
+    STEPS_HELP,
+    backend_option,
+    drafter_option,
+    model_file_option,
+    no_drafter_option,
+    old_spelling,
+    profile_option,
+    renamed,
+    server_arg_option,
+    server_overrides,
+)
 
 EXIT_CODES = (
     "Exit codes: 0 the sweep completed and the report is written; 1 the run failed or was "
@@ -21,26 +32,24 @@ EXIT_CODES = (
 def register(app: typer.Typer) -> None:
     @app.command("local", epilog=EXIT_CODES)
     def local(
-        profile: str = typer.Option("tiny", "--profile", "-p", help="bundled profile name or .toml path"),
+        profile: str = profile_option(),
         steps: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--steps", help=STEPS_HELP),
         warmup: float = typer.Option(
             1.0, "--warmup", min=0.0, help="warm-up seconds per step (a quick look here; rigbench sweep: 10)"
         ),
         measure: str = typer.Option("3", "--measure", help=MEASURE_HELP + " (a quick look here; rigbench sweep: 30)"),
         runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help=RUNS_DIR_HELP),
-        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
-        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF instead of the profile's"),
-        drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
+        backend: str = backend_option(),
+        model_file: Path | None = model_file_option(),
+        drafter: Path | None = drafter_option(),
         max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="tokens per reply"),
         processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
         context_tokens: int = typer.Option(
             0, "--context-tokens", min=0, help="tokens of a long document ahead of each prompt"
         ),
-        server_arg: list[str] = typer.Option(
-            [], "--server-arg", help="llama-server flag(s) replacing the profile's, e.g. --server-arg='--parallel 64'"
-        ),
+        server_arg: list[str] = server_arg_option(),
         label: str | None = typer.Option(None, "--label", help="arm label, kept in the run id and manifest"),
-        no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
+        no_drafter: bool = no_drafter_option(),
         users: str | None = old_spelling("--users"),
         runs: Path | None = old_spelling("--runs"),
         model: Path | None = old_spelling("--model"),
@@ -64,7 +73,7 @@ def register(app: typer.Typer) -> None:
                 max_tokens=max_tokens,
                 processes=processes,
                 context_tokens=renamed("--context-tokens", context_tokens, "--context", context),
-                server_overrides=[token for item in server_arg for token in shlex.split(item)],
+                server_overrides=server_overrides(server_arg),
                 label=label,
                 no_drafter=no_drafter,
             )

@@ -6,7 +6,6 @@ For a sweep by hand (``rigbench sweep --url``, a hand-started Locust) against th
 
 from __future__ import annotations
 
-import shlex
 import time
 from pathlib import Path
 
@@ -14,6 +13,15 @@ import typer
 from rich.console import Console
 
 from rigbench.local_rig import LocalRigOptions, prepare_server
+from rigbench.options import (
+    backend_option,
+    drafter_option,
+    model_file_option,
+    no_drafter_option,
+    profile_option,
+    server_arg_option,
+    server_overrides,
+)
 
 EXIT_CODES = (
     "Exit codes: 0 stopped with Ctrl-C; 2 the build, the model or the server's start-up failed (one line says "
@@ -24,21 +32,19 @@ EXIT_CODES = (
 def register(app: typer.Typer) -> None:
     @app.command("serve", epilog=EXIT_CODES)
     def serve(
-        profile: str = typer.Option("tiny", "--profile", "-p", help="bundled profile name or .toml path"),
+        profile: str = profile_option(),
         port: int = typer.Option(8080, "--port", min=1, max=65535, help="port on 127.0.0.1"),
-        backend: str = typer.Option("auto", "--backend", help="auto, cpu or cuda"),
-        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF instead of the profile's"),
-        drafter: Path | None = typer.Option(None, "--drafter", help="drafter GGUF for speculative decoding"),
-        no_drafter: bool = typer.Option(False, "--no-drafter", help="serve without the profile's drafter"),
-        server_arg: list[str] = typer.Option(
-            [], "--server-arg", help="llama-server flag(s) replacing the profile's, e.g. --server-arg='--parallel 64'"
-        ),
+        backend: str = backend_option(),
+        model_file: Path | None = model_file_option(),
+        drafter: Path | None = drafter_option(),
+        no_drafter: bool = no_drafter_option(),
+        server_arg: list[str] = server_arg_option(),
     ) -> None:
-        """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C (its log in the cache)."""
+        """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
         console = Console(stderr=True)
         options = LocalRigOptions(
             profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
-            server_overrides=[token for item in server_arg for token in shlex.split(item)],
+            server_overrides=server_overrides(server_arg),
         )
         prepared = prepare_server(options, console, port=port)
         with prepared.server as server:
