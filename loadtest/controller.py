@@ -24,7 +24,7 @@ from core.rundir import RunDir, StepWindow, utc_now
 from loadtest.error_watch import ErrorWatch
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
-from loadtest.schedule import Stage, boundaries
+from loadtest.schedule import Stage, boundaries, locate
 from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
 
 log = logging.getLogger("rigbench.sweep")
@@ -233,7 +233,8 @@ class SweepController:
             entry = stats.entries.get((LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE))
             errors = [(str(error.error), error.occurrences) for error in stats.errors.values()]
             requests, failures = (entry.num_requests, entry.num_failures) if entry is not None else (0, 0)
-            detail = watch.observe(requests, failures, errors)
+            position = locate(self.stages, time.time() - self.t0) if self.t0 is not None else None
+            detail = watch.observe(requests, failures, errors, users=position.users if position else 1)
             if detail is not None:
                 self._fail(detail)
                 return

@@ -5,7 +5,10 @@ Three rules, looked at once a second by the controller in the Locust master:
 - a ``client_error`` (an exception in rigbench's own request code) fails the sweep at once: its
   figures would measure the client, not the server;
 - refused connections with no successful request between them mean the server is gone: users
-  back off after a refusal, so their count stays low and the error rate alone would not see it;
+  back off after a refusal, so their count stays low and the error rate alone would not see it
+  (as many as the step has users, and at least ``--min-requests-for-error-rate``, and only in a
+  second with no success, so a server that refuses a few connections under load while it streams
+  to the others is not taken for gone);
 - otherwise the share of failed requests is held to ``--max-error-rate``; the stop names the
   most common error kind and what to do about it.
 """
@@ -54,9 +57,9 @@ class ErrorWatch:
     refused: int = 0
     refused_since_success: int = 0
 
-    def observe(self, requests: int, failures: int, errors: list[tuple[str, int]]) -> str | None:
-        """``errors`` are (failure message, occurrences) as Locust keeps them; returns why the sweep
-        must stop, or None to go on."""
+    def observe(self, requests: int, failures: int, errors: list[tuple[str, int]], users: int = 1) -> str | None:
+        """``errors`` are (failure message, occurrences) as Locust keeps them, ``users`` the step's;
+        returns why the sweep must stop, or None to go on."""
         kinds: dict[str, int] = {}
         for message, count in errors:
             kind = error_kind(message)
@@ -68,11 +71,18 @@ class ErrorWatch:
                 "written so far are kept. This is a bug in rigbench: please report it with this line"
             )
         successes, refused = requests - failures, kinds.get("connect", 0)
-        if successes > self.successes:
-            self.refused_since_success = 0
-        self.refused_since_success += refused - self.refused
+        answered = False
+        if successes < self.successes or refused < self.refused:
+            pass  # the totals went down: a stats reset (web UI), so they are only the new baseline
+        elif successes > self.successes:
+            # a success came in: the refusals before it were not a dead server; this second's may have come
+            # after it (the server died), so they start the new count, but a second with a success never stops
+            answered = True
+            self.refused_since_success = refused - self.refused
+        else:
+            self.refused_since_success += refused - self.refused
         self.successes, self.refused = successes, refused
-        if self.refused_since_success >= self.min_requests:
+        if not answered and self.refused_since_success >= max(self.min_requests, users):
             return (
                 f"the server stopped answering: {self.refused_since_success} refused connections since the last "
                 f"successful request ({FIXES['connect']}). Sweep stopped, records kept"

@@ -24,13 +24,13 @@ DEFAULT_STEPS = "1,2,4,8,16,32,64"
 # The one Locust request entry a request makes (the error-rate rule reads it back).
 LOCUST_REQUEST_TYPE = "POST"
 LOCUST_REQUEST_NAME = "/v1/chat/completions (size: output tokens)"
-# old spelling -> (its destination, the option it is now)
+# old spelling -> (its destination, the option it is now, the new option's type: a bad value fails alike)
 RENAMED = {
-    "--rigbench-steps": ("old_rigbench_steps", "--steps"),
-    "--rigbench-warmup": ("old_rigbench_warmup", "--warmup"),
-    "--rigbench-measure": ("old_rigbench_measure", "--measure"),
-    "--rigbench-run-dir": ("old_rigbench_run_dir", "--run-dir"),
-    "--model": ("old_model", "--model-name"),
+    "--rigbench-steps": ("old_rigbench_steps", "--steps", str),
+    "--rigbench-warmup": ("old_rigbench_warmup", "--warmup", float),
+    "--rigbench-measure": ("old_rigbench_measure", "--measure", str),
+    "--rigbench-run-dir": ("old_rigbench_run_dir", "--run-dir", str),
+    "--model": ("old_model", "--model-name", str),
 }
 
 
@@ -56,26 +56,21 @@ def add_arguments(parser: Any) -> None:
     add("--timeline", action="store_true", default=False, help="also keep every chunk's arrival time")
     add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
     add("--no-preflight", action="store_true", default=False,
-        help="a hand run: skip the check of /health and one streamed reply before the load")
+        help="skip the check of /health and one streamed reply before the load (rigbench sweep has done it)")
     add("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help=argparse.SUPPRESS)
-    for old, (dest, _) in RENAMED.items():
-        add(old, dest=dest, default=None, include_in_web_ui=False, help=argparse.SUPPRESS)
+    for old, (dest, _, kind) in RENAMED.items():
+        add(old, dest=dest, type=kind, default=None, include_in_web_ui=False, help=argparse.SUPPRESS)
 
 
 def adopt_old_spellings(options: Any) -> None:
     """Move a value given with an old spelling to its new option, saying so once."""
-    for old, (dest, new) in RENAMED.items():
+    for old, (dest, new, _) in RENAMED.items():
         value = getattr(options, dest, None)
         if value is None:
             continue
         log.warning("%s is now %s; the old spelling will go in a later release", old, new)
-        setattr(options, new.removeprefix("--").replace("-", "_"), type_like(options, new, value))
+        setattr(options, new.removeprefix("--").replace("-", "_"), value)
         setattr(options, dest, None)
-
-
-def type_like(options: Any, new: str, value: str) -> Any:
-    current = getattr(options, new.removeprefix("--").replace("-", "_"))
-    return type(current)(value) if isinstance(current, float | int) and not isinstance(current, bool) else value
 
 
 def stages_from(options: Any) -> list[Stage]:

@@ -2,10 +2,11 @@
 
 Works by hand (web UI or ``--headless``) and under ``rigbench sweep``, which passes the same
 options (``loadtest/locust_options.py``; ``rigbench sweep --help`` describes them, since Locust
-prints ``--help`` before it loads a locustfile). A hand run checks its ``--host`` first (a
-server's root that answers ``/health`` and streams one reply) and makes a new run directory
-under ``--runs-dir``, so it is analysable too; the schedule and the run's settings are read
-again from the options when a run starts, so the web UI's custom parameters take effect.
+prints ``--help`` before it loads a locustfile). Every run checks its ``--host`` first (a
+server's root that answers ``/health`` and streams one reply; ``rigbench sweep`` has already
+done so and passes ``--no-preflight``). A hand run makes a new run directory under
+``--runs-dir``, so it is analysable too; the schedule, the run's settings and the host are
+read again when a run starts, so the web UI's custom parameters and host take effect.
 Options reach ``--processes`` and remote workers with Locust's spawn message, so only
 the master needs them. One Locust request entry per request; per-step output tok/s and TTFT
 are in the web UI's rigbench tab and in ``<csv prefix>_rigbench_steps.csv``.
@@ -55,8 +56,27 @@ def _new_run_dir(options: Any, host: str) -> RunDir:
     return run
 
 
+def abandon_unstarted(run_dir: str, new_host: str) -> None:
+    """The run made for the host given at start-up, when the web UI's first start names another."""
+    if run_dir and RunDir(run_dir).read_manifest().status == "running":
+        RunDir(run_dir).update_manifest(status="failed", status_detail=f"never started: the web UI's first "
+                                        f"start named another host ({new_host}); that run is in its own folder")
+
+
 _controller: SweepController | None = None
 _reset_lock = gevent.lock.BoundedSemaphore()
+_checked_host = ""  # the host pre-flight last passed (the web UI may change it between starts)
+
+
+def check_host(host: str, options: Any) -> str:
+    """The host as a server root, and (unless ``--no-preflight``) a server that answers there."""
+    global _checked_host
+    host = check_url(host, "--host")
+    if not options.no_preflight:
+        check_health(host)
+        check_reply(host, options.model_name)
+    _checked_host = host
+    return host
 
 
 @events.init.add_listener
@@ -70,14 +90,16 @@ def on_init(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
     shape = environment.shape_class
+    hand_run = not options.run_dir  # rigbench sweep passes the run directory it made
     try:
         stages = stages_from(options)
-        hand_run = bool(environment.host) and not options.run_dir
-        if hand_run:
-            environment.host = check_url(environment.host, "--host")
-            if not options.no_preflight:
-                check_health(environment.host)
-                check_reply(environment.host, options.model_name)
+        if not hand_run and not (Path(options.run_dir) / "manifest.json").is_file():
+            raise RigbenchError(f"--run-dir {options.run_dir}: no manifest.json there; leave --run-dir out and a "
+                                "new run directory is made under --runs-dir")
+        if environment.host:
+            environment.host = check_host(environment.host, options)
+        elif options.headless or not hand_run:
+            raise RigbenchError("--host: no server given; pass its root, e.g. --host http://127.0.0.1:8080")
     except RigbenchError as error:
         refuse(str(error))
     if shape is not None:
@@ -86,27 +108,33 @@ def on_init(environment: Any, **_: Any) -> None:
         from loadtest import web_ui
 
         web_ui.install(environment.web_ui)
-    if not environment.host:
-        return
-    if hand_run:
+    if hand_run and environment.host:
         # made now, before any user can start (a reset below yields while it asks the server)
         options.run_dir = str(_new_run_dir(options, environment.host).path)
 
     def on_reset(t0: float) -> None:
         global _controller
-        # the schedule is read again at each start: the web UI may have changed the options
+        # the schedule and the host are read again at each start: the web UI may have changed them
         try:
             current = stages_from(options)
+            if hand_run and environment.host != _checked_host:
+                environment.host = check_host(environment.host or "", options)
+                abandon_unstarted(options.run_dir, environment.host)
+                options.run_dir = ""
         except RigbenchError as error:
             log.error("rigbench: %s; the sweep does not start", error)
-            environment.runner.quit()
+            if shape is not None:
+                shape.stages = []  # its first tick ends the shape: Locust stops (the web UI can start again)
+            if options.headless:
+                environment.process_exit_code = 2
             return
         if shape is not None:
             shape.stages = current
         if hand_run:
-            manifest = RunDir(options.run_dir).read_manifest()
-            if manifest.status != "running":
-                # a second start from the web UI: a fresh run directory, the finished one stays as it was
+            manifest = RunDir(options.run_dir).read_manifest() if options.run_dir else None
+            if manifest is None or manifest.status != "running":
+                # a first start with a host typed in the web UI, or a second start: a fresh run directory
+                # (a finished one stays as it was)
                 options.run_dir = str(_new_run_dir(options, environment.host).path)
             elif manifest.load != settings_from(options):
                 # the web UI's parameters changed before the first start: the run says what it ran
@@ -139,10 +167,14 @@ def forget_step_tallies(**_: Any) -> None:
     LIVE.steps.clear()
 
 
+@events.test_start.add_listener
+def start_with_no_tallies(**_: Any) -> None:
+    LIVE.steps.clear()  # a second start from the web UI shows its own steps, not the last run's
+
+
 @events.test_stop.add_listener
 def on_test_stop(environment: Any, **_: Any) -> None:
-    """The web UI's stop, or the shape's end: the run gets its final status, and with ``--csv``
-    the per-step figures go beside Locust's own CSV files."""
+    """The web UI's stop, or the shape's end: the run gets its final status."""
     from locust.runners import WorkerRunner
 
     if isinstance(environment.runner, WorkerRunner):
@@ -150,11 +182,17 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     if _controller is not None:
         _controller.stop()
         _controller.finish()
-    prefix = getattr(environment.parsed_options, "csv_prefix", None)
-    if prefix and LIVE.steps:
-        Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(LIVE.csv_text())
 
 
 @events.quitting.add_listener
 def on_quitting(environment: Any, **_: Any) -> None:
+    """Locust exits: the run is finished, and with ``--csv`` the per-step figures go beside Locust's
+    own CSV files (written once, by the master, when the workers' last reports are in)."""
+    from locust.runners import WorkerRunner
+
+    if isinstance(environment.runner, WorkerRunner):
+        return
     on_test_stop(environment)
+    prefix = getattr(environment.parsed_options, "csv_prefix", None)
+    if prefix and LIVE.steps:
+        Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(LIVE.csv_text())

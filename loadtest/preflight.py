@@ -19,6 +19,7 @@ import httpx
 
 from core.errors import LoadTestError, UsageError
 from loadtest.error_watch import fix_for
+from loadtest.long_context import context_for_tokens
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, stream_chat
 
 HEALTH_TIMEOUT_S = 5.0
@@ -118,6 +119,18 @@ def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TI
         raise LoadTestError(f"{url}{CHAT_PATH} refused the model name {model_name!r}{detail}: {fix_for(kind)}")
     fix = FIXES.get(kind) or fix_for(kind)
     raise LoadTestError(f"{url}{CHAT_PATH}: a two-token streamed reply failed: {kind}{detail}; {fix}")
+
+
+def check_context(url: str, tokens: int) -> None:
+    """A long-context sweep's server counts tokens (``/tokenize``, ``/detokenize``): the context is cut
+    with them, so without them every user would fail on its first request."""
+    try:
+        context_for_tokens(url, tokens)
+    except httpx.HTTPError as error:
+        raise LoadTestError(f"{url}: --context-tokens {tokens} needs /tokenize, which failed: "
+                            f"{type(error).__name__}: {error}") from None
+    except LoadTestError as error:
+        raise LoadTestError(f"--context-tokens {tokens}: {error}") from None
 
 
 def preflight(url: str, model_name: str = "default") -> str:

@@ -20,6 +20,7 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from core.errors import RunIncomplete
 from core.rundir import LoadSettings, RunDir, ServerInfo, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.streaming import TIMELINES
@@ -156,7 +157,11 @@ def run_selftest(
     truth_log = run.path / "ground_truth.jsonl"
     with GroundTruthServer(config, truth_log) as server:
         run.update_manifest(server=server_at(server.base_url, server_args, config.slots))
-        run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
+        final = run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
+    if final.status != "complete":
+        # a sweep that failed has steps it did not follow for a reason of its own: no ceiling from it
+        raise RunIncomplete(f"{run.path}: the self-test sweep ended {final.status} ({final.status_detail}); "
+                            "no figures or ceiling are taken from it")
     return run, compare(run, truth_log)
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import certifi
 import httpx
 from httpx_sse import EventSource, SSEError
+from pydantic import ValidationError
 
 from core.rundir import RequestRecord, ServerTimings
 
@@ -191,18 +192,29 @@ def stream_chat(
         error_kind, error_message = "disconnect", str(error)[:300] or type(error).__name__
     except _ServerErrorEvent as error:
         error_kind, error_message = "server_error", str(error)
-    except (_Malformed, SSEError) as error:
+    except (_Malformed, SSEError, httpx.DecodingError) as error:
         error_kind, error_message = "malformed_sse", str(error)[:300]
     except Exception as error:  # noqa: BLE001 - recorded as the client's own failure, never as a stop
         error_kind, error_message = "client_error", f"{type(error).__name__}: {error}"[:300]
     except BaseException:
         if on_abort is not None:
-            record = _make_record(request_id, meta, t_start, time.time(), chunk_times, state, None, None)
+            record = _kept_record(request_id, meta, t_start, time.time(), chunk_times, state, None, None)
             on_abort(StreamResult(record=record.model_copy(update={"interrupted": True}), chunk_times=chunk_times))
         raise
-    t_end = time.time()
-    record = _make_record(request_id, meta, t_start, t_end, chunk_times, state, error_kind, error_message)
+    record = _kept_record(request_id, meta, t_start, time.time(), chunk_times, state, error_kind, error_message)
     return StreamResult(record=record, chunk_times=chunk_times)
+
+
+def _kept_record(request_id: str, meta: RequestMeta, t_start: float, t_end: float, chunk_times: list[float],
+                 state: dict[str, Any], error_kind: str | None, error_message: str | None) -> RequestRecord:
+    """The record; when the server's usage or timings are not what the protocol says, the request is
+    still kept, as ``malformed_sse`` without them."""
+    try:
+        return _make_record(request_id, meta, t_start, t_end, chunk_times, state, error_kind, error_message)
+    except (ValidationError, AttributeError, TypeError) as error:
+        detail = f"usage or timings not as OpenAI/llama-server send them: {str(error).splitlines()[0]}"[:300]
+        state = {**state, "usage": None, "timings": None}
+        return _make_record(request_id, meta, t_start, t_end, chunk_times, state, "malformed_sse", detail)
 
 
 def _send_and_follow(
@@ -241,8 +253,13 @@ def _follow_events(source: EventSource, chunk_times: list[float], state: dict[st
             raise _Malformed(f"event data is not a JSON object: {data[:80]!r}")
         if "error" in chunk:
             raise _ServerErrorEvent(describe_error_event(chunk["error"])[:300])
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise _Malformed(f"event 'choices' is not a list of objects: {data[:80]!r}")
+        for choice in choices:
             delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise _Malformed(f"event 'delta' is not an object: {data[:80]!r}")
             if delta.get("content") or delta.get("reasoning_content"):
                 chunk_times.append(arrived)
             if choice.get("finish_reason"):

@@ -11,12 +11,14 @@ it draws progress from the run directory and makes sure the manifest never stays
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 
@@ -59,6 +61,7 @@ def locust_command(
         "-f",
         str(LOCUSTFILE),
         "--headless",
+        "--no-preflight",  # run_sweep's caller checked the server before it made the run directory
         "--host",
         base_url,
         "--run-dir",
@@ -284,37 +287,45 @@ def run_sweep(
 
 
 def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
-    """Read the records once the load is over: a complete run in which a step's measured window
-    holds no successful request measured nothing there, and is failed, not complete; a step that
+    """Read the records once the load is over (line by line, a few fields each: a long sweep
+    writes a million). A complete run in which no request of a step ended successfully inside or
+    after its measured window measured nothing there, and is failed, not complete; a step that
     asked more tok/s of each load process than ``rigbench selftest`` found one process follows
     within 1 % on this machine gets a warning."""
-    try:
-        records = run.read_records()
-    except RunDirError as error:  # the status says what happened; `rigbench check` says what is damaged
-        return run.update_manifest(warnings=[*manifest.warnings, f"records not judged: {error}"])
     tokens: dict[int, int] = {}
-    succeeded: dict[int, int] = {}
-    kinds: dict[int, dict[str, int]] = {}
-    for record in records:
-        if record.phase != "measure":
-            continue
-        tokens[record.step] = tokens.get(record.step, 0) + (record.completion_tokens or 0)
-        if record.ok and not record.interrupted:
-            succeeded[record.step] = succeeded.get(record.step, 0) + 1
-        else:
-            kind = "interrupted" if record.interrupted else record.error_kind or "unknown"
-            kinds.setdefault(record.step, {})[kind] = kinds.setdefault(record.step, {}).get(kind, 0) + 1
+    last_ok_end: dict[int, float] = {}
+    others: dict[int, dict[str, int]] = {}
+    try:
+        for path in run.shard_paths():
+            for _, line, _ in run.iter_record_lines(path):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a truncated last line; `rigbench check` names it
+                step = record.get("step", -1)
+                if record.get("phase") == "measure":
+                    tokens[step] = tokens.get(step, 0) + (record.get("completion_tokens") or 0)
+                if record.get("error_kind") is None and not record.get("interrupted"):
+                    last_ok_end[step] = max(last_ok_end.get(step, 0.0), record.get("t_end", 0.0))
+                else:
+                    kind = "interrupted" if record.get("interrupted") else record["error_kind"]
+                    others.setdefault(step, {})[kind] = others.setdefault(step, {}).get(kind, 0) + 1
+    except (RunDirError, OSError, EOFError, zlib.error) as error:  # the status says what happened
+        return run.update_manifest(warnings=[*manifest.warnings, f"records not judged: {error}"])
     changes: dict = {}
-    empty = [step for step in manifest.steps if step.measure_end is not None and not succeeded.get(step.index)]
+    empty = [step for step in manifest.steps
+             if step.measure_end is not None and last_ok_end.get(step.index, 0.0) <= step.measure_start]
     if manifest.status == "complete" and empty:
         step = empty[0]
-        seen = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.get(step.index, {}).items())) or "none"
+        seen = ", ".join(f"{count} {kind}" for kind, count in sorted(others.get(step.index, {}).items())) or "none"
         changes |= {
             "status": "failed",
             "status_detail": (
-                f"step {step.index} ({step.users} users): no successful request in its measured window (requests "
-                f"started there: {seen}), so nothing was measured; if requests were still streaming when the sweep "
-                "ended, give the step a longer --measure"
+                f"step {step.index} ({step.users} users): no request of the step ended successfully in its measured "
+                f"window (the others: {seen}), so nothing was measured; if requests were still streaming when the "
+                "sweep ended, give the step a longer --measure"
             ),
         }
     ceiling = load_ceiling()

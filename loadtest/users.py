@@ -130,8 +130,8 @@ def load_context(environment: Any) -> LoadContext:
         options = environment.parsed_options
         stale = _context is None or _context.shard != f"{socket.gethostname()}-{os.getpid()}"
         if stale or _context.made_from != context_key(options):
-            if _context is not None and _context.writer is not None:
-                _context.writer.close()
+            # the old writer is left open: a user of the last start may still be ending its request (every
+            # line is flushed as written; the file closes when the last user lets go of it)
             _context = LoadContext(options, environment.host)
         return _context
 

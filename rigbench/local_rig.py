@@ -70,7 +70,7 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
     if not path.exists():
         raise ProfileError(
             f"model file {path} for profile {profile.name!r} is missing; download it with "
-            f"`rigbench provision download` or pass --model PATH"
+            f"`rigbench provision download` or pass --model-file PATH"
         )
     digest = file_sha256(path)
     label = synthetic_label(path)
@@ -189,9 +189,11 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
             raise interrupted_error(run) from None
-        except RigbenchError as error:
-            mark_ended(run, "failed", str(error))
+        except RunIncomplete:
             raise
+        except RigbenchError as error:  # the run folder exists: exit 1 (a run that failed), not 2
+            mark_ended(run, "failed", str(error))
+            raise RunIncomplete(f"{run.path}: run failed: {error}") from None
         except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
             mark_ended(run, "failed", f"{type(error).__name__}: {error}")
             raise

@@ -67,7 +67,8 @@ class CheckReport:
     telemetry: FileCount | None = None
     records_per_step: Counter[int] = field(default_factory=Counter)
     measured_per_step: Counter[int] = field(default_factory=Counter)
-    succeeded_per_step: Counter[int] = field(default_factory=Counter)  # measured, ok and not interrupted
+    last_ok_end: dict[int, float] = field(default_factory=dict)  # per step: when its last whole request ended
+    cut_or_failed_per_step: Counter[int] = field(default_factory=Counter)
     interrupted: int = 0
     findings: list[Finding] = field(default_factory=list)
 
@@ -180,7 +181,10 @@ def _check_shards(run: RunDir, report: CheckReport) -> None:
             report.interrupted += record.interrupted
             if record.phase == "measure":
                 report.measured_per_step[record.step] += 1
-                report.succeeded_per_step[record.step] += record.ok and not record.interrupted
+            if record.ok and not record.interrupted:
+                report.last_ok_end[record.step] = max(report.last_ok_end.get(record.step, 0.0), record.t_end)
+            else:
+                report.cut_or_failed_per_step[record.step] += 1
             seen[record.request_id] += 1
     total = sum(report.records_per_step.values())
     if total and report.interrupted == total:
@@ -273,12 +277,12 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
         previous_end = step.measure_end
         if step.measure_end is not None and report.records_per_step[step.index] == 0:
             report.damage(where, "completed in the manifest but no shard holds a record of it")
-        elif step.measure_end is not None and report.succeeded_per_step[step.index] == 0:
-            started = report.measured_per_step[step.index]
+        elif step.measure_end is not None and report.last_ok_end.get(step.index, 0.0) <= step.measure_start:
+            others = report.cut_or_failed_per_step[step.index]
             report.damage(
                 where,
-                f"no successful request in its measured window ({started} started there): it measured nothing; "
-                "re-run the step with a longer --measure, or see the records' error_kind",
+                f"no request of the step ended successfully in its measured window ({others} cut or failed): it "
+                "measured nothing; re-run the step with a longer --measure, or see the records' error_kind",
             )
     if manifest.last_complete_step is not None and manifest.last_complete_step not in listed:
         report.damage("last_complete_step", f"{manifest.last_complete_step} is not among the steps {indices}")

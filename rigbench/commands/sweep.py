@@ -15,7 +15,7 @@ from core.errors import RunIncomplete, UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
-from loadtest.preflight import check_health, check_reply, check_url
+from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
 from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
 
@@ -113,6 +113,9 @@ def register(app: typer.Typer) -> None:
             for _, arm_url in arms:
                 check_health(arm_url)
                 check_reply(arm_url, model, timeout=read_timeout)
+        if max(contexts) > 0:
+            for _, arm_url in arms:
+                check_context(arm_url, max(contexts))
         runs: list[RunDir] = []
         failures = []
         for arm_name, arm_url in arms:
@@ -178,10 +181,13 @@ def _resume(
     from loadtest.telemetry import server_slots
 
     old = RunDir(old_path)
-    server_url = check_url(resume_url(check_resumable(old), url))
+    old_manifest = check_resumable(old)
+    server_url = check_url(resume_url(old_manifest, url))
     if preflight:
         check_health(server_url)
         check_reply(server_url, model, timeout=read_timeout)
+    if old_manifest.load is not None and old_manifest.load.context_tokens > 0:
+        check_context(server_url, old_manifest.load.context_tokens)
     run, server_url = start_resumed_run(old, server_url)
     manifest = run.read_manifest()
     slots = server_slots(server_url)

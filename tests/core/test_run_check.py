@@ -354,11 +354,20 @@ def test_a_step_with_no_successful_request_measured_nothing(tmp_path):
     report = check_run(run.path)
     assert not report.healthy
     assert report.summary() == (
-        f"damaged: 1 problem(s) in {run.path} (first: step 1 (2 users): no successful request in its measured window "
-        "(3 started there): it measured nothing; re-run the step with a longer --measure, or see the records' "
-        "error_kind)"
+        f"damaged: 1 problem(s) in {run.path} (first: step 1 (2 users): no request of the step ended successfully in "
+        "its measured window (3 cut or failed): it measured nothing; re-run the step with a longer --measure, or see "
+        "the records' error_kind)"
     )
     assert invoke(run).exit_code == 1
+
+
+def test_a_warm_up_request_that_ends_inside_the_window_measured_the_step(tmp_path):
+    """Requests longer than the warm-up: the measure-phase ones fail, but one that started in the
+    warm-up ended inside the window, so the step measured a whole request."""
+    run = build_run(tmp_path)
+    rewrite_records(run, lambda r: {"error_kind": "http_500"} if r.step == 1 and r.phase == "measure" else (
+        {"t_end": T0 + 10 + 2.5} if r.step == 1 else {}))
+    assert check_run(run.path).healthy
 
 
 def test_a_run_whose_records_are_all_interrupted_measured_no_whole_request(tmp_path):

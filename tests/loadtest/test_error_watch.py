@@ -28,8 +28,35 @@ def test_refused_connections_without_a_success_between_mean_the_server_is_gone()
 def test_a_success_between_refusals_starts_the_count_again() -> None:
     watch = ErrorWatch(max_error_rate=0.9, min_requests=10)
     watch.observe(20, 8, [("connect: refused", 8)])
-    assert watch.observe(30, 16, [("connect: refused", 16)]) is None  # 2 more successes came in between
-    assert watch.refused_since_success == 8
+    assert watch.observe(42, 20, [("connect: refused", 20)]) is None, "a second with successes never stops"
+    assert watch.refused_since_success == 12, "the 8 before the successes are forgotten"
+    assert watch.observe(60, 22, [("connect: refused", 22)]) is None  # a busy server: it still answers
+    assert watch.refused_since_success == 2
+
+
+def test_a_server_that_dies_just_after_a_success_is_seen_the_next_second() -> None:
+    watch = ErrorWatch(max_error_rate=0.9, min_requests=10)
+    watch.observe(100, 0, [])
+    assert watch.observe(120, 12, [("connect: refused", 12)]) is None  # 8 successes, then it died
+    detail = watch.observe(124, 16, [("connect: refused", 16)], users=4)
+    assert detail.startswith("the server stopped answering: 16 refused connections since the last successful")
+
+
+def test_a_busy_step_needs_as_many_refusals_as_it_has_users() -> None:
+    watch = ErrorWatch(max_error_rate=0.9, min_requests=10)
+    watch.observe(100, 0, [])
+    assert watch.observe(130, 30, [("connect: refused", 30)], users=64) is None
+    assert watch.observe(164, 64, [("connect: refused", 64)], users=64).startswith("the server stopped answering: 64")
+
+
+def test_a_stats_reset_does_not_count_backwards() -> None:
+    watch = ErrorWatch(max_error_rate=0.9, min_requests=10)
+    watch.observe(100, 0, [])
+    watch.observe(105, 5, [("connect: refused", 5)])
+    watch.observe(0, 0, [])  # the web UI's reset
+    assert watch.refused_since_success == 5
+    watch.observe(3, 3, [("connect: refused", 3)])
+    assert watch.refused_since_success == 8, "refusals after the reset add to those before it"
 
 
 def test_the_error_rate_stop_names_the_commonest_kind_and_its_fix() -> None:

@@ -126,3 +126,105 @@ def test_the_web_ui_shows_tok_s_and_ttft_per_step(tmp_path: Path) -> None:
     assert table.splitlines()[0].startswith("step,users,requests,errors,output_tokens,output_tok_s")
     assert process.returncode == 0, stderr[-2000:]
     assert json.loads(only_run(tmp_path / "runs").manifest_path.read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        ((), "rigbench: error: --host: no server given; pass its root, e.g. --host http://127.0.0.1:8080"),
+        (("--host", "http://127.0.0.1:9", "--run-dir", "{tmp}/not-a-run"),
+         "rigbench: error: --run-dir {tmp}/not-a-run: no manifest.json there; leave --run-dir out and a new run "
+         "directory is made under --runs-dir"),
+    ],
+    ids=["headless-without-host", "run-dir-without-manifest"],
+)
+def test_a_hand_run_without_a_server_or_with_a_made_up_run_dir_is_refused(
+    tmp_path: Path, args: tuple[str, ...], line: str
+) -> None:
+    args = tuple(arg.replace("{tmp}", str(tmp_path)) for arg in args)
+    done = locust("--headless", *args, "--steps", "1", "--runs-dir", str(tmp_path / "runs"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == line.replace("{tmp}", str(tmp_path))
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "not-a-run").exists()
+
+
+def test_an_old_spelling_takes_the_new_options_type(tmp_path: Path) -> None:
+    done = locust("--headless", "--host", "http://127.0.0.1:9", "--rigbench-warmup", "ten", timeout=60)
+    assert done.returncode == 2
+    assert "argument --rigbench-warmup: invalid float value: 'ten'" in done.stderr
+
+
+def test_the_server_is_checked_for_an_existing_run_dir_too(tmp_path: Path) -> None:
+    """rigbench sweep passes --no-preflight (it has checked); anyone else naming --run-dir gets the check."""
+    from core.rundir import LoadSettings, new_manifest, server_at
+
+    url = f"http://127.0.0.1:{free_port()}"
+    load = LoadSettings(user_steps=[1], warmup_seconds=0, measure_seconds=1, max_tokens=4)
+    run = RunDir.create(tmp_path / "runs", new_manifest("t", "t", load=load, server=server_at(url, slots=1)))
+    done = locust("--headless", "--host", url, "--run-dir", str(run.path), "--steps", "1", timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("nothing is listening (connection refused); start the "
+                                                         "server, or check the URL's host and port")
+    assert run.read_manifest().status == "running" and not run.shard_paths(), "no load was sent"
+
+
+def start_web_ui(tmp_path: Path, port: int, *host: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*LOCUST, *host, "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "2", "--warmup", "0.3",
+         "--measure", "2", "--max-tokens", "8", "--runs-dir", str(tmp_path / "runs")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def press_start(port: int, host: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            answer = httpx.post(f"http://127.0.0.1:{port}/swarm", data={"host": host}, timeout=10)
+            break
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    assert answer.status_code == 200 and answer.json()["success"], answer.text
+
+
+def test_a_host_typed_in_the_web_ui_is_checked_when_start_is_pressed(tmp_path: Path) -> None:
+    port, dead = free_port(), f"http://127.0.0.1:{free_port()}"
+    process = start_web_ui(tmp_path, port)
+    try:
+        press_start(port, dead)
+        state, deadline = "", time.monotonic() + 60
+        while state != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.3)
+            state = httpx.get(f"http://127.0.0.1:{port}/stats/requests", timeout=5).json()["state"]
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+    assert state == "stopped", "Locust stops and waits for the next start, with another host"
+    assert f"rigbench: {dead}: nothing is listening (connection refused)" in stderr, stderr[-2000:]
+    assert "the sweep does not start" in stderr
+    assert not (tmp_path / "runs").exists(), "no run was made for a host that does not answer"
+
+
+def test_a_web_ui_start_against_another_host_gets_its_own_run(tmp_path: Path) -> None:
+    port = free_port()
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=2)
+    with (GroundTruthServer(config, tmp_path / "a.jsonl") as first,
+          GroundTruthServer(config, tmp_path / "b.jsonl") as second):
+        process = start_web_ui(tmp_path, port, "--host", first.base_url)
+        try:
+            press_start(port, second.base_url)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                manifests = [RunDir(p).read_manifest() for p in (tmp_path / "runs").iterdir()]
+                if any(m.status == "complete" for m in manifests):
+                    break
+                time.sleep(0.5)
+        finally:
+            process.terminate()
+            process.communicate(timeout=60)
+    by_port = {m.server.port: m for m in manifests}
+    assert by_port[second.port].status == "complete"
+    assert by_port[first.port].status == "failed"
+    assert by_port[first.port].status_detail.startswith("never started: the web UI's first start named another host")

@@ -34,6 +34,18 @@ def outside_tolerances(results) -> list:
     ]
 
 
+def test_a_self_test_that_measured_nothing_gives_no_figures(tmp_path: Path) -> None:
+    """13 s replies in a 1 s window: no request ends in it, so no ceiling may be taken from the run."""
+    from core.errors import RunIncomplete
+
+    with pytest.raises(RunIncomplete, match="the self-test sweep ended failed") as raised:
+        run_selftest(tmp_path, user_steps=[1], tok_s_per_user=10, reply_tokens=128, warmup=0.2, measure=1.0,
+                     progress=False)
+    assert raised.value.exit_code == 1
+    (run_path,) = tmp_path.iterdir()
+    assert "so nothing was measured" in RunDir(run_path).read_manifest().status_detail
+
+
 def test_fidelity_at_eight_users_is_within_the_benchmark_tolerances(tmp_path: Path) -> None:
     """Timing on a shared 2-core machine can be disturbed by other processes, so one
     disturbed run is repeated once; two misses in a row fail."""
@@ -201,7 +213,8 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
         assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], "a locust process outlived run_sweep"
     assert manifest.status == "failed", manifest.status_detail
     assert manifest.status_detail.startswith(
-        "step 0 (1 users): no successful request in its measured window (requests started there: none)")
+        "step 0 (1 users): no request of the step ended successfully in its measured window (the others: "
+        "1 interrupted)")
     records = run.read_records()
     assert len(records) == 4  # one long request per user, each recorded once
     kinds = [(r.error_kind, r.interrupted) for r in records]

@@ -444,6 +444,12 @@ CASES = [
         "separated by commas, e.g. 0,8192 (exit 2)",
     ),
     Case(
+        "cli: sweep a long context against a server that cannot count tokens",
+        sweep_against("no-tokenize", "--context-tokens", "0,512"),
+        "LoadTestError: --context-tokens 512: {no-tokenize}/tokenize answered HTTP 404; a long-context run needs "
+        "llama-server's /tokenize to count tokens exactly (exit 2)",
+    ),
+    Case(
         "cli: sweep arm without a scheme",
         lambda ws, url: cli("sweep", "--arm", "draft=localhost:8081"),
         "UsageError: --arm draft: 'localhost:8081' has no scheme; expected http://HOST:PORT, e.g. "
@@ -619,6 +625,12 @@ class BadServer(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.flush()
             time.sleep(3)  # past the case's --read-timeout, not one event
+        elif self.mode == "no-tokenize" and self.path == "/v1/chat/completions":
+            events = [{"choices": [{"delta": {"content": "OK"}, "finish_reason": None}]},
+                      {"choices": [{"delta": {}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
+            body = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+            self.answer(200, "text/event-stream", body.encode())
         elif self.mode == "bad-model":
             self.answer(404, "application/json", b'{"error": {"message": "model not found: nosuch"}}')
         elif self.path == "/500":
@@ -647,7 +659,7 @@ class BadServer(http.server.BaseHTTPRequestHandler):
 # Servers that each fail the pre-flight check one way, by name: a case's act reads its URL here, and the
 # URL in the outcome is replaced by {name}.
 SERVERS: dict[str, str] = {}
-MODES = ("json-only", "stall", "loading", "bad-model")
+MODES = ("json-only", "stall", "loading", "bad-model", "no-tokenize")
 
 
 def serve(mode: str) -> http.server.ThreadingHTTPServer:

@@ -92,3 +92,17 @@ def test_local_rig_with_one_measured_window_per_step(tmp_path, llama_build):
     assert manifest.load.measure_seconds == [1.0, 2.5]
     assert [round(s.measure_end - s.measure_start, 2) for s in manifest.steps] == [1.0, 2.5]
     assert "measure 1,2.5 s per step" in (run.path / "report.md").read_text()
+
+
+def test_a_server_that_fails_once_the_run_exists_fails_the_run_with_exit_1(tmp_path, llama_build):
+    """Refused before anything exists is exit 2; a run folder that was made and failed is exit 1."""
+    from core.errors import RunIncomplete
+    from rigbench.local_rig import LocalRigOptions, run_local_rig
+
+    options = LocalRigOptions(profile="tiny", backend="cpu", runs_root=tmp_path, user_steps=[1], warmup_seconds=0.3,
+                              measure_seconds=1.0, server_overrides=["--no-such-llama-flag"])
+    with pytest.raises(RunIncomplete, match="run failed: ") as raised:
+        run_local_rig(options)
+    assert raised.value.exit_code == 1
+    run = RunDir(next(tmp_path.iterdir()))
+    assert run.read_manifest().status == "failed"
