@@ -9,6 +9,7 @@
     ├── LlamaCppError     llama.cpp on this machine (build, server, llama-bench) failed
     ├── LoadTestError     the load generator could not run or stopped the sweep
     │   └── RunIncomplete a run was made but did not complete (failed or interrupted; records kept)
+    ├── QualityError      an eval could not ask its questions (the server stopped answering)
     └── AnalysisError     records or prices cannot give the asked figure
 
 Every message says what was found, what was expected and what to do; the CLI prints it
@@ -53,6 +54,10 @@ class LoadTestError(RigbenchError):
 
 class RunIncomplete(LoadTestError):
     exit_code = 1
+
+
+class QualityError(RigbenchError):
+    exit_code = 1  # raised once an eval folder exists: its answers are kept, a rerun resumes
 
 
 class AnalysisError(RigbenchError):

@@ -26,8 +26,8 @@ from provision.serve import read_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # what `pip install` of the checkout needs: the packages pyproject installs, and its readme
-PROJECT_PARTS = ("pyproject.toml", "README.md", "core", "infra", "provision", "llamacpp", "loadtest", "analysis",
-                 "rigbench")
+PROJECT_PARTS = ("pyproject.toml", "README.md", "core", "infra", "provision", "llamacpp", "loadtest", "quality",
+                 "analysis", "rigbench")
 SWEEP_TIMEOUT_S = 4 * 3600
 INSTALL_TIMEOUT_S = 1800
 

@@ -24,8 +24,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.errors import UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
+from core.rundir.quality_files import read_questions
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 
@@ -258,6 +260,22 @@ def fetch(rig: Rig, runs_dir: str) -> None:
     fetch_step(rig.c, rig.paths, runs_dir)
 
 
+def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
+           ladder_args: str, cache: str) -> None:
+    """Quantize, benchmark and evaluate each rung on the rig (``rigbench ladder``), then copy the ladder here."""
+    from provision.download import model_paths
+    from provision.quality import ladder as ladder_step
+
+    question_file = Path(questions)
+    if not question_file.is_file():
+        raise UsageError(f"--questions: {questions or '(none given)'} is not a question file here")
+    read_questions(question_file)  # a bad line stops the command before anything runs on the rig
+    source = source or model_paths(rig.profile, rig.paths)[0]
+    name = name or f"ladder-{rig.profile.name}-{question_file.stem}"
+    print(ladder_step(rig.c, rig.paths, question_file, source, rungs, name, extra=shlex.split(ladder_args),
+                      rigbench=rigbench or None, local_runs=runs_dir, cache=cache or None), flush=True)
+
+
 SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig", old=("--port",))
 CACHE_OPTION = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
 RUNS_OPTION = StepOption("runs_dir", "runs", "local folder for run directories", old=("--runs",))
@@ -295,6 +313,16 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'"),
     ), needs_profile=True),
     ProvisionStep("fetch", fetch, (RUNS_OPTION,)),
+    ProvisionStep("ladder", ladder, (
+        StepOption("questions", "", "question file here (rigbench questions generate / gsm8k)"),
+        StepOption("source", "", "GGUF on the rig, or smollm2 (default: the profile's model)"),
+        StepOption("rungs", "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K", "llama-quantize types, widest first"),
+        StepOption("name", "", "the ladder folder's name (default: ladder-PROFILE-QUESTIONS)"),
+        RUNS_OPTION,
+        StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
+        StepOption("ladder_args", "", "more `rigbench ladder` options, e.g. '--repeat-rungs F16,Q4_K_M --no-bench'"),
+        CACHE_OPTION,
+    ), needs_profile=True),
 )
 
 # Options every step takes besides its own (the rigbench group has them once, Fabric per task).

@@ -432,18 +432,14 @@ def drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path: Path) -> DroppedSwee
     return DroppedSweep(str(raised.value), rig_run, copied, local_runs)
 
 
-def test_ssh_drop_during_remote_sweep_names_the_step_and_fetch_gets_the_rig_results(
+def test_ssh_drop_during_remote_sweep_says_the_link_was_lost_and_fetch_gets_the_rig_results(
     built_rig, sshd, tmp_path: Path
 ) -> None:
     dropped = drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path)
     assert dropped.message.startswith("sweep: ") and f"{sshd.host}:{sshd.port}" in dropped.message, dropped.message
+    assert "SSH" in dropped.message and "fetch" in dropped.message, dropped.message
     assert dropped.copied == [dropped.local_runs / dropped.rig_run.name]
     assert completed_lines(dropped.copied[0]) == completed_lines(dropped.rig_run)
     manifest = RunDir(dropped.copied[0]).read_manifest()
     assert manifest.status == RunDir(dropped.rig_run).read_manifest().status == "complete"
     assert_next_commands_work(dropped.copied[0])
-
-
-def test_ssh_drop_during_remote_sweep_says_the_link_was_lost_and_how_to_fetch(built_rig, sshd, tmp_path: Path) -> None:
-    dropped = drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path)
-    assert "SSH" in dropped.message and "fetch" in dropped.message, dropped.message

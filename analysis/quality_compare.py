@@ -1,0 +1,133 @@
+"""Graded answers compared question by question: right, lost, gained, and whether it is noise.
+
+Two arms asked the same questions are compared paired: only questions where they disagree
+say anything about which is better. The exact McNemar test asks how likely that many losses
+against that many gains would be if neither arm were better (a two-sided binomial test on
+the disagreements); the 95 % interval of the paired difference says how many points of
+accuracy the arm may really have lost. A rung or arm "loses significantly" when p < 0.05
+and it lost more than it gained.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.stats import binomtest
+
+from core.errors import AnalysisError
+from core.rundir.quality import FAILURE_KINDS, AnswerRecord, EvalManifest
+from core.rundir.quality_files import EvalDir
+
+SIGNIFICANT_P = 0.05
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One eval run read back: first repeat's answer per question, plus the manifest."""
+
+    folder: Path
+    manifest: EvalManifest
+    answers: dict[str, AnswerRecord]
+    all_answers: list[AnswerRecord]
+
+    @property
+    def right(self) -> int:
+        return sum(record.right for record in self.answers.values())
+
+    def failures(self) -> dict[str, int]:
+        return {kind: sum(kind in record.failures for record in self.answers.values()) for kind in FAILURE_KINDS}
+
+    def median_decode_tok_s(self) -> float | None:
+        speeds = [r.decode_tokens_per_second for r in self.answers.values() if r.decode_tokens_per_second]
+        return round(statistics.median(speeds), 2) if speeds else None
+
+
+def load_eval(folder: Path) -> EvalResult:
+    directory = EvalDir(folder)
+    manifest = directory.read_manifest()
+    records = directory.answers()
+    first = {record.question_id: record for record in records if record.repeat == 0}
+    if not first:
+        raise AnalysisError(f"{folder}: no graded answers yet (answers.jsonl is empty or missing)")
+    return EvalResult(folder, manifest, first, records)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``other`` against ``reference`` on the questions both answered."""
+
+    questions: int
+    right_reference: int
+    right_other: int
+    lost: int  # right in the reference, wrong in the other
+    gained: int  # wrong in the reference, right in the other
+    p_value: float
+    difference: float  # accuracy of other minus reference, in points of 1
+    low: float
+    high: float
+
+    @property
+    def significant_loss(self) -> bool:
+        return self.lost > self.gained and self.p_value < SIGNIFICANT_P
+
+
+def paired(reference: EvalResult, other: EvalResult) -> Paired:
+    common = sorted(set(reference.answers) & set(other.answers))
+    if not common:
+        raise AnalysisError(f"{reference.folder} and {other.folder} share no question ids; they cannot be paired")
+    lost = sum(reference.answers[q].right and not other.answers[q].right for q in common)
+    gained = sum(other.answers[q].right and not reference.answers[q].right for q in common)
+    n = len(common)
+    disagreements = lost + gained
+    p_value = binomtest(lost, disagreements, 0.5).pvalue if disagreements else 1.0
+    difference = (gained - lost) / n
+    spread = math.sqrt(max(disagreements - (gained - lost) ** 2 / n, 0.0)) / n
+    return Paired(
+        questions=n,
+        right_reference=sum(reference.answers[q].right for q in common),
+        right_other=sum(other.answers[q].right for q in common),
+        lost=lost,
+        gained=gained,
+        p_value=float(p_value),
+        difference=difference,
+        low=difference - Z95 * spread,
+        high=difference + Z95 * spread,
+    )
+
+
+def check_same_questions(results: list[EvalResult]) -> None:
+    """Refuse arms that asked different question sets: a paired comparison needs one set."""
+    digests = {result.manifest.questions.sha256 for result in results}
+    if len(digests) > 1:
+        names = ", ".join(f"{r.folder.name} ({r.manifest.questions.sha256[:12]})" for r in results)
+        raise AnalysisError(f"the runs asked different question files: {names}; compare runs of one question set")
+
+
+def format_p(p_value: float) -> str:
+    return "1" if p_value >= 0.9995 else (f"{p_value:.3f}" if p_value >= 0.001 else f"{p_value:.1e}")
+
+
+def paired_row(name: str, result: EvalResult, pair: Paired | None) -> dict[str, object]:
+    """One table row of an arm or rung: its score, and against the reference when it is not it."""
+    row: dict[str, object] = {"arm": name, "right": f"{result.right}/{len(result.answers)}"}
+    if pair is None:
+        row.update({"lost": "—", "gained": "—", "p (McNemar)": "—", "Δ accuracy [95% CI]": "reference"})
+    else:
+        row.update(
+            {
+                "lost": pair.lost,
+                "gained": pair.gained,
+                "p (McNemar)": format_p(pair.p_value),
+                "Δ accuracy [95% CI]": (
+                    f"{pair.difference * 100:+.1f} [{pair.low * 100:+.1f}, {pair.high * 100:+.1f}] pts"
+                ),
+            }
+        )
+    failures = result.failures()
+    row.update({kind: failures[kind] for kind in FAILURE_KINDS})
+    row["median decode tok/s"] = result.median_decode_tok_s()
+    return row

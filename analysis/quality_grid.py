@@ -1,0 +1,209 @@
+"""Two ladders of the same files on two machines, compared question by question.
+
+Whether a card changes answers is only a fair question when both machines ran the same
+bytes: rungs whose sha256 differ are refused (or, when asked, kept and marked). Per rung it
+counts questions graded differently and where each machine lost an answer its reference rung
+had right; per question it finds the first rung that lost it on each machine; the picture is
+one row per rung and one cell per question (both right, both wrong, or graded differently).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+from analysis.quality_compare import check_same_questions  # noqa: E402
+from analysis.quality_report import RungResult, load_ladder  # noqa: E402
+from core.errors import AnalysisError  # noqa: E402
+
+BOTH_RIGHT, BOTH_WRONG, DIFFERENT = 0, 1, 2
+COLOURS = ListedColormap(["#4caf50", "#424242", "#ff9800"])
+
+
+@dataclass(frozen=True)
+class GridRung:
+    name: str
+    same_file: bool
+    questions: int
+    graded_differently: int
+    identical_text: int
+    right_a: int
+    right_b: int
+    lost_a: int
+    lost_b: int
+    lost_both: int
+
+
+def _label(folder: Path, rungs: list[RungResult]) -> str:
+    machine = rungs[0].result.manifest.rig.machine
+    return machine.gpu_name or machine.cpu_model or folder.name
+
+
+def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) -> dict:
+    manifest_a, rungs_a = load_ladder(a)
+    manifest_b, rungs_b = load_ladder(b)
+    by_name_b = {rung.name: rung for rung in rungs_b}
+    common = [rung for rung in rungs_a if rung.name in by_name_b]
+    if not common:
+        raise AnalysisError(f"{a} and {b} share no rung names; a grid needs the same rungs on both machines")
+    check_same_questions([rung.result for rung in common] + [by_name_b[r.name].result for r in common])
+    different = [r.name for r in common if r.sha256 != by_name_b[r.name].sha256]
+    if different and not allow_different_files:
+        pairs = "; ".join(
+            f"{n}: {next(r for r in common if r.name == n).sha256[:12]} vs {by_name_b[n].sha256[:12]}"
+            for n in different
+        )
+        raise AnalysisError(
+            f"the ladders ran different files for {', '.join(different)} ({pairs}); a grid compares the same bytes on "
+            "two machines — quantize once and copy the files, or pass --allow-different-files to mark those rungs"
+        )
+    reference_a = next(r for r in rungs_a if r.name == manifest_a.reference)
+    reference_b = by_name_b.get(manifest_a.reference) or next(r for r in rungs_b if r.name == manifest_b.reference)
+    answered = [set(r.result.answers) for r in common] + [set(by_name_b[r.name].result.answers) for r in common]
+    questions = sorted(set.intersection(*answered))
+    rows: list[GridRung] = []
+    cells = np.zeros((len(common), len(questions)), dtype=int)
+    first_lost: dict[str, dict[str, str | None]] = {q: {"a": None, "b": None} for q in questions}
+    for row, rung in enumerate(common):
+        other = by_name_b[rung.name]
+        graded = identical = lost_a = lost_b = lost_both = 0
+        for column, question in enumerate(questions):
+            answer_a, answer_b = rung.result.answers[question], other.result.answers[question]
+            if answer_a.right == answer_b.right:
+                cells[row, column] = BOTH_RIGHT if answer_a.right else BOTH_WRONG
+            else:
+                cells[row, column] = DIFFERENT
+                graded += 1
+            identical += answer_a.text == answer_b.text
+            was_a = reference_a.result.answers[question].right and not answer_a.right
+            was_b = reference_b.result.answers[question].right and not answer_b.right
+            lost_a += was_a
+            lost_b += was_b
+            lost_both += was_a and was_b
+            if was_a and first_lost[question]["a"] is None:
+                first_lost[question]["a"] = rung.name
+            if was_b and first_lost[question]["b"] is None:
+                first_lost[question]["b"] = rung.name
+        rows.append(
+            GridRung(
+                name=rung.name,
+                same_file=rung.sha256 == other.sha256,
+                questions=len(questions),
+                graded_differently=graded,
+                identical_text=identical,
+                right_a=sum(rung.result.answers[q].right for q in questions),
+                right_b=sum(other.result.answers[q].right for q in questions),
+                lost_a=lost_a,
+                lost_b=lost_b,
+                lost_both=lost_both,
+            )
+        )
+    return {
+        "a": {"folder": str(a), "label": _label(a, rungs_a), "reference": reference_a.name},
+        "b": {"folder": str(b), "label": _label(b, rungs_b), "reference": reference_b.name},
+        "rungs": rows,
+        "questions": questions,
+        "cells": cells,
+        "first_lost": first_lost,
+    }
+
+
+def draw_grid(grid: dict, path: Path) -> Path:
+    cells = grid["cells"]
+    rungs = [row.name + ("" if row.same_file else " (other file)") for row in grid["rungs"]]
+    width = min(max(6.0, cells.shape[1] * 0.06 + 2.0), 24.0)
+    figure, axes = plt.subplots(figsize=(width, 0.45 * len(rungs) + 1.6), dpi=100)
+    axes.imshow(cells, cmap=COLOURS, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
+    axes.set_yticks(range(len(rungs)), rungs, fontsize=8)
+    axes.set_xlabel(f"question (1 … {cells.shape[1]})")
+    axes.set_xticks([])
+    axes.set_title(f"{grid['a']['label']} vs {grid['b']['label']}: graded per question and rung", fontsize=9)
+    axes.legend(
+        handles=[
+            Patch(color=COLOURS(i), label=text)
+            for i, text in enumerate(("both right", "both wrong", "graded differently"))
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.08),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def render_grid(grid: dict) -> str:
+    a, b = grid["a"], grid["b"]
+    table = [
+        {
+            "rung": row.name + ("" if row.same_file else " ⚠ other file"),
+            f"right A ({a['label'][:24]})": row.right_a,
+            f"right B ({b['label'][:24]})": row.right_b,
+            "graded differently": row.graded_differently,
+            "identical text": f"{row.identical_text}/{row.questions}",
+            "lost on A": row.lost_a,
+            "lost on B": row.lost_b,
+            "lost on both": row.lost_both,
+        }
+        for row in grid["rungs"]
+    ]
+    first = grid["first_lost"]
+    lost_anywhere = [(q, where["a"], where["b"]) for q, where in first.items() if where["a"] or where["b"]]
+    same_first = sum(1 for _, on_a, on_b in lost_anywhere if on_a == on_b)
+    lines = [
+        f"# Grade grid: A = {a['label']} vs B = {b['label']}",
+        "",
+        f"A: `{a['folder']}` (reference rung {a['reference']}); B: `{b['folder']}` (reference rung {b['reference']}). "
+        f"{len(grid['questions'])} questions; lost = right at the machine's reference rung, wrong at this rung.",
+        "",
+        tabulate(table, headers="keys", tablefmt="github"),
+        "",
+        "![grade grid](grid.png)",
+        "",
+        "## First rung that loses each question",
+        "",
+        f"{len(lost_anywhere)} questions are lost at some rung on either machine; on {same_first} of them "
+        "both machines lose it first at the same rung.",
+        "",
+    ]
+    if lost_anywhere:
+        lines.append(
+            tabulate(
+                [
+                    {"question": q, "first lost on A": on_a or "—", "first lost on B": on_b or "—"}
+                    for q, on_a, on_b in lost_anywhere
+                ],
+                headers="keys",
+                tablefmt="github",
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = False) -> Path:
+    grid = compare_ladders(a, b, allow_different_files=allow_different_files)
+    out.mkdir(parents=True, exist_ok=True)
+    draw_grid(grid, out / "grid.png")
+    (out / "grid.md").write_text(render_grid(grid))
+    summary = {
+        "a": grid["a"],
+        "b": grid["b"],
+        "rungs": [row.__dict__ for row in grid["rungs"]],
+        "first_lost": grid["first_lost"],
+    }
+    (out / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return out / "grid.md"

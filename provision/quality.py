@@ -1,0 +1,73 @@
+"""Step ``ladder``: the quantization ladder run ON the rig, against its own 127.0.0.1, then fetched.
+
+The rig runs the same ``rigbench ladder`` a user runs locally, from the project the ``project``
+step installed, with the rig's llama.cpp build (its cache folder) and the question file copied
+from here; the ladder's folder lands beside the sweep runs and is copied home the same way, so
+the article's L4 ladder is one command and one fetch. ``cache`` is the build step's cache
+folder (the rig's work folder by default), so the ladder quantizes with the build the rig has.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from fabric import Connection
+
+from core.errors import ProvisionError
+from provision.connection import describe_host, rig_step, run
+from provision.rig_paths import RigPaths
+from provision.sweep import SWEEP_TIMEOUT_S, fetch, rig_rigbench
+
+SIDECAR = ".source"
+
+
+@rig_step("ladder")
+def ladder(
+    c: Connection,
+    paths: RigPaths,
+    questions: Path,
+    source: str,
+    rungs: str,
+    name: str,
+    extra: list[str] | None = None,
+    rigbench: str | None = None,
+    local_runs: Path | str = "runs",
+    cache: str | None = None,
+    timeout: int = SWEEP_TIMEOUT_S,
+) -> Path:
+    """Run ``rigbench ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into ``local_runs``."""
+    rigbench = rigbench or rig_rigbench(paths)
+    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
+        raise ProvisionError(f"ladder: no rigbench at {rigbench} on the rig; run the project step first")
+    remote_questions = f"{paths.results}/questions/{questions.name}"
+    run(c, f"mkdir -p {shlex.quote(paths.results)}/questions {shlex.quote(paths.runs)}")
+    c.put(str(questions), remote=remote_questions)
+    sidecar = questions.with_name(questions.name + SIDECAR)
+    if sidecar.is_file():
+        c.put(str(sidecar), remote=remote_questions + SIDECAR)
+    command = [
+        rigbench,
+        "ladder",
+        source,
+        "--questions",
+        remote_questions,
+        "--out",
+        f"{paths.runs}/{name}",
+        "--rungs",
+        rungs,
+        *(extra or []),
+    ]
+    shown = " ".join(shlex.quote(part) for part in command)
+    print(f"[ladder] on the rig: {shown}", flush=True)
+    environment = f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}"
+    result = run(c, f"{environment} {shown}", timeout=timeout, hide=False, warn=True)
+    if result.exited in (None, -1):
+        raise ProvisionError(
+            f"ladder: lost the SSH session to {describe_host(c)} while `rigbench ladder` ran on the rig; it goes on "
+            f"there: once it has ended, `rigbench provision fetch` copies {name}"
+        )
+    if not result.ok:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-5:])
+        raise ProvisionError(f"ladder: `rigbench ladder` on the rig exited {result.exited}:\n{tail}")
+    return fetch.__wrapped__(c, paths, local_runs, [name])[0]

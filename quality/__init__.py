@@ -1,0 +1,10 @@
+"""Stage: answer quality — ask a question set of a server and grade every reply.
+
+    generator.py  the project's own seeded arithmetic word problems (exact answers)
+    gsm8k.py      GSM8K's test split from the Hugging Face hub as a question file
+    grading.py    the answer read from a reply, the grade, and the reply's failure kinds
+    eval.py       one eval run against a URL: resumable, repeats compared token by token
+
+Imports only the base (``core``): it talks to a server over HTTP and to analysis through the
+eval folder (``core.rundir.quality``).
+"""

