@@ -67,9 +67,19 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
             f"the ladders ran different files for {', '.join(different)} ({pairs}); a grid compares the same bytes on "
             "two machines — quantize once and copy the files, or pass --allow-different-files to mark those rungs"
         )
+    asked_a, asked_b = (
+        manifest_a.settings.model_dump(exclude={"repeat"}),
+        manifest_b.settings.model_dump(exclude={"repeat"}),
+    )
+    if asked_a != asked_b:
+        differ = ", ".join(f"{key} {asked_a[key]} vs {asked_b[key]}" for key in asked_a if asked_a[key] != asked_b[key])
+        raise AnalysisError(
+            f"the ladders asked their questions differently ({differ}); a grid compares machines: ask both the same way"
+        )
     reference_a = next(r for r in rungs_a if r.name == manifest_a.reference)
-    reference_b = by_name_b.get(manifest_a.reference) or next(r for r in rungs_b if r.name == manifest_b.reference)
+    reference_b = next(r for r in rungs_b if r.name == manifest_b.reference)
     answered = [set(r.result.answers) for r in common] + [set(by_name_b[r.name].result.answers) for r in common]
+    answered += [set(reference_a.result.answers), set(reference_b.result.answers)]
     questions = sorted(set.intersection(*answered))
     rows: list[GridRung] = []
     cells = np.zeros((len(common), len(questions)), dtype=int)

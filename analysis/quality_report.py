@@ -155,8 +155,8 @@ def price_line(manifest: LadderManifest, price_per_hour: float | None, price_sou
     source = price_source or manifest.rig.price_source
     if price is None:
         return (
-            f"Wall time {manifest.wall_seconds or 0:.0f} s ({hours:.2f} h). No price: the rig has none "
-            "(a local machine); `rigbench quality-report --price-per-hour` prices it."
+            f"Wall time {manifest.wall_seconds or 0:.0f} s ({hours:.2f} h). No price was given: "
+            "`rigbench quality-report DIR --price-per-hour P --price-source S` prices it."
         )
     return (
         f"Wall time {manifest.wall_seconds or 0:.0f} s ({hours:.2f} h) × ${price:.4f}/h"
@@ -290,7 +290,7 @@ def write_ladder_report(
             }
             for r in rungs
         ],
-        "best_trade": (best_trade(rungs) or rungs[0]).name,
+        "best_trade": best.name if (best := best_trade(rungs)) else None,
     }
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
     return folder / REPORT

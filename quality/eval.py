@@ -19,7 +19,7 @@ import httpx
 from core.errors import QualityError, RunDirError
 from core.rundir.manifest import utc_now
 from core.rundir.quality import AnswerRecord, EvalManifest, EvalSettings, Question, RepeatMismatch
-from core.rundir.quality_files import QUESTIONS, REPEATS, EvalDir, write_jsonl
+from core.rundir.quality_files import ANSWERS, QUESTIONS, REPEATS, EvalDir, write_jsonl
 from quality.grading import expected_answer, extract_answer, failure_kinds
 
 CHAT_PATH = "/v1/chat/completions"
@@ -173,6 +173,24 @@ def prepare_eval_dir(
             raise RunDirError(
                 f"{folder.path}: resumed with other settings ({manifest.settings.model_dump()} vs "
                 f"{earlier.settings.model_dump()}); use a new folder"
+            )
+        for what, before, now in (
+            (
+                "model",
+                earlier.model.sha256 if earlier.model else None,
+                manifest.model.sha256 if manifest.model else None,
+            ),
+            (
+                "server flags",
+                earlier.server.args if earlier.server else None,
+                manifest.server.args if manifest.server else None,
+            ),
+        ):
+            if before != now:
+                raise RunDirError(f"{folder.path}: resumed with another {what} ({now} vs {before}); use a new folder")
+        if (folder.path / (ANSWERS + ".gz")).exists():
+            raise RunDirError(
+                f"{folder.path}: its answers are packed ({ANSWERS}.gz, a committed run); unpack to resume"
             )
         return earlier.model_copy(update={"status": "running", "status_detail": None, "ended_at": None})
     folder.path.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """Read the answer out of a reply, grade it, and name what went wrong with the reply.
 
-The answer is the number after the first ``####`` (GSM8K's convention, which instruction-tuned
-models copy; what a model writes after it is not its answer); without one, the last number in
-the text. Both sides are normalised the same
+The answer is the number right after the first ``####`` that has one (GSM8K's convention,
+which instruction-tuned models copy; a Markdown ``#### Step 1`` heading is not an answer, and
+what a model writes after its answer is not its answer); without one, the last number in the
+text. Both sides are normalised the same
 way (commas, a ``$``, a trailing ``.0`` dropped), so ``1,000.00`` and ``1000`` grade equal.
 Failure kinds are facts about the reply, independent of the grade: a looping reply can still
 contain the right number.
@@ -15,8 +16,9 @@ from collections import Counter
 
 from core.rundir.quality import FailureKind
 
-NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.])-?\$?\d[\d,]*(?:\.\d+)?|\$?\d[\d,]*(?:\.\d+)?")
 MARKER = "####"
+MARKED = re.compile(r"####\s*(-?\$?\d[\d,]*(?:\.\d+)?)")
 LOOP_REPEATS = 5
 THINK_OPEN = ("<think>", "<|channel|>analysis", "<thinking>")
 
@@ -37,11 +39,9 @@ def normalise_number(text: str) -> str | None:
 
 def extract_answer(text: str) -> str | None:
     """The reply's answer, normalised, or None when it holds no number."""
-    if MARKER in text:
-        for tail in text.split(MARKER)[1:]:
-            found = NUMBER.search(tail)
-            if found:
-                return normalise_number(found.group())
+    marked = MARKED.search(text)
+    if marked:
+        return normalise_number(marked.group(1))
     numbers = NUMBER.findall(text)
     return normalise_number(numbers[-1]) if numbers else None
 

@@ -30,6 +30,7 @@ from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
 from provision.rig_paths import DEFAULT_WORK, RigPaths
+from rigbench.quality_runs import DEFAULT_RUNGS
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -316,7 +317,7 @@ STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("ladder", ladder, (
         StepOption("questions", "", "question file here (rigbench questions generate / gsm8k)"),
         StepOption("source", "", "GGUF on the rig, or smollm2 (default: the profile's model)"),
-        StepOption("rungs", "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K", "llama-quantize types, widest first"),
+        StepOption("rungs", DEFAULT_RUNGS, "llama-quantize types, widest first"),
         StepOption("name", "", "the ladder folder's name (default: ladder-PROFILE-QUESTIONS)"),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),

@@ -118,7 +118,7 @@ def eval_served(
     progress: Callable[[AnswerRecord], None] | None = None,
 ) -> tuple[EvalManifest, float | None]:
     """Serve ``model_path`` here, run the eval against it, stop the server; returns the memory it held."""
-    log = folder.path.parent / f".{folder.path.name}-server.log"
+    log = folder.path / "server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with LocalServer(build.binary("llama-server"), ["-m", str(model_path), *server_args], log_path=log) as server:
         assert server.process is not None
@@ -170,12 +170,37 @@ def _resume_or_new(ladder: LadderDir, manifest: LadderManifest) -> LadderManifes
             f"{ladder.path}: a ladder of another source or question file is there (source {earlier.source.name}, "
             f"questions {earlier.questions.name}); give a new --out"
         )
-    if [r.name for r in earlier.rungs] != [r.name for r in manifest.rungs]:
+    if [(r.name, r.sha256) for r in earlier.rungs] != [(r.name, r.sha256) for r in manifest.rungs]:
         raise RunDirError(
-            f"{ladder.path}: that ladder has rungs {', '.join(r.name for r in earlier.rungs)}, asked "
-            f"{', '.join(r.name for r in manifest.rungs)}; give a new --out"
+            f"{ladder.path}: that ladder has rungs {', '.join(r.name for r in earlier.rungs)} (files "
+            f"{', '.join(r.sha256[:8] for r in earlier.rungs)}), asked {', '.join(r.name for r in manifest.rungs)} "
+            f"({', '.join(r.sha256[:8] for r in manifest.rungs)}); give a new --out"
         )
+    for what, before, now in (
+        ("settings", earlier.settings, manifest.settings),
+        ("server flags", earlier.server_args, manifest.server_args),
+        ("reference", earlier.reference, manifest.reference),
+        (
+            "llama.cpp build",
+            earlier.build.key if earlier.build else None,
+            manifest.build.key if manifest.build else None,
+        ),
+    ):
+        if before != now:
+            raise RunDirError(f"{ladder.path}: resumed with other {what} ({now} vs {before}); give a new --out")
     return earlier.model_copy(update={"status": "running", "status_detail": None, "ended_at": None})
+
+
+def _refuse_other_ladder(ladder: LadderDir, source_sha: str, question_sha: str) -> None:
+    """Before anything is quantized: a folder holding a ladder of another source or question set."""
+    if not ladder.manifest_path.exists():
+        return
+    earlier = ladder.read_manifest()
+    if earlier.source.sha256 != source_sha or earlier.questions.sha256 != question_sha:
+        raise RunDirError(
+            f"{ladder.path}: a ladder of another source or question file is there (source {earlier.source.name}, "
+            f"questions {earlier.questions.name}); give a new --out"
+        )
 
 
 def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) -> LadderManifest:
@@ -187,14 +212,16 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
     server_args = options.server_args or default_server_args(build.backend, options.settings.concurrency)
     started = time.monotonic()
     source_sha = file_sha256(options.source)
+    _refuse_other_ladder(LadderDir(options.out), source_sha, question_info.sha256)
     source_type = file_type(options.source)
+    shown_type = source_type or "type unknown"
     note = None
     if options.rungs and options.rungs[0] in WIDE_TYPES and source_type not in WIDE_TYPES:
         note = (
-            f"The top rung {options.rungs[0]} is {options.source.name} ({source_type}) widened with llama-quantize "
-            f"--allow-requantize, not an original checkpoint: it holds no more than the {source_type} file does."
+            f"The top rung {options.rungs[0]} is {options.source.name} ({shown_type}) widened with llama-quantize "
+            f"--allow-requantize, not an original checkpoint: it holds no more than that file does."
         )
-    say(f"quantizing {len(options.rungs)} rungs of {options.source.name} ({source_type})")
+    say(f"quantizing {len(options.rungs)} rungs of {options.source.name} ({shown_type})")
     rung_infos: list[RungInfo] = []
     base, base_sha = options.source, source_sha
     for index, name in enumerate(options.rungs):
@@ -246,6 +273,11 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
             repeat = options.repeat if rung.name in options.repeat_rungs else 1
             settings = options.settings.model_copy(update={"repeat": repeat})
             if folder.manifest_path.exists() and folder.read_manifest().status == "complete":
+                if rung.eval_run is None:  # stopped between the eval's end and the ladder's manifest
+                    rungs = list(manifest.rungs)
+                    rungs[position] = rung.model_copy(update={"eval_run": str(folder.path.relative_to(ladder.path))})
+                    manifest = manifest.model_copy(update={"rungs": rungs})
+                    ladder.write_manifest(manifest)
                 continue
             bench = rung.bench
             if options.bench and bench is None:
@@ -262,8 +294,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
                 )
             say(
                 f"[{position + 1}/{len(manifest.rungs)}] {rung.name}: {rung.size_bytes / 1e6:.1f} MB, "
-                f"asking {len(questions)} questions"
-                + (f" x{repeat}" if repeat > 1 else "")
+                f"asking {len(questions)} questions" + (f" x{repeat}" if repeat > 1 else "")
             )
             eval_manifest = EvalManifest(
                 run_id=new_run_id(f"eval-{rung.name}"),

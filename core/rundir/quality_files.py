@@ -79,7 +79,20 @@ def write_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
     write_json_atomic(path, lines)
 
 
+def drop_partial_line(path: Path) -> None:
+    """Cut a half-written last line (a killed run) so the next line starts clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        handle.seek(-1, 2)
+        if handle.read(1) == b"\n":
+            return
+        handle.seek(0)
+        handle.truncate(handle.read().rfind(b"\n") + 1)
+
+
 def append_jsonl(path: Path, item: BaseModel) -> None:
+    drop_partial_line(path)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(item.model_dump_json() + "\n")
         handle.flush()

@@ -32,12 +32,14 @@ from quality.generator import MAX_STEPS, generate_questions
 from quality.gsm8k import download_gsm8k
 from rigbench.options import backend_option, server_arg_option, server_overrides
 from rigbench.quality_runs import (
+    DEFAULT_RUNGS,
     LadderOptions,
     check_gguf,
     default_server_args,
     eval_served,
     model_info,
     question_set,
+    resolve_source,
     run_ladder,
 )
 
@@ -211,7 +213,7 @@ def register(app: typer.Typer) -> None:
         questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
         out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
         rungs: str = typer.Option(
-            "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K", "--rungs", help="llama-quantize types, widest first"
+            DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"
         ),
         file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
         reference: str | None = typer.Option(
@@ -234,7 +236,7 @@ def register(app: typer.Typer) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
         options = LadderOptions(
-            source=source,
+            source=resolve_source(source),
             rungs=_names(rungs, "--rungs"),
             questions=questions,
             out=out,

@@ -135,3 +135,12 @@ def test_a_grid_of_different_files_is_refused_or_marked(tmp_path: Path) -> None:
     assert not (tmp_path / "grid").exists()
     grid = compare_ladders(a, b, allow_different_files=True)
     assert [row.same_file for row in grid["rungs"]] == [True, True, False]
+
+
+def test_a_grid_of_ladders_asked_differently_is_refused(tmp_path: Path) -> None:
+    a = write_ladder(tmp_path / "a", ladder_rungs())
+    b = write_ladder(tmp_path / "b", ladder_rungs())
+    manifest = LadderDir(b).read_manifest()
+    LadderDir(b).write_manifest(manifest.model_copy(update={"settings": EvalSettings(max_tokens=256)}))
+    with pytest.raises(AnalysisError, match="asked their questions differently .max_tokens 1024 vs 256"):
+        compare_ladders(a, b)

@@ -18,6 +18,9 @@ from quality.grading import expected_answer, extract_answer, failure_kinds, is_l
         ("It is 3.50 dollars, then 4.0", "4"),
         ("####\nno number after the marker, but 17 before", "17"),
         ("The temperature falls to -4 degrees.", "-4"),
+        ("#### Step 1: add\n15 + 1 = 16\n#### Answer\n16", "16"),  # Markdown headings are not answers
+        ("Children aged 3-5 get 2 each.", "2"),
+        ("ages 3-5", "5"),  # a range is not a negative number
         ("I do not know.", None),
         ("", None),
     ],

@@ -61,6 +61,33 @@ def test_a_half_written_last_answer_is_dropped_any_other_bad_line_refused(tmp_pa
     with open(path, "a") as handle:
         handle.write('{"schema_version": 1, "question_id": "c", "te')  # killed mid-write
     assert [a.question_id for a in read_jsonl(path, AnswerRecord)] == ["a", "b"]
+    append_jsonl(path, answer("c"))  # a resumed run writes after the cut, never onto it
+    assert [a.question_id for a in read_jsonl(path, AnswerRecord)] == ["a", "b", "c"]
     path.write_text('{"question_id": "x"}\n' + answer("b").model_dump_json() + "\n")
     with pytest.raises(RunDirError, match="answers.jsonl:1"):
         read_jsonl(path, AnswerRecord)
+
+
+def test_an_eval_folder_is_resumed_only_as_it_was_asked(tmp_path: Path) -> None:
+    from core.rundir import ModelInfo
+    from core.rundir.quality import EvalManifest, EvalSettings, Question, QuestionSetInfo
+    from core.rundir.quality_files import EvalDir
+    from quality.eval import prepare_eval_dir
+
+    questions = [Question(id="a", question="1+1?", answer="2")]
+    info = QuestionSetInfo(name="q.jsonl", count=1, sha256="ab" * 32)
+    model = ModelInfo(name="m.gguf", sha256="cd" * 32, size_bytes=1)
+    first = EvalManifest(run_id="r", created_at="2026-12-01T00:00:00+00:00", settings=EvalSettings(), questions=info,
+                         model=model)
+    folder = EvalDir(tmp_path / "eval")
+    prepare_eval_dir(folder, first, questions, tmp_path / "q.jsonl")
+    assert prepare_eval_dir(folder, first, questions, tmp_path / "q.jsonl").status == "running"
+    other_model = first.model_copy(update={"model": model.model_copy(update={"sha256": "ef" * 32})})
+    with pytest.raises(RunDirError, match="resumed with another model"):
+        prepare_eval_dir(folder, other_model, questions, tmp_path / "q.jsonl")
+    other_settings = first.model_copy(update={"settings": EvalSettings(max_tokens=64)})
+    with pytest.raises(RunDirError, match="resumed with other settings"):
+        prepare_eval_dir(folder, other_settings, questions, tmp_path / "q.jsonl")
+    (folder.path / "answers.jsonl.gz").write_bytes(b"")
+    with pytest.raises(RunDirError, match="answers are packed"):
+        prepare_eval_dir(folder, first, questions, tmp_path / "q.jsonl")
