@@ -4,6 +4,7 @@
     gsm8k.py      GSM8K's test split from the Hugging Face hub as a question file
     grading.py    the answer read from a reply, the grade, and the reply's failure kinds
     eval.py       one eval run against a URL: resumable, repeats compared token by token
+    regrade.py    recorded replies graded again with the current grader
 
 Imports only the base (``core``): it talks to a server over HTTP and to analysis through the
 eval folder (``core.rundir.quality``).

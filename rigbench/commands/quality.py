@@ -23,13 +23,14 @@ from core.errors import RunIncomplete, UsageError
 from core.machine import machine_info
 from core.rundir import RigInfo, new_run_id, server_at, utc_now
 from core.rundir.quality import EvalManifest, EvalSettings, Question
-from core.rundir.quality_files import EvalDir, write_question_file
+from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
 from core.signals import sigterm_as_keyboard_interrupt
 from llamacpp.build import BACKENDS, build_llama_cpp
 from loadtest.preflight import check_url, preflight
 from quality.eval import repeat_mismatches, run_eval, tokenize
 from quality.generator import MAX_STEPS, generate_questions
 from quality.gsm8k import download_gsm8k
+from quality.regrade import regrade_eval
 from rigbench.options import backend_option, server_arg_option, server_overrides
 from rigbench.quality_runs import (
     DEFAULT_RUNGS,
@@ -299,6 +300,27 @@ def register(app: typer.Typer) -> None:
                 for m in mismatches
             ]
             typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+
+    @app.command("regrade", epilog=EXIT_CODES)
+    def regrade(
+        folders: list[Path] = typer.Argument(..., help="eval or ladder folders"),
+    ) -> None:
+        """Grade recorded replies again with the current grader (no request is sent); ladders get their report again."""
+        for folder in folders:
+            ladder = LadderDir(folder)
+            evals = (
+                [folder / rung.eval_run for rung in ladder.read_manifest().rungs if rung.eval_run]
+                if ladder.manifest_path.exists()
+                else [folder]
+            )
+            for eval_folder in evals:
+                moved = regrade_eval(eval_folder)
+                typer.echo(
+                    f"{eval_folder}: {moved.answers} answers, {moved.extracted_changed} read differently, "
+                    f"{moved.grade_changed} graded differently"
+                )
+            if ladder.manifest_path.exists() and (folder / "report.md").exists():
+                typer.echo(str(write_ladder_report(folder)))
 
     @app.command("grid", epilog=EXIT_CODES)
     def grid(
