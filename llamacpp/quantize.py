@@ -21,6 +21,7 @@ from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError
 
+DEFAULT_RUNGS = "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K"  # widest first: the ladder of the article
 TYPE_LINE = re.compile(r"^\s+\d+\s+or\s+([A-Z0-9_]+)\s+:", re.MULTILINE)
 
 

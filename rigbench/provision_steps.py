@@ -28,9 +28,9 @@ from core.errors import UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
+from llamacpp.quantize import DEFAULT_RUNGS
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
 from provision.rig_paths import DEFAULT_WORK, RigPaths
-from rigbench.quality_runs import DEFAULT_RUNGS
 
 if TYPE_CHECKING:
     from fabric import Connection

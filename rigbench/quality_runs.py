@@ -41,7 +41,6 @@ from llamacpp.server import LocalServer
 from quality.eval import run_eval
 
 WIDE_TYPES = ("F32", "F16", "BF16")
-DEFAULT_RUNGS = "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K"
 REAL_MODELS = {"smollm2": SMOLLM2}
 GGUF_MAGIC = b"GGUF"
 

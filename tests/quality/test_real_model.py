@@ -86,15 +86,17 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
         assert len(parted) == cut_replies and all(5 <= index <= 7 for index in parted)  # re-tokenised text
 
 
-def test_two_arms_in_one_command_are_compared_by_question(smollm2: Path, questions: Path, tmp_path: Path) -> None:
+def test_two_arms_of_a_profile_in_one_command_are_compared_by_question(questions: Path, tmp_path: Path) -> None:
+    # the tiny profile's server (its flags, the real model as its file), as `rigbench serve` would start it
     out = tmp_path / "arms"
-    result = rigbench("eval", "--model-file", smollm2, "--questions", questions, "--out", out, "--backend", "cpu",
-                      "--arm", "plain=", "--arm", "small-batch=-b 64 -ub 64", *SHORT)
+    result = rigbench("eval", "--profile", "tiny", "--model-file", "smollm2", "--questions", questions, "--out", out,
+                      "--backend", "cpu", "--arm", "plain=", "--arm", "small-batch=-b 64 -ub 64", *SHORT)
     assert result.returncode == 0, result.stderr
     assert "| plain " in result.stdout and "| small-batch " in result.stdout
     for arm in ("plain", "small-batch"):
         manifest = EvalDir(out / arm).read_manifest()
-        assert manifest.arm == arm and manifest.model.sha256 == SMOLLM2.sha256
+        assert manifest.arm == arm and manifest.model.sha256 == SMOLLM2.sha256 and manifest.build.backend == "cpu"
+        assert "--parallel" in manifest.server.args  # the profile's flags
         assert len(lines(out / arm / "answers.jsonl")) == 10
     assert "-b" in EvalDir(out / "small-batch").read_manifest().server.args
 
@@ -121,16 +123,16 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
     assert again.returncode == 0, again.stderr
     assert (ladder_a / "rungs" / "Q4_0" / "answers.jsonl").read_text() == before
     # the same files served another way: quantizing is a cache hit, the grid compares them
-    result = rigbench("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_b,
+    result = rigbench("ladder", "smollm2", "--rungs", "F16,Q4_0", "--questions", questions, "--out", ladder_b,
                       "--no-bench", "--backend", "cpu", "--server-arg=-c 2048 -np 1 -b 128", *SHORT)
     assert result.returncode == 0, result.stderr
     rungs_b = LadderDir(ladder_b).read_manifest().rungs
-    assert [r.sha256 for r in rungs_b] == [r.sha256 for r in manifest.rungs]
+    assert [r.sha256 for r in rungs_b] == [manifest.rungs[0].sha256, manifest.rungs[2].sha256]
     assert all(r.quantize_seconds is None for r in rungs_b)
     grid = rigbench("grid", ladder_a, ladder_b, "--out", tmp_path / "grid")
     assert grid.returncode == 0, grid.stderr
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())["rungs"]
-    assert [row["name"] for row in rows] == ["F16", "Q8_0", "Q4_0"]
+    assert [row["name"] for row in rows] == ["F16", "Q4_0"]  # the rungs both ladders have
     assert all(row["questions"] == 10 and row["graded_differently"] <= 10 for row in rows)
     assert (tmp_path / "grid" / "grid.png").exists()
     # rungs quantized straight from the Q4_1 file are other bytes: a grid of them is refused
