@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from collections import deque
@@ -29,6 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from core.errors import LoadTestError, RunDirError, RunIncomplete
 from core.lists import format_seconds, seconds_per_step
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
+from core.signals import sigterm_as_keyboard_interrupt
 from loadtest.ceiling import load_ceiling
 from loadtest.schedule import make_stages, total_duration
 
@@ -252,12 +252,8 @@ def run_sweep(
     )
     log_path = run.path / LOCUST_LOG
     interrupted = False
-    previous_handler = None
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:
-        previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        with open(log_path, "ab") as log:
+        with sigterm_as_keyboard_interrupt(), open(log_path, "ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
             process = subprocess.Popen(
@@ -277,9 +273,6 @@ def run_sweep(
         raise LoadTestError(
             f"could not start locust ({error}); is it installed in {sys.executable}'s environment?"
         ) from None
-    finally:
-        if in_main_thread and previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
     manifest = _finalise(run, process.returncode, interrupted)
     if interrupted:
         raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
@@ -342,10 +335,6 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
     if warnings != manifest.warnings:
         changes["warnings"] = warnings
     return run.update_manifest(**changes) if changes else manifest
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _stop(process: subprocess.Popen, grace: float) -> None:

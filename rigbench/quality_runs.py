@@ -163,12 +163,7 @@ def _check_options(options: LadderOptions) -> None:
 def _resume_or_new(ladder: LadderDir, manifest: LadderManifest) -> LadderManifest:
     if not ladder.manifest_path.exists():
         return manifest
-    earlier = ladder.read_manifest()
-    if earlier.source.sha256 != manifest.source.sha256 or earlier.questions.sha256 != manifest.questions.sha256:
-        raise RunDirError(
-            f"{ladder.path}: a ladder of another source or question file is there (source {earlier.source.name}, "
-            f"questions {earlier.questions.name}); give a new --out"
-        )
+    earlier = ladder.read_manifest()  # of this source and question file: _refuse_other_ladder ran first
     if [(r.name, r.sha256) for r in earlier.rungs] != [(r.name, r.sha256) for r in manifest.rungs]:
         raise RunDirError(
             f"{ladder.path}: that ladder has rungs {', '.join(r.name for r in earlier.rungs)} (files "
@@ -188,6 +183,11 @@ def _resume_or_new(ladder: LadderDir, manifest: LadderManifest) -> LadderManifes
         if before != now:
             raise RunDirError(f"{ladder.path}: resumed with other {what} ({now} vs {before}); give a new --out")
     return earlier.model_copy(update={"status": "running", "status_detail": None, "ended_at": None})
+
+
+def _eval_run(ladder: LadderDir, folder: EvalDir) -> str:
+    """How the ladder's manifest names a rung's eval folder: relative, so the ladder can be moved."""
+    return str(folder.path.relative_to(ladder.path))
 
 
 def _refuse_other_ladder(ladder: LadderDir, source_sha: str, question_sha: str) -> None:
@@ -274,7 +274,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
             if folder.manifest_path.exists() and folder.read_manifest().status == "complete":
                 if rung.eval_run is None:  # stopped between the eval's end and the ladder's manifest
                     rungs = list(manifest.rungs)
-                    rungs[position] = rung.model_copy(update={"eval_run": str(folder.path.relative_to(ladder.path))})
+                    rungs[position] = rung.model_copy(update={"eval_run": _eval_run(ladder, folder)})
                     manifest = manifest.model_copy(update={"rungs": rungs})
                     ladder.write_manifest(manifest)
                 continue
@@ -315,7 +315,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
                 update={
                     "bench": bench,
                     "memory_after_load_mib": memory,
-                    "eval_run": str(folder.path.relative_to(ladder.path)),
+                    "eval_run": _eval_run(ladder, folder),
                 }
             )
             manifest = manifest.model_copy(

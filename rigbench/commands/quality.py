@@ -24,6 +24,7 @@ from rigbench.options import backend_option, server_arg_option, server_overrides
 if TYPE_CHECKING:
     from core.build_manifest import BuildManifest
     from core.rundir.quality import EvalManifest, Question
+    from core.rundir.quality_files import EvalDir
 
 # The stages' modules (analysis with scipy and matplotlib, the llama.cpp toolbox, the load
 # generator's pre-flight) are imported where a command runs, so `rigbench --help` stays quick.
@@ -72,6 +73,15 @@ def _stoppable(folder: Path) -> Iterator[None]:
             ) from None
 
 
+def _arm_folder(root: Path, arms: list[tuple[str, list[str]]], name: str) -> tuple[EvalDir, str]:
+    """An arm's eval folder and run id: ``root`` itself for a single arm, ``root/<arm>`` for several."""
+    from core.rundir.quality_files import EvalDir
+
+    if len(arms) == 1:
+        return EvalDir(root), root.name
+    return EvalDir(root / name), f"{root.name}-{name}"
+
+
 def _eval_arms(
     build: BuildManifest,
     model_file: Path,
@@ -83,19 +93,14 @@ def _eval_arms(
     question_file: Path,
 ) -> list[Path]:
     """One eval per arm, each with its own server; one arm's folder is ``root`` itself."""
-    from core.rundir.quality_files import EvalDir
     from rigbench.quality_runs import eval_served, model_info
 
+    model = model_info(model_file)  # one file, hashed once for every arm
     folders = []
     for name, flags in arms:
-        folder = EvalDir(root / name if len(arms) > 1 else root)
+        folder, run_id = _arm_folder(root, arms, name)
         arm_manifest = manifest.model_copy(
-            update={
-                "arm": name,
-                "run_id": f"{root.name}-{name}" if len(arms) > 1 else root.name,
-                "build": build.build_info(),
-                "model": model_info(model_file),
-            }
+            update={"arm": name, "run_id": run_id, "build": build.build_info(), "model": model}
         )
         eval_served(build, model_file, base_args + flags, folder, arm_manifest, questions, question_file)
         folders.append(folder.path)
@@ -119,13 +124,12 @@ def _eval_profile_arms(
     from rich.console import Console
 
     from core.rundir import server_at
-    from core.rundir.quality_files import EvalDir
     from quality.eval import run_eval
     from rigbench.local_rig import LocalRigOptions, prepare_server
 
     folders = []
     for name, flags in arms:
-        folder = EvalDir(root / name if len(arms) > 1 else root)
+        folder, run_id = _arm_folder(root, arms, name)
         prepared = prepare_server(
             LocalRigOptions(
                 profile=profile, backend=backend, model_path=model_file, server_overrides=overrides + flags
@@ -136,7 +140,7 @@ def _eval_profile_arms(
             arm_manifest = manifest.model_copy(
                 update={
                     "arm": name,
-                    "run_id": f"{root.name}-{name}" if len(arms) > 1 else root.name,
+                    "run_id": run_id,
                     "build": prepared.build.build_info(),
                     "model": prepared.model,
                     "server": server_at(server.base_url, prepared.server_args),
