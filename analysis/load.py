@@ -34,12 +34,15 @@ from core.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, Tele
 from core.validation import describe_validation_error
 
 REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
-TEXT_COLUMNS = ("request_id", "shard", "phase", "category", "error_kind", "error_message")
-CATEGORY_COLUMNS = ("shard", "phase", "category", "error_kind")
+TEXT_COLUMNS = (
+    "request_id", "shard", "phase", "category", "error_kind", "error_message", "tokens_counted_by", "partial_text"
+)
+CATEGORY_COLUMNS = ("shard", "phase", "category", "error_kind", "tokens_counted_by")
 NUMBER_COLUMNS = (
     "step",
     "users",
     "context_tokens",
+    "t_intended",
     "t_start",
     "t_first_token",
     "t_last_token",
@@ -48,6 +51,8 @@ NUMBER_COLUMNS = (
     "http_status",
     "prompt_tokens",
     "completion_tokens",
+    "streamed_tokens",
+    "first_chunk_tokens",
 )
 TIMING_KEYS = (
     "prompt_n",

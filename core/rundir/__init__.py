@@ -27,6 +27,8 @@ from core.rundir.models import (
     ServerTimings,
     StepWindow,
     TelemetrySnapshot,
+    TokenCount,
+    TokenCountMethod,
 )
 
 __all__ = [
@@ -46,6 +48,8 @@ __all__ = [
     "ServerTimings",
     "StepWindow",
     "TelemetrySnapshot",
+    "TokenCount",
+    "TokenCountMethod",
     "new_manifest",
     "new_run_id",
     "private_umask",

@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 Phase = Literal["warmup", "measure"]
+# How a request's output tokens were counted, most exact first: the server's final ``usage``; the
+# per-chunk counts the server streamed (llama-server's ``timings_per_token``, vLLM's
+# ``continuous_usage_stats``); the server's ``/tokenize`` of the streamed text, after the run; chunks.
+TokenCountMethod = Literal["usage", "per_chunk", "tokenize", "chunks"]
 
 
 class Strict(BaseModel):
@@ -150,8 +154,16 @@ class RequestRecord(Strict):
     """One request, as raw as possible: timestamps (unix seconds) and the server's counts.
 
     The inter-token gaps are summarised by ``t_first_token``, ``t_last_token`` and
-    ``content_chunks`` (mean ITL = span / (chunks - 1)); full arrival times go to the
-    optional timeline shard so a million records stay quick to analyse.
+    ``content_chunks`` (mean ITL per chunk = span / (chunks - 1); mean TPOT per token = span /
+    (tokens - first_chunk_tokens)); full arrival times go to the optional timeline shard so a
+    million records stay quick to analyse.
+
+    A request cut before its final ``usage`` (stopped by the harness, or by an error) counts the
+    tokens it streamed: ``streamed_tokens`` from the server's per-chunk counts, or else its
+    ``partial_text`` is kept so that the server's ``/tokenize`` can count it after the run
+    (``token_counts.jsonl``). ``tokens_counted_by`` says which count the record's tokens are.
+    ``t_intended`` is an open-loop request's scheduled start: its latency counts from there, so a
+    load generator that fell behind its arrival schedule cannot hide the queueing.
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -162,6 +174,7 @@ class RequestRecord(Strict):
     phase: Phase
     category: str
     context_tokens: int = 0
+    t_intended: float | None = None
     t_start: float
     t_first_token: float | None = None
     t_last_token: float | None = None
@@ -172,12 +185,26 @@ class RequestRecord(Strict):
     error_message: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    streamed_tokens: int | None = None
+    first_chunk_tokens: int | None = None
+    tokens_counted_by: TokenCountMethod | None = None
+    partial_text: str | None = None
     timings: ServerTimings | None = None
     interrupted: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+
+class TokenCount(Strict):
+    """A cut request's tokens, counted after the run by the server's ``/tokenize`` of its
+    ``partial_text`` (one line of ``token_counts.jsonl``): records stay as the client wrote them."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    request_id: str
+    streamed_tokens: int = Field(ge=0)
+    tokens_counted_by: Literal["tokenize"] = "tokenize"
 
 
 class TelemetrySnapshot(Strict):

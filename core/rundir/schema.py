@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot
+from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "run-v1.schema.json"
 
@@ -24,6 +24,7 @@ def run_json_schema() -> dict:
             "manifest.json": RunManifest.model_json_schema(),
             "records/<shard>.jsonl (one per line)": RequestRecord.model_json_schema(),
             "telemetry.jsonl (one per line)": TelemetrySnapshot.model_json_schema(),
+            "token_counts.jsonl (one per line)": TokenCount.model_json_schema(),
         },
     }
 
