@@ -74,8 +74,19 @@ class ServerInfo(Strict):
     endpoint: str = "/v1/chat/completions"
 
 
+Arrival = Literal["poisson", "constant"]
+
+
 class LoadSettings(Strict):
-    user_steps: list[int]
+    """A closed-loop sweep steps through ``user_steps`` (N users, each sending back to back);
+    an open-loop one through ``rate_steps`` (requests per second arriving on a seeded schedule,
+    whatever the server's state: queueing shows in the latency instead of slowing the load).
+    Exactly one of the two lists is given."""
+
+    user_steps: list[int] = Field(default_factory=list)
+    rate_steps: list[float] = Field(default_factory=list)
+    arrival: Arrival = "poisson"
+    arrival_seed: int = 0
     warmup_seconds: float
     # one measured window for every step, or one per step (longer where requests are longer)
     measure_seconds: float | list[float]
@@ -88,12 +99,22 @@ class LoadSettings(Strict):
     processes: int = 1
     arm: str | None = None
 
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rate_steps)
+
+    @property
+    def step_count(self) -> int:
+        return len(self.rate_steps) if self.rate_steps else len(self.user_steps)
+
     @model_validator(mode="after")
-    def _one_window_per_step(self) -> LoadSettings:
-        if isinstance(self.measure_seconds, list) and len(self.measure_seconds) != len(self.user_steps):
-            raise ValueError(
-                f"measure_seconds has {len(self.measure_seconds)} windows for {len(self.user_steps)} user steps"
-            )
+    def _one_kind_of_step_and_one_window_per_step(self) -> LoadSettings:
+        if bool(self.user_steps) == bool(self.rate_steps):
+            raise ValueError("give exactly one of user_steps (closed loop) and rate_steps (open loop)")
+        if isinstance(self.measure_seconds, list) and len(self.measure_seconds) != self.step_count:
+            kind = "rate" if self.open_loop else "user"
+            windows = len(self.measure_seconds)
+            raise ValueError(f"measure_seconds has {windows} windows for {self.step_count} {kind} steps")
         return self
 
     def remaining(self, first_step: int) -> LoadSettings:
@@ -101,14 +122,22 @@ class LoadSettings(Strict):
         measure = self.measure_seconds
         if isinstance(measure, list):
             measure = measure[first_step:]
-        return self.model_copy(update={"user_steps": self.user_steps[first_step:], "measure_seconds": measure})
+        return self.model_copy(
+            update={
+                "user_steps": self.user_steps[first_step:],
+                "rate_steps": self.rate_steps[first_step:],
+                "measure_seconds": measure,
+            }
+        )
 
 
 class StepWindow(Strict):
-    """One step of a sweep; analysis uses records from [measure_start, measure_end) only."""
+    """One step of a sweep; analysis uses records from [measure_start, measure_end) only.
+    An open-loop step has its arrival ``rate`` (requests per second) and ``users`` 0."""
 
     index: int
     users: int
+    rate: float | None = None
     started_at: float
     measure_start: float
     measure_end: float | None = None
