@@ -1,10 +1,17 @@
 """A ground-truth SSE server: OpenAI chat-completions streams with exactly known timing.
 
-The load generator is judged against it: every reply's first token is sent ``ttft_ms``
-after the request arrived and every following token ``itl_ms`` after the previous one,
-and the server logs the unix time each event actually left (one JSON line per request,
-keyed by the client's ``X-Request-Id``). What the client measured minus what the server
-logged is the load generator's own error.
+The load generator is judged against it: a reply's first token is made ``ttft_ms`` after
+the request arrived and every following token ``itl_ms`` after the previous one (``jitter``
+spreads each gap uniformly by up to that share, seeded, so the mean stays ``itl_ms``); a chunk
+leaves when ``tokens_per_chunk`` tokens are made (servers that batch or draft pack several),
+and the server logs the unix time each chunk actually left and how many tokens it carried (one
+JSON line per request, keyed by the client's ``X-Request-Id``, or ``gt-<n>`` for a client that
+sends none; a stream the client cut is logged too, with what it got). What the client measured
+minus what the server logged is the load generator's own error.
+
+With ``per_chunk_counts`` the server streams running token counts where a client asks, as
+llama-server does for ``timings_per_token`` (a ``timings`` object on every chunk) and vLLM for
+``stream_options.continuous_usage_stats`` (a ``usage`` object on every chunk).
 
 It speaks just enough HTTP/1.1 (keep-alive, chunked transfer) on plain asyncio streams so
 that the server itself stays cheap at 64 users x 100 tok/s; it runs in its own process
@@ -24,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
+import random
 import subprocess
 import sys
 import time
@@ -49,6 +58,10 @@ class GroundTruthConfig(BaseModel):
     fault_cycle: list[str] = Field(default_factory=lambda: ["none"])
     stall_seconds: float = 30.0
     length_jitter: float = Field(0.0, ge=0, lt=1, description="replies shortened by up to this share, so users desync")
+    tokens_per_chunk: int = Field(1, ge=1, description="tokens a content chunk carries (the last may carry fewer)")
+    jitter: float = Field(0.0, ge=0, lt=1, description="each token gap spread uniformly by up to this share")
+    seed: int = 0
+    per_chunk_counts: bool = Field(True, description="honour timings_per_token and continuous_usage_stats")
 
 
 class _Stats:
@@ -67,10 +80,25 @@ def _event(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+class _SendLog:
+    """What one reply sent: when each chunk left and how many tokens it carried."""
+
+    def __init__(self, request_id: str, received: float):
+        self.request_id = request_id
+        self.received = received
+        self.sends: list[float] = []
+        self.tokens: list[int] = []
+
+    def sent(self, at: float, tokens: int) -> None:
+        self.sends.append(at)
+        self.tokens.append(tokens)
+
+
 class GroundTruthApp:
     def __init__(self, config: GroundTruthConfig, log_path: Path | None):
         self.config = config
         self.stats = _Stats()
+        self.anonymous = itertools.count()
         self.log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -113,7 +141,8 @@ class GroundTruthApp:
             tokens = list(range(len(content.split())))
             return await self.respond(writer, "200 OK", json.dumps({"tokens": tokens}).encode(), "application/json")
         if path == "/v1/chat/completions" and method == "POST":
-            return await self.chat(json.loads(body), headers.get("x-request-id", ""), received, writer)
+            request_id = headers.get("x-request-id") or f"gt-{next(self.anonymous)}"
+            return await self.chat(json.loads(body), request_id, received, writer)
         return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
 
     def metrics_text(self) -> str:
@@ -129,9 +158,35 @@ class GroundTruthApp:
             f"rigbench_truth_requests_total {s.requests}\n"
         )
 
+    def chunk_plan(self, n_tokens: int, request_index: int) -> list[tuple[float, int]]:
+        """(seconds after arrival, tokens made so far) for each chunk: a token is made every
+        jittered gap after the first, and a chunk leaves when its last token is made."""
+        config = self.config
+        rng = random.Random(config.seed * 1_000_003 + request_index)
+        made_at = []
+        at = config.ttft_ms
+        for k in range(n_tokens):
+            if k:
+                spread = rng.uniform(-config.jitter, config.jitter) if config.jitter else 0.0
+                at += config.itl_ms * (1.0 + spread)
+            made_at.append(at / 1000.0)
+        per = config.tokens_per_chunk
+        return [(made_at[min(end, n_tokens) - 1], min(end, n_tokens)) for end in range(per, n_tokens + per, per)]
+
+    def count_style(self, request: dict) -> str | None:
+        """Which running count the client asked for and gets: llama-server's timings win when
+        both are asked, as llama-server ignores ``continuous_usage_stats``."""
+        if not self.config.per_chunk_counts:
+            return None
+        if request.get("timings_per_token"):
+            return "timings"
+        options = request.get("stream_options")
+        return "usage" if isinstance(options, dict) and options.get("continuous_usage_stats") else None
+
     async def chat(self, request: dict, request_id: str, received: float, writer: asyncio.StreamWriter) -> bool:
         config = self.config
-        fault = config.fault_cycle[self.stats.requests % len(config.fault_cycle)]
+        request_index = self.stats.requests
+        fault = config.fault_cycle[request_index % len(config.fault_cycle)]
         self.stats.requests += 1
         if request.get("model", config.model) != config.model:
             body = json.dumps(
@@ -147,73 +202,92 @@ class GroundTruthApp:
                 1, n_tokens - int(((self.stats.requests * 0.6180339887) % 1.0) * config.length_jitter * n_tokens)
             )
         prompt_n = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+        style = self.count_style(request)
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         self.stats.processing += 1
-        sends: list[float] = []
+        log = _SendLog(request_id, received)
         loop = asyncio.get_running_loop()
         base = loop.time()
         head = {"object": "chat.completion.chunk", "model": config.model, "id": request_id}
+        made = 0
         try:
-            for k in range(n_tokens):
-                delay = base + (config.ttft_ms + k * config.itl_ms) / 1000.0 - loop.time()
+            for index, (offset, made_by_now) in enumerate(self.chunk_plan(n_tokens, request_index)):
+                delay = base + offset - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if writer.is_closing() or writer.transport.is_closing():
-                    self._log(request_id, received, sends, "client_gone")
+                    self._log(log, "client_gone")
                     return False
-                if fault == "malformed" and k == 1:
+                if fault == "malformed" and index == 1:
                     writer.write(_chunk(b"data: {this is not json\n\n"))
                     await writer.drain()
-                    return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
-                if fault == "error_event" and k == 2:
+                    return await self._finish_chunked(writer, log, fault, keep=True)
+                if fault == "error_event" and index == 2:
                     writer.write(_chunk(_event({"error": CONTEXT_EXCEEDED}) + b"data: [DONE]\n\n"))
-                    return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
-                if fault == "disconnect" and k == 2:
+                    return await self._finish_chunked(writer, log, fault, keep=True)
+                if fault == "disconnect" and index == 2:
                     writer.transport.abort()
-                    self._log(request_id, received, sends, fault)
+                    self._log(log, fault)
                     return False
-                if fault == "stall" and k == 1:
+                if fault == "stall" and index == 1:
                     await asyncio.sleep(config.stall_seconds)
                     writer.transport.abort()
-                    self._log(request_id, received, sends, fault)
+                    self._log(log, fault)
                     return False
-                delta = {"content": f"t{k} "} if k else {"role": "assistant", "content": f"t{k} "}
-                writer.write(_chunk(_event({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})))
-                sends.append(time.time())
-                self.stats.tokens_predicted += 1
+                text = "".join(f"t{k} " for k in range(made, made_by_now))
+                delta = {"content": text} if made else {"role": "assistant", "content": text}
+                event = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                if style == "timings":
+                    predicted_ms = (time.time() - log.sends[0]) * 1000.0 if log.sends else 0.0
+                    event["timings"] = {"prompt_n": prompt_n, "prompt_ms": config.ttft_ms,
+                                        "predicted_n": made_by_now, "predicted_ms": predicted_ms}
+                elif style == "usage":
+                    event["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": made_by_now,
+                                      "total_tokens": prompt_n + made_by_now}
+                writer.write(_chunk(_event(event)))
+                log.sent(time.time(), made_by_now - made)
+                self.stats.tokens_predicted += made_by_now - made
+                made = made_by_now
                 if writer.transport.get_write_buffer_size() > 65536:
                     await writer.drain()
-            predicted_ms = (sends[-1] - sends[0]) * 1000.0 if len(sends) > 1 else 0.0
+            predicted_ms = (log.sends[-1] - log.sends[0]) * 1000.0 if len(log.sends) > 1 else 0.0
+            decode_tokens = n_tokens - log.tokens[0]
             timings = {
                 "prompt_n": prompt_n,
                 "prompt_ms": config.ttft_ms,
                 "predicted_n": n_tokens,
                 "predicted_ms": predicted_ms,
-                "predicted_per_second": (n_tokens - 1) / predicted_ms * 1000.0 if predicted_ms else None,
+                "predicted_per_second": decode_tokens / predicted_ms * 1000.0 if predicted_ms else None,
             }
             usage = {"prompt_tokens": prompt_n, "completion_tokens": n_tokens, "total_tokens": prompt_n + n_tokens}
             tail = _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
             tail += _event({**head, "choices": [], "usage": usage, "timings": timings}) + b"data: [DONE]\n\n"
             self.stats.prompt_tokens += prompt_n
             writer.write(_chunk(tail))
-            return await self._finish_chunked(writer, request_id, received, sends, fault, keep=True)
+            return await self._finish_chunked(writer, log, fault, keep=True)
+        except asyncio.CancelledError:
+            self._log(log, "server_stopped")
+            raise
         finally:
             self.stats.processing -= 1
 
-    async def _finish_chunked(
-        self, writer, request_id: str, received: float, sends: list[float], fault: str, keep: bool
-    ):
+    async def _finish_chunked(self, writer, log: _SendLog, fault: str, keep: bool) -> bool:
         writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        self._log(request_id, received, sends, fault)
+        try:
+            await writer.drain()
+        except ConnectionError:
+            self._log(log, "client_gone")
+            return False
+        self._log(log, fault)
         return keep
 
-    def _log(self, request_id: str, received: float, sends: list[float], fault: str) -> None:
+    def _log(self, log: _SendLog, fault: str) -> None:
         if self.log is not None:
-            line = {"request_id": request_id, "t_received": received, "sends": sends, "fault": fault}
+            line = {"request_id": log.request_id, "t_received": log.received, "sends": log.sends,
+                    "tokens": log.tokens, "fault": fault}
             self.log.write(json.dumps(line) + "\n")
 
 
