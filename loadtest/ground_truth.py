@@ -23,7 +23,10 @@ Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % 
 ``none``, ``http_500``, ``disconnect`` (closes mid-stream), ``malformed`` (a non-JSON
 event), ``stall`` (stops sending for ``stall_seconds``), ``error_event`` (llama-server's
 mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens). A model name other than
-``model`` gets a 404 ``model_not_found``, as OpenAI answers.
+``model`` gets a 404 ``model_not_found``, as OpenAI answers. With ``queue`` at most ``slots``
+replies stream at once and the rest wait, as on a real server: its capacity is then
+``slots`` / (one reply's time), and the log's ``t_received`` keeps the time a request arrived,
+so the wait is in the truth's latency as it is in an open-loop client's.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class GroundTruthConfig(BaseModel):
     jitter: float = Field(0.0, ge=0, lt=1, description="each token gap spread uniformly by up to this share")
     seed: int = 0
     per_chunk_counts: bool = Field(True, description="honour timings_per_token and continuous_usage_stats")
+    queue: bool = Field(False, description="at most `slots` replies at once, the rest wait in arrival order")
 
 
 class _Stats:
@@ -99,6 +103,7 @@ class GroundTruthApp:
         self.config = config
         self.stats = _Stats()
         self.anonymous = itertools.count()
+        self.free_slots: asyncio.Semaphore | None = None  # made inside the event loop that serves
         self.log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -142,7 +147,12 @@ class GroundTruthApp:
             return await self.respond(writer, "200 OK", json.dumps({"tokens": tokens}).encode(), "application/json")
         if path == "/v1/chat/completions" and method == "POST":
             request_id = headers.get("x-request-id") or f"gt-{next(self.anonymous)}"
-            return await self.chat(json.loads(body), request_id, received, writer)
+            if not self.config.queue:
+                return await self.chat(json.loads(body), request_id, received, writer)
+            if self.free_slots is None:
+                self.free_slots = asyncio.Semaphore(self.config.slots)
+            async with self.free_slots:  # asyncio's semaphore wakes waiters first come, first served
+                return await self.chat(json.loads(body), request_id, received, writer)
         return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
 
     def metrics_text(self) -> str:
