@@ -7,6 +7,7 @@
       records/<shard>.jsonl  RequestRecord per line, one shard per load process,
                              append-only, flushed per line (.jsonl.gz when archived)
       telemetry.jsonl        TelemetrySnapshot per line (/metrics and /slots)
+      token_counts.jsonl     TokenCount per line: cut requests counted by /tokenize after the run
       report.md, summary.json, plots/   written by analysis
 
 Every file carries or sits beside ``schema_version``; reading validates, and a version this
@@ -26,7 +27,7 @@ from typing import IO
 from pydantic import ValidationError
 
 from core.errors import RunDirError
-from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot
+from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
 
 PRIVATE_UMASK = 0o077
@@ -60,6 +61,7 @@ class RunDir:
     MANIFEST = "manifest.json"
     RECORDS = "records"
     TELEMETRY = "telemetry.jsonl"
+    TOKEN_COUNTS = "token_counts.jsonl"
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
@@ -167,6 +169,26 @@ class RunDir:
         if not path.exists():
             return []
         return [TelemetrySnapshot.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def write_token_counts(self, counts: list[TokenCount]) -> None:
+        """All of a run's /tokenize counts at once (atomic), replacing an earlier pass's."""
+        write_json_atomic(self.path / self.TOKEN_COUNTS, "".join(count.model_dump_json() + "\n" for count in counts))
+
+    def read_token_counts(self) -> dict[str, TokenCount]:
+        """The /tokenize counts by request id; a bad line is an error naming file and line."""
+        path = self.path / self.TOKEN_COUNTS
+        if not path.exists():
+            return {}
+        counts = {}
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                count = TokenCount.model_validate_json(line)
+            except ValidationError as error:
+                raise RunDirError(describe_validation_error(error, f"{path}:{number}")) from None
+            counts[count.request_id] = count
+        return counts
 
 
 class RecordWriter:
