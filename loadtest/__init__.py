@@ -5,9 +5,10 @@ Caller side (safe to import anywhere; no Locust, no gevent):
 - ``loadtest.sweep.run_sweep``       one sweep in a headless Locust subprocess -> run directory
 - ``loadtest.streaming.stream_chat`` one measured streaming request (httpx + httpx-sse)
 - ``loadtest.schedule``              the sweep schedule as pure functions of elapsed time
-- ``loadtest.selftest``              the load generator against ``loadtest.ground_truth``
+- ``loadtest.ground_truth``          a server with exactly known timing that logs what it sent
 - ``loadtest.ceiling``               the per-process tok/s the selftest found, for sweep warnings
-- ``loadtest.fidelity_report``       the fidelity and ceiling benchmark as a committed note
+- ``loadtest.selftest``              a sweep of the ground-truth server, with its send log
+- ``loadtest.token_counts``          cut requests counted by the server's /tokenize after the run
 - ``loadtest.resume``                an interrupted sweep's remaining steps in a linked run
 - ``loadtest.prompts``, ``loadtest.long_context``, ``loadtest.telemetry``
 

@@ -15,6 +15,7 @@ from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
+from rigbench.fidelity import selftest
 from loadtest.sweep import run_sweep
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def test_fidelity_at_eight_users_is_within_the_benchmark_tolerances(tmp_path: Pa
     """Timing on a shared 2-core machine can be disturbed by other processes, so one
     disturbed run is repeated once; two misses in a row fail."""
     for attempt in (1, 2):
-        run, results = run_selftest(
+        run, results = selftest(
             tmp_path / str(attempt), user_steps=[1, 8], warmup=1.5, measure=3.0, reply_tokens=48, progress=False
         )
         if not outside_tolerances(results):
