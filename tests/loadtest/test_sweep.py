@@ -15,8 +15,8 @@ from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
-from rigbench.fidelity import selftest
 from loadtest.sweep import run_sweep
+from rigbench.fidelity import selftest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
