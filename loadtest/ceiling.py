@@ -8,10 +8,12 @@ cache root; a sweep reads it and warns when a step asked more of a load process 
 from __future__ import annotations
 
 import json
+import math
 import socket
 from pathlib import Path
 
 from core.cache import cache_root
+from core.errors import LoadTestError
 from core.rundir import utc_now
 
 CEILING_FILE_NAME = "selftest.json"
@@ -46,3 +48,24 @@ def load_ceiling(path: Path | None = None) -> float | None:
         return None
     value = data.get("per_process_tok_s")
     return float(value) if value else None
+
+
+def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_free: int) -> tuple[int, str]:
+    """How many load processes a sweep needs: enough that none is asked more than the ceiling
+    ``rigbench selftest`` measured per process here, and no more than the cores left free
+    (a process beyond them would only take a core from another, or from a local server).
+    Returns the count and one line saying how it was chosen, for the manifest."""
+    if per_process_tok_s is None or per_process_tok_s <= 0:
+        raise LoadTestError(
+            "--processes auto needs this machine's per-process ceiling: run `rigbench selftest` once "
+            "(it saves the ceiling), or give --processes N"
+        )
+    needed = max(1, math.ceil(demand_tok_s / per_process_tok_s))
+    chosen = max(1, min(needed, cores_free))
+    line = (
+        f"--processes auto: {chosen} (demand up to {demand_tok_s:.0f} tok/s, {per_process_tok_s:.0f} tok/s per "
+        f"process measured here, {cores_free} core(s) free)"
+    )
+    if chosen < needed:
+        line += f"; {needed} would be needed: the load generator may be the bottleneck at the top steps"
+    return chosen, line

@@ -139,3 +139,26 @@ def preflight(url: str, model_name: str = "default") -> str:
     check_health(root)
     check_reply(root, model_name)
     return root
+
+
+def probe_decode_rate(
+    url: str, model_name: str = "default", tokens: int = 32, timeout: float = REPLY_TIMEOUT_S
+) -> float:
+    """One user's decode tok/s, from one streamed reply of ``tokens``: the most a user can ask of
+    a load process (batched users each decode slower), so users x this bounds a step's demand."""
+    payload = build_payload(
+        [{"role": "user", "content": "Count from one upwards."}],
+        model=model_name,
+        max_tokens=tokens,
+        temperature=0.0,
+        cache_prompt=False,
+        ignore_eos=True,
+    )
+    with make_client(url, read_timeout=timeout, connect_timeout=HEALTH_TIMEOUT_S) as client:
+        record = stream_chat(client, payload, PROBE_META).record
+    count = record.completion_tokens or record.streamed_tokens or record.content_chunks
+    first = record.first_chunk_tokens or 1
+    if not record.ok or record.t_first_token is None or record.t_last_token is None or count <= first:
+        raise LoadTestError(f"{url}{CHAT_PATH}: a {tokens}-token probe reply gave no decode rate "
+                            f"({record.error_kind or 'too few tokens'}); give --processes N")
+    return (count - first) / max(record.t_last_token - record.t_first_token, 1e-6)
