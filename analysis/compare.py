@@ -1,6 +1,10 @@
 """B against A, step by step: the drafter's gain, one instance type against another, two days.
 
-Steps are paired by (users, context tokens). The per-user ratio is paired by prompt
+Steps are paired by (users, context tokens), or (offered rate, context tokens) between two
+open-loop runs. A closed-loop run and an open-loop one are not compared (an AnalysisError: the
+report then shows each run's own tables and says why no comparison table is given): N users
+sending back to back and R requests/s arriving on a schedule are different loads, and no step
+of one stands for a step of the other. The per-user ratio is paired by prompt
 category: the geometric mean over the categories both runs measured of
 (mean tok/s of B in the category / mean tok/s of A in it), with a stratified bootstrap
 interval (each run and category resampled on its own); each category's own ratio of means is
@@ -28,9 +32,10 @@ class StepComparison:
     ttft_p90_ratio: Estimate
     rate_measure: str
     per_category: dict[str, Estimate]
+    rate: float | None = None  # the offered requests/s of a pair of open-loop steps
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "users": self.users,
             "context_tokens": self.context_tokens,
             "categories": self.categories,
@@ -40,6 +45,9 @@ class StepComparison:
             "rate_measure": self.rate_measure,
             "per_category": {name: estimate.to_dict() for name, estimate in self.per_category.items()},
         }
+        if self.rate is not None:
+            out["rate"] = self.rate
+        return out
 
 
 def _measured_ok(figures: RunFigures, step: StepFigures):
@@ -51,11 +59,20 @@ def _measured_ok(figures: RunFigures, step: StepFigures):
     return chosen[chosen["ok"]]
 
 
+def _kind(figures: RunFigures) -> str:
+    return "open loop (requests/s)" if figures.open_loop else "closed loop (users)"
+
+
 def compare_runs(a: RunFigures, b: RunFigures) -> list[StepComparison]:
-    steps_b = {(s.users, s.context_tokens): s for s in b.steps}
+    if a.open_loop != b.open_loop:
+        raise AnalysisError(
+            f"run {a.run.manifest.run_id} is {_kind(a)} and run {b.run.manifest.run_id} is {_kind(b)}: their steps "
+            "are different loads, so they are not paired; each run's own tables stand, compare runs of one kind"
+        )
+    steps_b = {(s.load, s.context_tokens): s for s in b.steps}
     rows = []
     for step_a in a.steps:
-        step_b = steps_b.get((step_a.users, step_a.context_tokens))
+        step_b = steps_b.get((step_a.load, step_a.context_tokens))
         if step_b is None:
             continue
         ok_a, ok_b = _measured_ok(a, step_a), _measured_ok(b, step_b)
@@ -75,12 +92,14 @@ def compare_runs(a: RunFigures, b: RunFigures) -> list[StepComparison]:
                 ttft_p90_ratio=intervals.ratio_of_estimates(step_a.ttft_s["p90"], step_b.ttft_s["p90"]),
                 rate_measure="server timings" if column == "server_tok_s" else "client",
                 per_category={c: intervals.ratio_of_geomeans([groups_a[c]], [groups_b[c]]) for c in shared},
+                rate=step_a.rate,
             )
         )
     if not rows:
+        unit = "rates" if a.open_loop else "users"
         raise AnalysisError(
             f"runs {a.run.manifest.run_id} and {b.run.manifest.run_id} share no step "
-            f"(users A: {[s.users for s in a.steps]}, B: {[s.users for s in b.steps]}); "
-            "compare runs swept over the same user counts"
+            f"({unit} A: {[s.load for s in a.steps]}, B: {[s.load for s in b.steps]}); "
+            f"compare runs swept over the same {'offered rates' if a.open_loop else 'user counts'}"
         )
     return rows

@@ -4,33 +4,57 @@ Definitions (the report repeats them):
 
 - A step's *measured records* are its records with ``phase == "measure"``; latency and
   per-user figures use the successful ones (no ``error_kind``, not ``interrupted``).
-- TTFT = ``t_first_token - t_start``; end-to-end = ``t_end - t_start``; a request's mean ITL =
-  ``(t_last_token - t_first_token) / (content_chunks - 1)``. ITL percentiles are taken over
-  requests' mean ITLs. Percentiles are numpy's linear interpolation (Hyndman-Fan type 7).
-- Client per-user decode tok/s = ``(completion_tokens - 1) / (t_last_token - t_first_token)``
-  (the first token belongs to TTFT); server per-user tok/s = ``timings.predicted_per_second``.
-  A request's token count is ``completion_tokens`` (usage), else ``timings.predicted_n``, else
-  its content chunks (counted as a warning).
+- A step is closed loop (N users, each sending back to back) or open loop (requests arriving at
+  an offered rate in requests/s on a seeded schedule, whatever the server's state); one run is
+  one kind. Open-loop steps are labelled and plotted by their rate.
+- A request's latency counts from its *origin*: ``t_start`` in a closed loop; in an open loop
+  its scheduled start ``t_intended``, so queueing inside the load generator (a request sent
+  late because the generator fell behind) shows in the latency instead of hiding (no
+  coordinated omission). TTFT = ``t_first_token - origin``; end-to-end = ``t_end - origin``.
+  Start lag = ``t_start - t_intended`` (open loop only; p50, p99 and max over the step's measured
+  records); sent req/s = measured records whose ``t_start`` falls in the window / window length,
+  beside the offered rate.
+- A request's output-token count is the server's final ``completion_tokens`` (usage), else
+  ``timings.predicted_n`` (both "usage"), else ``streamed_tokens`` (the per-chunk counts the
+  server streamed, "per_chunk", or the server's ``/tokenize`` of the streamed text after the run,
+  "tokenize"), else its content chunks ("chunks", exact only for a server that sends one token
+  per chunk). The report counts the requests of each method.
+- ITL per chunk = ``(t_last_token - t_first_token) / (content_chunks - 1)``, a request's mean gap
+  between content-chunk arrivals (what a reader of the stream sees); TPOT per token =
+  ``(t_last_token - t_first_token) / (tokens - first_chunk_tokens)``, the mean decode time of one
+  token (``first_chunk_tokens`` is 1 when not recorded). They agree when the server sends one
+  token per chunk; with 3 tokens per chunk at 10 ms a token, ITL reads 30 ms and TPOT 10 ms.
+  Percentiles are taken over requests' means, numpy's linear interpolation (Hyndman-Fan type 7).
+- Client per-user decode tok/s = ``(tokens - first_chunk_tokens) / (t_last_token - t_first_token)``
+  (the first chunk belongs to TTFT); server per-user tok/s = ``timings.predicted_per_second``.
 - Aggregate output tok/s = output tokens generated inside ``[measure_start, measure_end)`` /
   window length. The tokens of every request that streamed any are spread evenly over its
   decode span ``[t_first_token, t_last_token]`` and only the part inside the window counts,
   whatever step or phase the request is tagged with; so requests straddling either edge count
   pro rata, warm-up requests still decoding in the window count for the tokens they made in it,
-  and a request longer than the window still counts. A successful request's count is its token
-  count (above); a request stopped by the harness (``interrupted``, e.g. still streaming when the
-  sweep ended) or cut by an error counts its content chunks, since llama-server sends one token
-  per chunk (a drafter may pack more: then this undercounts). Its interval comes from the rates
-  of 10 equal sub-windows.
-- Completed in window = successful requests whose ``t_end`` falls inside the window; fewer than
-  the step's users means the window is shorter than a request (a counted warning).
+  and a request longer than the window still counts. A request stopped by the harness
+  (``interrupted``, e.g. still streaming when the sweep ended) or cut by an error counts the
+  tokens it streamed by the same order (``streamed_tokens``, else its content chunks: a counted
+  warning, since a server that packs several tokens per chunk is then undercounted). Its
+  interval comes from the rates of 10 equal sub-windows.
+- Completed in window = successful requests whose ``t_end`` falls inside the window (completed
+  req/s divides it by the window); fewer than a closed-loop step's users means the window is
+  shorter than a request (a counted warning).
 - Geometric mean over prompt categories of each category's mean per-request tok/s (server
   timings, else client), the seeds' single-number figure.
 - Drafter acceptance = sum(draft_n_accepted) / sum(draft_n); tokens per decode step =
   sum(predicted_n) / (sum(predicted_n) - sum(draft_n_accepted)) (each target step yields one
   token plus the accepted drafts).
-- Server counter tok/s = the rise of llama-server's ``llamacpp:tokens_predicted_total`` between
-  the telemetry snapshots at the window's start and end / the time between them: a cross-check
-  of aggregate tok/s from the server's side (absent without ``--metrics``).
+- Two cross-checks of aggregate tok/s from the server's side. Server counter tok/s = the rise of
+  llama-server's ``llamacpp:tokens_predicted_total`` between the telemetry snapshots at the
+  window's start and end / the time between them (absent without ``--metrics``). The server adds
+  a request's tokens to the counter when the request ends, so the counter moves in whole
+  requests: its granularity, given beside it, is ± the median tokens of the step's successful
+  requests (``max_tokens`` when none finished) / the time between the snapshots; it is not
+  exact. Server timings tok/s = each successful request's ``timings.predicted_n`` tokens spread
+  evenly over its ``timings.predicted_ms``, placed on the client's clock to end at its
+  ``t_last_token``, summed inside the window / window length: per token, from the server's own
+  decode times (cut requests carry no timings and are missing from it).
 """
 
 from __future__ import annotations
@@ -42,7 +66,7 @@ import pandas as pd
 
 from analysis import intervals
 from analysis.intervals import Estimate
-from analysis.load import LoadedRun
+from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from core.errors import AnalysisError
 from core.rundir import TelemetrySnapshot
 
@@ -53,6 +77,8 @@ PERCENTILES = (0.5, 0.9, 0.99)
 
 @dataclass
 class StepFigures:
+    """One step's figures. ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
+
     index: int
     users: int
     context_tokens: int
@@ -75,10 +101,31 @@ class StepFigures:
     tokens_per_decode_step: float | None
     server_counter_tok_s: float | None = None
     completed_in_window: int = 0
+    tpot_s: dict[str, Estimate] = field(default_factory=dict)
+    rate: float | None = None
+    sent_rate: float | None = None
+    start_lag_s: dict[str, float | None] = field(default_factory=dict)
+    server_counter_granularity_tok_s: float | None = None
+    server_timings_tok_s: float | None = None
+    token_methods: dict[str, int] = field(default_factory=dict)
+    cut_counted_by_chunks: int = 0
 
     @property
     def window_seconds(self) -> float:
         return self.window_end - self.window_start
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
+
+    @property
+    def load(self) -> float:
+        """The step's offered load: requests/s on an open-loop step, users on a closed-loop one."""
+        return self.rate if self.rate is not None else self.users
+
+    @property
+    def load_label(self) -> str:
+        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
 
     @property
     def error_count(self) -> int:
@@ -102,6 +149,11 @@ class RunFigures:
     run: LoadedRun
     steps: list[StepFigures]
     warnings: list[str] = field(default_factory=list)
+    token_methods: dict[str, int] = field(default_factory=dict)  # requests of the whole run per method
+
+    @property
+    def open_loop(self) -> bool:
+        return any(step.rate is not None for step in self.steps)
 
 
 def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
@@ -109,37 +161,65 @@ def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
     frame = records
     ok = frame["error_kind"].isna().to_numpy() & ~frame["interrupted"].to_numpy()
     t_start = frame["t_start"].to_numpy()
+    t_intended = frame["t_intended"].to_numpy()
+    origin = np.where(np.isnan(t_intended), t_start, t_intended)
     t_first = frame["t_first_token"].to_numpy()
     t_last = frame["t_last_token"].to_numpy()
     span = t_last - t_first
     chunks = frame["content_chunks"].to_numpy()
     tokens = frame["completion_tokens"].to_numpy()
     tokens = np.where(np.isnan(tokens), frame["timings_predicted_n"].to_numpy(), tokens)
+    tokens = np.where(np.isnan(tokens), frame["streamed_tokens"].to_numpy(), tokens)
     frame["tokens_from_chunks"] = np.isnan(tokens) & ok
     tokens = np.where(np.isnan(tokens), chunks, tokens)
+    first_chunk = frame["first_chunk_tokens"].to_numpy()
+    decode_tokens = tokens - np.where(np.isnan(first_chunk), 1.0, first_chunk)
+    frame["token_method"] = token_methods(frame)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["ok"] = ok
-        frame["ttft_s"] = t_first - t_start
-        frame["e2e_s"] = frame["t_end"].to_numpy() - t_start
+        frame["ttft_s"] = t_first - origin
+        frame["e2e_s"] = frame["t_end"].to_numpy() - origin
+        frame["start_lag_s"] = t_start - t_intended
         frame["itl_s"] = np.where(chunks > 1, span / (chunks - 1), np.nan)
-        frame["client_tok_s"] = np.where((tokens > 1) & (span > 0), (tokens - 1) / span, np.nan)
+        frame["tpot_s"] = np.where(decode_tokens > 0, span / decode_tokens, np.nan)
+        frame["client_tok_s"] = np.where((decode_tokens > 0) & (span > 0), decode_tokens / span, np.nan)
         frame["server_tok_s"] = frame["timings_predicted_per_second"].to_numpy()
         # partial requests (interrupted, or cut by an error) made the tokens they streamed
-        frame["output_tokens"] = np.where(ok, np.nan_to_num(tokens, nan=0.0), np.nan_to_num(chunks, nan=0.0))
+        frame["output_tokens"] = np.nan_to_num(tokens, nan=0.0)
     return frame
 
 
-def tokens_in_window(frame: pd.DataFrame, start: float, end: float) -> float:
+def tokens_in_window(
+    frame: pd.DataFrame, start: float, end: float, columns: tuple[str, str, str] | None = None
+) -> float:
     """Output tokens generated inside [start, end): each request's tokens spread evenly over
-    its decode span; a single-instant span counts wholly if the instant is inside."""
-    t_first = frame["t_first_token"].to_numpy()
-    t_last = frame["t_last_token"].to_numpy()
-    tokens = frame["output_tokens"].to_numpy()
+    its decode span; a single-instant span counts wholly if the instant is inside. ``columns``
+    names (first, last, tokens) columns other than the client's decode span and count."""
+    first_column, last_column, tokens_column = columns or ("t_first_token", "t_last_token", "output_tokens")
+    t_first = frame[first_column].to_numpy()
+    t_last = frame[last_column].to_numpy()
+    tokens = frame[tokens_column].to_numpy()
     span = t_last - t_first
     overlap = np.clip(np.minimum(t_last, end) - np.maximum(t_first, start), 0.0, None)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(span > 0, overlap / span, ((t_last >= start) & (t_last < end)).astype(float))
     return float(np.nansum(tokens * share))
+
+
+def server_timings_tok_s(frame: pd.DataFrame, start: float, end: float) -> float | None:
+    """Tokens/s inside [start, end) from the servers' own decode times: each successful request's
+    ``predicted_n`` spread over ``predicted_ms`` ending at its client ``t_last_token``; None when
+    no successful request near the window carries timings."""
+    ok = frame["ok"].to_numpy()
+    t_last = frame["t_last_token"].to_numpy()
+    predicted_n = frame["timings_predicted_n"].to_numpy()
+    predicted_s = frame["timings_predicted_ms"].to_numpy() / 1000.0
+    t_decode = t_last - predicted_s
+    timed = ok & ~np.isnan(predicted_n) & ~np.isnan(predicted_s) & (t_last >= start) & (t_decode < end)
+    if not timed.any():
+        return None
+    near = pd.DataFrame({"t_decode": t_decode[timed], "t_last": t_last[timed], "tokens": predicted_n[timed]})
+    return tokens_in_window(near, start, end, ("t_decode", "t_last", "tokens")) / (end - start)
 
 
 def aggregate_throughput(frame: pd.DataFrame, start: float, end: float) -> tuple[float, Estimate]:
@@ -174,17 +254,46 @@ def category_groups(measured_ok: pd.DataFrame, column: str) -> dict[str, np.ndar
     return groups
 
 
-def step_figures(frame: pd.DataFrame, index: int, users: int, context: int, start: float, end: float) -> StepFigures:
+def _lag_figures(lags: np.ndarray) -> dict[str, float | None]:
+    """p50, p99 and max of open-loop start lags (empty on a closed-loop step)."""
+    lags = lags[np.isfinite(lags)]
+    if not len(lags):
+        return {}
+    return {"p50": float(np.quantile(lags, 0.5)), "p99": float(np.quantile(lags, 0.99)), "max": float(lags.max())}
+
+
+def method_counts(frame: pd.DataFrame) -> dict[str, int]:
+    """Requests per token-counting method, every method named (0 where none used it)."""
+    counts = frame["token_method"].value_counts()
+    return {method: int(counts.get(method, 0)) for method in TOKEN_METHODS}
+
+
+def step_figures(
+    frame: pd.DataFrame,
+    index: int,
+    users: int,
+    context: int,
+    start: float,
+    end: float,
+    rate: float | None = None,
+) -> StepFigures:
     measured = frame[(frame["step"] == index) & (frame["phase"] == "measure")]
     measured_ok = measured[measured["ok"]]
     errors = {str(k): int(v) for k, v in measured["error_kind"].value_counts().items() if v}
     total, aggregate = aggregate_throughput(frame, start, end)
     t_end = frame["t_end"].to_numpy()
     completed = int((frame["ok"].to_numpy() & (t_end >= start) & (t_end < end)).sum())
+    near_cut = (
+        (frame["t_last_token"] >= start) & (frame["t_first_token"] < end) & (frame["output_tokens"] > 0) & ~frame["ok"]
+    )
     rate_column = per_user_rate_column(measured_ok)
     draft = measured_ok[["timings_draft_n", "timings_draft_n_accepted", "timings_predicted_n"]].dropna()
     draft = draft[draft["timings_draft_n"] > 0]
     steps_taken = draft["timings_predicted_n"].sum() - draft["timings_draft_n_accepted"].sum()
+    sent = None
+    if rate is not None:
+        t_start = measured["t_start"].to_numpy()
+        sent = int(((t_start >= start) & (t_start < end)).sum()) / (end - start)
     return StepFigures(
         index=index,
         users=users,
@@ -207,11 +316,20 @@ def step_figures(frame: pd.DataFrame, index: int, users: int, context: int, star
         draft_acceptance=intervals.ratio_of_sums(draft["timings_draft_n_accepted"], draft["timings_draft_n"]),
         tokens_per_decode_step=float(draft["timings_predicted_n"].sum() / steps_taken) if steps_taken > 0 else None,
         completed_in_window=completed,
+        tpot_s=_percentiles(measured_ok["tpot_s"].to_numpy()),
+        rate=rate,
+        sent_rate=sent,
+        start_lag_s=_lag_figures(measured["start_lag_s"].to_numpy()),
+        server_timings_tok_s=server_timings_tok_s(frame, start, end),
+        token_methods=method_counts(measured),
+        cut_counted_by_chunks=int((near_cut & (frame["token_method"] == "chunks")).sum()),
     )
 
 
-def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -> float | None:
-    """A server counter's rate (per second) over the step's measured window, if recorded."""
+def counter_span(
+    telemetry: list[TelemetrySnapshot], index: int, counter: str
+) -> tuple[TelemetrySnapshot, TelemetrySnapshot] | None:
+    """The step's measure and end snapshots that carry the counter, if both were recorded in order."""
     at = {
         snap.boundary: snap
         for snap in telemetry
@@ -220,7 +338,35 @@ def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -
     start, end = at.get("measure"), at.get("end")
     if start is None or end is None or end.taken_at <= start.taken_at:
         return None
+    return start, end
+
+
+def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -> float | None:
+    """A server counter's rate (per second) over the step's measured window, if recorded."""
+    span = counter_span(telemetry, index, counter)
+    if span is None:
+        return None
+    start, end = span
     return (end.metrics[counter] - start.metrics[counter]) / (end.taken_at - start.taken_at)
+
+
+def counter_granularity(
+    frame: pd.DataFrame, telemetry: list[TelemetrySnapshot], index: int, max_tokens: int | None = None
+) -> float | None:
+    """How far the token counter's rate can move for one request finishing either side of a
+    snapshot: the median tokens of the step's successful measured requests (none finished in
+    it: of its successful requests of any phase, else ``max_tokens``) / the snapshots' span."""
+    span = counter_span(telemetry, index, TOKENS_COUNTER)
+    if span is None:
+        return None
+    in_step = frame["ok"] & (frame["step"] == index)
+    tokens = frame["output_tokens"][in_step & (frame["phase"] == "measure")]
+    if not len(tokens):
+        tokens = frame["output_tokens"][in_step]
+    typical = float(tokens.median()) if len(tokens) else max_tokens
+    if not typical:
+        return None
+    return typical / (span[1].taken_at - span[0].taken_at)
 
 
 def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | None:
@@ -245,16 +391,18 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
     """The step's window held fewer finished requests than users: per-request figures come from
     few or no requests, and the aggregate rests on partial ones."""
     seconds = typical_request_seconds(frame[frame["step"] == figures.index], max_tokens)
+    granularity = figures.server_counter_granularity_tok_s
     advice = f"measure at least ~{np.ceil(2 * seconds):.0f} s" if seconds else "measure longer"
     counter = figures.server_counter_tok_s
     beside = f"{counter:.1f} tok/s" if counter is not None else "not recorded"
     if counter is not None:  # llama-server adds a request's tokens to its counter when the request ends
-        beside += " (it counts finished requests only, so it reads low here)"
+        beside += " (it counts finished requests only, so it reads low here"
+        beside += f"; it moves by ~{granularity:.1f} tok/s per request)" if granularity else ")"
     return (
         f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
         f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request "
         f"(one takes ~{seconds:.1f} s): {advice}. Aggregate {figures.aggregate_tok_s.value:.1f} tok/s counts partial "
-        f"requests' streamed chunks; server counter {beside}"
+        f"requests' streamed tokens; server counter {beside}"
         if seconds
         else f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
         f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request: "
@@ -283,25 +431,46 @@ def run_figures(run: LoadedRun) -> RunFigures:
     steps = []
     seen: set[int] = set()
     for window in manifest.steps:
+        name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
+            f"step {window.index} ({window.users} users)"
+        )
         if window.index in seen:
             # Written by rigbench before the sweep controller kept each boundary once (a Locust
             # master with a long context could run two schedules): the first window stands.
-            warnings.append(f"step {window.index} ({window.users} users) recorded twice; the first window is used")
+            warnings.append(f"{name} recorded twice; the first window is used")
             continue
         seen.add(window.index)
         if window.measure_end is None or window.measure_end <= window.measure_start:
-            warnings.append(f"step {window.index} ({window.users} users) has no closed measured window; left out")
+            warnings.append(f"{name} has no closed measured window; left out")
             continue
         figures = step_figures(
-            frame, window.index, window.users, window.context_tokens, window.measure_start, window.measure_end
+            frame,
+            window.index,
+            window.users,
+            window.context_tokens,
+            window.measure_start,
+            window.measure_end,
+            rate=window.rate,
         )
         figures.server_counter_tok_s = counter_tok_s(run.telemetry, window.index)
-        if figures.completed_in_window < window.users:
-            warnings.append(short_window_warning(frame, figures, manifest.load.max_tokens if manifest.load else None))
+        max_tokens = manifest.load.max_tokens if manifest.load else None
+        figures.server_counter_granularity_tok_s = counter_granularity(frame, run.telemetry, window.index, max_tokens)
+        if window.rate is None and figures.completed_in_window < window.users:
+            warnings.append(short_window_warning(frame, figures, max_tokens))
+        if figures.cut_counted_by_chunks:
+            warnings.append(
+                f"{name}: aggregate tok/s counts {figures.cut_counted_by_chunks} cut request(s) by their content "
+                "chunks (no per-chunk or /tokenize count): it undercounts a server that packs several tokens per chunk"
+            )
+        if window.rate is not None and figures.sent_rate is not None and figures.sent_rate < 0.9 * window.rate:
+            warnings.append(
+                f"{name}: only {figures.sent_rate:.2f} req/s were sent in the window, under 90% of the offered "
+                "rate: the load generator fell behind (latency still counts from the intended starts)"
+            )
         steps.append(figures)
     if not steps:
         raise AnalysisError(
             f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "
             f"status {manifest.status}); the sweep stopped before a measure phase ended: re-run the load test"
         )
-    return RunFigures(run, steps, warnings)
+    return RunFigures(run, steps, warnings, token_methods=method_counts(frame))

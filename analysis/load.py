@@ -12,6 +12,13 @@ Damage policy (same as ``RunDir.read_records``): a truncated last line of a shar
 killed mid-line) is skipped and counted as a warning; any other bad line is a
 ``RunDirError`` naming the file and line (found by re-reading the shard line by line, only
 on that error path).
+
+``token_counts.jsonl`` (optional; ``TokenCount`` lines, each validated by pydantic: the file
+holds only the cut requests, so it is small) carries ``/tokenize`` counts of cut requests' streamed
+text made after the run; they are merged into the records' ``streamed_tokens`` with
+``tokens_counted_by = "tokenize"``, so the records on disk stay as the client wrote them. Records
+written before ``tokens_counted_by`` existed get it derived from what they carry (see
+``token_methods``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import pyarrow.json as pa_json
 from pydantic import ValidationError
 
 from core.errors import RunDirError
-from core.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot
+from core.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
 
 REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
@@ -72,6 +79,9 @@ RECORD_SCHEMA = pa.schema(
     + [("timings", pa.struct([(key, pa.float64()) for key in TIMING_KEYS])), ("interrupted", pa.bool_())]
 )
 BLOCK_SIZE = 8 << 20
+TOKEN_COUNTS = "token_counts.jsonl"
+# Every method a record's token count can come from, most exact first (core.rundir.TokenCountMethod).
+TOKEN_METHODS = ("usage", "per_chunk", "tokenize", "chunks")
 
 
 @dataclass
@@ -315,7 +325,12 @@ def join_chain(parts: list[LoadedRun], requested: Path) -> LoadedRun:
         )
     final = parts[-1].manifest
     first = parts[0].manifest
-    load = final.load.model_copy(update={"user_steps": [w.users for w in steps]}) if final.load else None
+    load = None
+    if final.load is not None:
+        if final.load.open_loop:
+            load = final.load.model_copy(update={"rate_steps": [w.rate or 0.0 for w in steps]})
+        else:
+            load = final.load.model_copy(update={"user_steps": [w.users for w in steps]})
     joined_manifest = final.model_copy(
         update={
             "steps": steps,
@@ -360,6 +375,7 @@ def load_one_run(path: Path | str) -> LoadedRun:
     if duplicated:
         warnings.append(f"{duplicated} duplicate request_id(s) across shards; each counted once")
         records = records.drop_duplicates("request_id", keep="first").reset_index(drop=True)
+    records = merge_token_counts(records, run_dir.path / TOKEN_COUNTS, warnings)
     try:
         telemetry = run_dir.read_telemetry()
     except (ValidationError, ValueError) as error:
@@ -367,6 +383,79 @@ def load_one_run(path: Path | str) -> LoadedRun:
         warnings.append(f"telemetry.jsonl unreadable, ignored ({str(error).splitlines()[0]})")
     warnings.extend(f"manifest: {text}" for text in manifest.warnings)
     return LoadedRun(run_dir.path, manifest, records, telemetry, warnings)
+
+
+def token_methods(records: pd.DataFrame) -> pd.Categorical:
+    """How each record's output tokens are counted, in the order figures take them: the server's
+    final count (``completion_tokens``, else ``timings.predicted_n``) is "usage"; else
+    ``streamed_tokens``, "tokenize" when a ``/tokenize`` count was merged and "per_chunk" otherwise
+    (records written before ``tokens_counted_by`` existed say nothing); else "chunks".
+    Built from integer codes: a million-record run stays quick."""
+    usage = records["completion_tokens"].notna().to_numpy() | records["timings_predicted_n"].notna().to_numpy()
+    streamed = records["streamed_tokens"].notna().to_numpy()
+    tokenized = (records["tokens_counted_by"] == "tokenize").to_numpy()
+    codes = np.select([usage, streamed & tokenized, streamed], [0, 2, 1], 3).astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=TOKEN_METHODS)
+
+
+def read_token_counts(path: Path, warnings: list[str]) -> dict[str, int]:
+    """request_id -> /tokenize count from ``token_counts.jsonl`` (empty when the file is absent).
+
+    Each line goes through pydantic; a truncated last line (the counter killed mid-line) is
+    skipped with a warning like a shard's, any other bad line is a RunDirError naming file:line."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    counts: dict[str, int] = {}
+    repeated = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            count = TokenCount.model_validate_json(line)
+        except ValidationError as error:
+            if number == len(lines) and not data.endswith(b"\n"):
+                warnings.append(f"{path.name}:{number}: truncated last line skipped")
+                continue
+            raise RunDirError(
+                describe_validation_error(error, f"{path}:{number}")
+                + "; expected TokenCount lines: remove the line or re-count with the server's /tokenize"
+            ) from None
+        repeated += count.request_id in counts
+        counts[count.request_id] = count.streamed_tokens
+    if repeated:
+        warnings.append(f"{path.name}: {repeated} request_id(s) counted twice; the last count is used")
+    return counts
+
+
+def merge_token_counts(records: pd.DataFrame, path: Path, warnings: list[str]) -> pd.DataFrame:
+    """Records with ``token_counts.jsonl`` merged in and ``tokens_counted_by`` filled for every record.
+
+    A /tokenize count stands in for a record's chunks only: a record that carries the server's
+    usage or per-chunk counts keeps them (more exact), and a count for a request the records do not
+    hold is ignored; both are counted warnings."""
+    counts = read_token_counts(path, warnings)
+    if counts:
+        by_id = pd.Series(counts, dtype=np.float64)
+        tokenize = records["request_id"].map(by_id).to_numpy()
+        before = token_methods(records)
+        exact = np.isin(np.asarray(before), ("usage", "per_chunk"))
+        take = ~np.isnan(tokenize) & ~exact
+        kept = int((~np.isnan(tokenize) & exact).sum())
+        unknown = int((~by_id.index.isin(records["request_id"])).sum())
+        records["streamed_tokens"] = np.where(take, tokenize, records["streamed_tokens"].to_numpy())
+        methods = records["tokens_counted_by"].astype(object).where(~take, "tokenize")
+        records["tokens_counted_by"] = methods
+        if kept:
+            warnings.append(
+                f"{TOKEN_COUNTS}: {kept} count(s) for records that carry the server's usage or per-chunk counts; "
+                "those are more exact and were kept"
+            )
+        if unknown:
+            warnings.append(f"{TOKEN_COUNTS}: {unknown} count(s) for request_ids no record holds; ignored")
+    records["tokens_counted_by"] = token_methods(records)
+    return records
 
 
 def load_runs(paths: list[Path]) -> list[LoadedRun]:

@@ -14,13 +14,20 @@ For each run (one rig configuration) and each price, read the sweep *conservativ
 - instances = ceil(N / capacity); $/h = instances x price; $/Mtok at capacity uses the lower
   end of the aggregate tok/s interval, interpolated the same way.
 
+An open-loop run (steps of offered requests/s) gives capacity in requests per second: the
+highest offered rate whose step meets the targets (TTFT counted from the intended starts), before
+the first that does not. Rates are not interpolated: past the server's saturation an open loop's
+queue grows for as long as the step lasts, so latency is far from linear in the rate. Instances =
+ceil(requests/s to serve / capacity), so such a plan needs the rate to serve (``Targets.rate``);
+users do not convert to requests/s.
+
 Plans are ranked by $/h, then $/Mtok.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures, StepFigures
@@ -31,13 +38,24 @@ class Targets:
     users: int
     min_tok_s: float
     ttft_p90_s: float
+    rate: float | None = None  # requests/s to serve, for open-loop runs
 
 
 @dataclass(frozen=True)
 class Capacity:
+    """What one instance serves at the targets: users (closed loop) or requests/s (open loop)."""
+
     users_per_instance: float
     aggregate_tok_s: float | None
     basis: str
+    unit: str = "users"
+
+    @property
+    def per_instance(self) -> float:
+        return self.users_per_instance
+
+    def describe(self) -> str:
+        return f"{self.users_per_instance:g} {'req/s' if self.unit == 'requests/s' else 'users'}"
 
 
 @dataclass(frozen=True)
@@ -50,11 +68,15 @@ class Plan:
     usd_per_mtok: float | None
 
     def to_dict(self) -> dict:
+        if self.capacity.unit == "requests/s":
+            capacity = {"users_per_instance": None, "requests_per_second_per_instance": self.capacity.per_instance}
+        else:
+            capacity = {"users_per_instance": self.capacity.per_instance}
         return {
             "run": self.run_label,
             "price": self.price.quote.model_dump(),
             "hypothetical": self.price.hypothetical,
-            "users_per_instance": self.capacity.users_per_instance,
+            **capacity,
             "aggregate_tok_s_at_capacity": self.capacity.aggregate_tok_s,
             "basis": self.capacity.basis,
             "instances": self.instances,
@@ -106,7 +128,35 @@ def _interpolate(u1: float, v1: float | None, u2: float, v2: float | None, users
     return v1 + (v2 - v1) * (users - u1) / (u2 - u1)
 
 
+def rate_capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
+    """An open-loop sweep's capacity: the highest offered rate meeting the targets before the first failure."""
+    ordered = sorted(steps, key=lambda s: s.load)
+    last_pass: StepFigures | None = None
+    first_fail: StepFigures | None = None
+    for step in ordered:
+        if meets(step, targets):
+            last_pass = step
+        else:
+            first_fail = step
+            break
+    unit = "requests/s"
+    if last_pass is None:
+        return Capacity(0, None, f"targets not met at the smallest offered rate ({ordered[0].load:g} req/s)", unit)
+    rate = last_pass.load
+    if first_fail is None:
+        basis = f"targets met at every offered rate; capacity at least {rate:g} req/s (no extrapolation)"
+        return Capacity(rate, conservative_aggregate(last_pass), basis, unit)
+    why = "errors" if first_fail.error_count > 0 else "targets missed"
+    basis = (
+        f"highest offered rate meeting the targets {rate:g} req/s; {why} at {first_fail.load:g} req/s "
+        "(rates not interpolated)"
+    )
+    return Capacity(rate, conservative_aggregate(last_pass), basis, unit)
+
+
 def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
+    if any(step.rate is not None for step in steps):
+        return rate_capacity(steps, targets)
     ordered = sorted(steps, key=lambda s: s.users)
     last_pass: StepFigures | None = None
     first_fail: StepFigures | None = None
@@ -143,9 +193,16 @@ def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
 
 def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets) -> Plan:
     cap = capacity(figures.steps, targets)
-    if cap.users_per_instance <= 0:
+    if cap.per_instance <= 0:
         return Plan(figures.run.label, price, cap, None, None, None)
-    instances = math.ceil(targets.users / cap.users_per_instance)
+    if cap.unit == "requests/s":
+        if targets.rate is None:
+            basis = f"{cap.basis}; an open-loop run: give the requests/s to serve to size instances"
+            return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None)
+        demand = targets.rate
+    else:
+        demand = targets.users
+    instances = math.ceil(demand / cap.per_instance)
     hourly = price.quote.usd_per_hour
     return Plan(
         figures.run.label,
@@ -173,6 +230,7 @@ def plans_for_sections(sections: list, targets: Targets) -> list[Plan]:
 def plan_table(plans: list[Plan]) -> str:
     from tabulate import tabulate
 
+    mixed = any(plan.capacity.unit != "users" for plan in plans)
     rows = []
     for rank_number, plan in enumerate(plans, 1):
         feasible = plan.instances is not None
@@ -181,12 +239,13 @@ def plan_table(plans: list[Plan]) -> str:
                 rank_number if feasible else "-",
                 plan.run_label,
                 plan.price.label,
-                f"{plan.capacity.users_per_instance:g}",
+                plan.capacity.describe() if mixed else f"{plan.capacity.users_per_instance:g}",
                 plan.instances if feasible else "-",
                 f"{plan.usd_per_hour:.3f}" if plan.usd_per_hour is not None else "-",
                 f"{plan.usd_per_mtok:.3f}" if plan.usd_per_mtok is not None else "-",
                 plan.capacity.basis,
             ]
         )
-    headers = ["rank", "rig (run)", "price", "users/instance", "instances", "$/h", "$/Mtok at capacity", "basis"]
+    capacity_header = "capacity/instance" if mixed else "users/instance"
+    headers = ["rank", "rig (run)", "price", capacity_header, "instances", "$/h", "$/Mtok at capacity", "basis"]
     return tabulate(rows, headers=headers, tablefmt="github")

@@ -1,5 +1,8 @@
-"""Small PNG plots against the user count, one line per run, 95% intervals as error bars.
+"""Small PNG plots against the offered load, one line per run, 95% intervals as error bars.
 
+The x axis is the user count for closed-loop runs and the offered rate (requests/s) for open-loop
+ones. A report that holds both kinds draws each kind in its own files (``<name>.png`` for the
+user runs, ``<name>-by-rate.png`` for the rate runs): the two loads share no axis.
 matplotlib runs on the Agg backend (no display on a rig or in CI). The $/Mtok plot has one
 line per run and price (on-demand, spot, hypothetical types), labelled as in the report.
 """
@@ -16,27 +19,28 @@ import matplotlib.pyplot as plt  # noqa: E402
 from analysis.intervals import Estimate  # noqa: E402
 from analysis.report_model import RunSection  # noqa: E402
 
-Series = tuple[str, list[tuple[int, Estimate]]]
+Series = tuple[str, list[tuple[float, Estimate]]]
+X_LABELS = {False: "concurrent users", True: "offered load (requests/s)"}
 
 
-def _per_user(section: RunSection) -> list[tuple[int, Estimate]]:
+def _per_user(section: RunSection) -> list[tuple[float, Estimate]]:
     return [
-        (step.users, step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s)
+        (step.load, step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s)
         for step in section.figures.steps
     ]
 
 
 def _series(sections: list[RunSection], name: str) -> list[Series]:
     if name == "aggregate_tok_s":
-        return [(s.label, [(st.users, st.aggregate_tok_s) for st in s.figures.steps]) for s in sections]
+        return [(s.label, [(st.load, st.aggregate_tok_s) for st in s.figures.steps]) for s in sections]
     if name == "per_user_tok_s":
         return [(s.label, _per_user(s)) for s in sections]
     if name == "ttft_p90":
-        return [(s.label, [(st.users, st.ttft_s["p90"]) for st in s.figures.steps]) for s in sections]
+        return [(s.label, [(st.load, st.ttft_s["p90"]) for st in s.figures.steps]) for s in sections]
     series = []
     for section in sections:
         for column, label in enumerate(section.cost_labels):
-            points = [(st.users, row[column]) for st, row in zip(section.figures.steps, section.cost_rows, strict=True)]
+            points = [(st.load, row[column]) for st, row in zip(section.figures.steps, section.cost_rows, strict=True)]
             series.append((f"{section.label}: {label}", points))
     return series
 
@@ -49,9 +53,9 @@ PLOTS = {
 }
 
 
-def _draw(path: Path, ylabel: str, series: list[Series]) -> None:
+def _draw(path: Path, ylabel: str, series: list[Series], open_loop: bool = False) -> None:
     figure, axes = plt.subplots(figsize=(6, 3.6), dpi=80)
-    ticks: set[int] = set()
+    ticks: set[float] = set()
     for label, points in series:
         kept = [(users, e) for users, e in points if e.value is not None]
         if not kept:
@@ -66,11 +70,11 @@ def _draw(path: Path, ylabel: str, series: list[Series]) -> None:
         ticks.update(xs)
     if ticks:
         axes.set_xscale("log", base=2)
-        axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+        axes.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
         axes.legend(fontsize=7)
     else:
         axes.text(0.5, 0.5, "no data (see the report's warnings)", ha="center", transform=axes.transAxes)
-    axes.set_xlabel("concurrent users")
+    axes.set_xlabel(X_LABELS[open_loop])
     axes.set_ylabel(ylabel)
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
@@ -79,10 +83,17 @@ def _draw(path: Path, ylabel: str, series: list[Series]) -> None:
 
 
 def write_plots(sections: list[RunSection], folder: Path) -> list[Path]:
+    """Every plot of the sections; user runs and rate runs in separate files when both are given."""
     folder.mkdir(parents=True, exist_ok=True)
+    closed = [s for s in sections if not s.figures.open_loop]
+    opened = [s for s in sections if s.figures.open_loop]
+    groups = [(closed, False, ""), (opened, True, "-by-rate" if closed else "")]
     written = []
-    for name, ylabel in PLOTS.items():
-        path = folder / f"{name}.png"
-        _draw(path, ylabel, _series(sections, name))
-        written.append(path)
+    for group, open_loop, suffix in groups:
+        if not group and (open_loop or opened):
+            continue
+        for name, ylabel in PLOTS.items():
+            path = folder / f"{name}{suffix}.png"
+            _draw(path, ylabel, _series(group, name), open_loop)
+            written.append(path)
     return written

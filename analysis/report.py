@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from analysis.compare import StepComparison, compare_runs
 from analysis.cost import gpu_description
+from analysis.figures import StepFigures
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
@@ -55,13 +56,22 @@ def _short(estimate: Estimate, digits: int = 1) -> str:
     return text.rsplit(" n=", 1)[0]
 
 
+def load_header(open_loop: bool) -> str:
+    """The first column of per-step tables: a closed loop steps through users, an open one through rates."""
+    return "rate (req/s)" if open_loop else "users"
+
+
+def load_cell(step: StepFigures) -> int | str:
+    return f"{step.rate:g}" if step.rate is not None else step.users
+
+
 def step_table(section: RunSection) -> str:
     rows = []
     for step in section.figures.steps:
         errors = ", ".join(f"{k} {v}" for k, v in sorted(step.errors.items())) or "0"
         rows.append(
             [
-                step.users,
+                load_cell(step),
                 step.requests,
                 errors,
                 _short(step.aggregate_tok_s),
@@ -74,7 +84,7 @@ def step_table(section: RunSection) -> str:
             ]
         )
     headers = [
-        "users",
+        load_header(section.figures.open_loop),
         "requests",
         "errors",
         "aggregate tok/s",
@@ -88,37 +98,83 @@ def step_table(section: RunSection) -> str:
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
+def _ms_triple(figure: dict[str, Estimate]) -> str:
+    return " / ".join(_ms(figure[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")) if figure else "-"
+
+
+def _counter_cell(step: StepFigures) -> str:
+    if step.server_counter_tok_s is None:
+        return "-"
+    if step.server_counter_granularity_tok_s is None:
+        return f"{step.server_counter_tok_s:.1f}"
+    return f"{step.server_counter_tok_s:.1f} ±{step.server_counter_granularity_tok_s:.1f}"
+
+
 def detail_table(section: RunSection) -> str:
     rows = []
     for step in section.figures.steps:
         tokens_per_step = "-" if step.tokens_per_decode_step is None else f"{step.tokens_per_decode_step:.2f}"
         rows.append(
             [
-                step.users,
+                load_cell(step),
                 _ms(step.ttft_s["p99"]).rsplit(" n=", 1)[0],
-                " / ".join(_ms(step.itl_s[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")),
-                " / ".join(_ms(step.e2e_s[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")),
+                _ms_triple(step.itl_s),
+                _ms_triple(step.tpot_s),
+                _ms_triple(step.e2e_s),
                 f"{step.request_rate:.2f}",
                 step.geomean_tok_s.format(1),
                 step.server_tok_s_mean.format(1),
                 step.draft_acceptance.format(3),
                 tokens_per_step,
-                "-" if step.server_counter_tok_s is None else f"{step.server_counter_tok_s:.1f}",
+                _counter_cell(step),
+                "-" if step.server_timings_tok_s is None else f"{step.server_timings_tok_s:.1f}",
             ]
         )
     headers = [
-        "users",
+        load_header(section.figures.open_loop),
         "TTFT p99 ms",
-        "ITL p50/p90/p99 ms",
+        "ITL per chunk p50/p90/p99 ms",
+        "TPOT per token p50/p90/p99 ms",
         "end-to-end p50/p90/p99 ms",
-        "requests/s",
+        "completed requests/s",
         "geomean over categories tok/s",
         "mean server tok/s",
         "draft acceptance",
         "tokens/decode step",
-        "server counter tok/s",
+        "server counter tok/s (± one finished request)",
+        "server timings tok/s (per token)",
     ]
     return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def _lag_ms(lags: dict[str, float | None]) -> str:
+    if not lags:
+        return "-"
+    return " / ".join(f"{lags[key] * 1000:.1f}" for key in ("p50", "p99", "max"))
+
+
+def arrivals_table(section: RunSection) -> str:
+    """Open loop only: did the load generator keep to its schedule, and did the server keep up."""
+    rows = [
+        [
+            load_cell(step),
+            "-" if step.sent_rate is None else f"{step.sent_rate:.2f}",
+            f"{step.request_rate:.2f}",
+            _lag_ms(step.start_lag_s),
+        ]
+        for step in section.figures.steps
+    ]
+    headers = ["offered rate (req/s)", "sent req/s", "completed req/s", "start lag p50/p99/max ms"]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def token_methods_line(section: RunSection) -> str:
+    """How the run's output tokens were counted, in requests per method (most exact first)."""
+    counts = section.figures.token_methods
+    named = {"usage": "usage", "per_chunk": "per-chunk counts", "tokenize": "/tokenize", "chunks": "content chunks"}
+    return "Output tokens counted by (requests): " + ", ".join(
+        f"{named[method]} {counts.get(method, 0)}" for method in named
+    ) + "."
 
 
 def cost_section(section: RunSection) -> list[str]:
@@ -132,8 +188,9 @@ def cost_section(section: RunSection) -> list[str]:
         lines.append(f"- {choice.label}{gpu_text}: {choice.quote.describe()}{flag}")
     rows = []
     for step, costs in zip(section.figures.steps, section.cost_rows, strict=True):
-        rows.append([step.users, _short(step.aggregate_tok_s), *(_short(c, 3) for c in costs)])
-    headers = ["users", "aggregate tok/s", *(f"$/Mtok {label}" for label in section.cost_labels)]
+        rows.append([load_cell(step), _short(step.aggregate_tok_s), *(_short(c, 3) for c in costs)])
+    prices = [f"$/Mtok {label}" for label in section.cost_labels]
+    headers = [load_header(section.figures.open_loop), "aggregate tok/s", *prices]
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
     for run_cost in section.run_costs:
         lines.append(
@@ -170,13 +227,20 @@ def _describe_run(section: RunSection) -> str:
             f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
             f"measure {format_seconds(load.measure_seconds)} s per step"
         )
+        if load.open_loop:
+            rates = ", ".join(f"{rate:g}" for rate in load.rate_steps)
+            parts.append(f"open loop: {load.arrival} arrivals (seed {load.arrival_seed}) at {rates} req/s")
     return "; ".join(parts)
+
+
+def _comparison_load(row: StepComparison) -> int | str:
+    return f"{row.rate:g}" if row.rate is not None else row.users
 
 
 def comparison_table(rows: list[StepComparison]) -> str:
     table = [
         [
-            r.users,
+            _comparison_load(r),
             r.context_tokens,
             r.per_user_ratio.format(3),
             r.aggregate_ratio.format(3),
@@ -186,7 +250,7 @@ def comparison_table(rows: list[StepComparison]) -> str:
         for r in rows
     ]
     headers = [
-        "users",
+        load_header(any(r.rate is not None for r in rows)),
         "context",
         "per-user tok/s B/A (paired by category)",
         "aggregate tok/s B/A",
@@ -199,9 +263,11 @@ def comparison_table(rows: list[StepComparison]) -> str:
 def category_table(rows: list[StepComparison]) -> str:
     categories = sorted({name for row in rows for name in row.per_category})
     table = [
-        [r.users, *(r.per_category[c].format(3) if c in r.per_category else "-" for c in categories)] for r in rows
+        [_comparison_load(r), *(r.per_category[c].format(3) if c in r.per_category else "-" for c in categories)]
+        for r in rows
     ]
-    return tabulate(table, headers=["users", *(f"{c} B/A" for c in categories)], tablefmt="github")
+    header = load_header(any(r.rate is not None for r in rows))
+    return tabulate(table, headers=[header, *(f"{c} B/A" for c in categories)], tablefmt="github")
 
 
 def render(
@@ -214,11 +280,22 @@ def render(
     lines = [f"# rigbench report: {title}", ""]
     for section in sections:
         lines += [f"## {section.label}", "", "Per step, measured window only; 95% intervals in brackets.", ""]
-        lines += [step_table(section), "", _describe_run(section), "", "### Cost", ""]
+        lines += [step_table(section), "", _describe_run(section), "", token_methods_line(section), ""]
+        if section.figures.open_loop:
+            lines += ["### Open-loop arrivals", "", arrivals_table(section), ""]
+            lines += ["Latency counts from each request's intended start (t_intended), so the start lag is in it.", ""]
+        lines += ["### Cost", ""]
         lines += cost_section(section)
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
+        lines += [
+            "ITL is per content chunk, TPOT per token (they differ when a chunk carries several tokens). "
+            "Server counter tok/s moves only when a request finishes, so it is a coarse cross-check: ± beside it is "
+            "one typical request's tokens over the window; server timings tok/s places each request's "
+            "own decode time on the client's clock, a per-token cross-check.",
+            "",
+        ]
     for label_a, label_b, rows in comparisons:
         lines += [f"## Comparison: B = {label_b} against A = {label_a}", "", comparison_table(rows), ""]
         lines += ["Per prompt category (ratio of mean per-user tok/s):", "", category_table(rows), ""]
