@@ -4,6 +4,9 @@ Why strict: a list that is read loosely changes the load without a word — ``"1
 124 users, ``"1,1,2"`` running a step twice — and the run still ends ``complete``. So a list
 is comma-separated values only (spaces beside a comma are allowed, nothing else), every
 value is checked, and a bad one stops the command, naming the option, before anything runs.
+
+A sweep's steps are either user counts (``--steps``, a closed loop) or arrival rates
+(``--rates``, an open loop); :func:`parse_load_steps` reads the pair and refuses both at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,18 @@ import re
 
 from core.errors import UsageError
 
+DEFAULT_USER_STEPS = "1,2,4,8,16,32,64"
+STEPS_HELP = (
+    f"user counts, one step each (a closed loop: each user sends back to back), e.g. 1,2,4,8; "
+    f"default {DEFAULT_USER_STEPS}"
+)
+RATES_HELP = (
+    "arrival rates in requests per second, one step each (an open loop: requests arrive on a seeded schedule "
+    "whatever the server's state), e.g. 1,2,4,8; instead of --steps"
+)
+ARRIVALS = ("poisson", "constant")
+ARRIVAL_HELP = "open-loop arrivals: poisson (exponential gaps) or constant (evenly spaced)"
+ARRIVAL_SEED_HELP = "seed of the poisson arrival schedule (the same seed gives the same arrival times)"
 MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
@@ -43,6 +58,49 @@ def parse_counts(text: str, option: str, *, minimum: int = 1, example: str = "1,
     return values
 
 
+def parse_rates(text: str, option: str = "--rates", *, example: str = "1,2,4,8") -> list[float]:
+    """``"0.5,1,2"`` -> [0.5, 1.0, 2.0]: requests per second, each above 0 and given once."""
+    pieces = _pieces(text, option, example)
+    bad = [piece for piece in pieces if not NUMBER.fullmatch(piece)]
+    if bad:
+        raise UsageError(
+            f"{option}: cannot read {text!r}: {bad[0]!r} is not a number of requests per second; "
+            f"expected numbers separated by commas, e.g. {example}"
+        )
+    values = [float(piece) for piece in pieces]
+    if any(value <= 0 for value in values):
+        raise UsageError(f"{option}: every rate must be above 0 requests per second, found {text!r}; e.g. {example}")
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise UsageError(f"{option}: {repeated[0]:g} is given twice in {text!r}; give each value once")
+    return values
+
+
+def parse_load_steps(steps: str | None, rates: str | None,
+                     default_steps: str = DEFAULT_USER_STEPS) -> tuple[list[int], list[float]]:
+    """(user steps, rate steps) from ``--steps`` and ``--rates``: exactly one list is non-empty.
+
+    Neither given means the default user steps; both given is refused, since a step cannot be
+    both N users sending back to back and a fixed arrival rate."""
+    if steps and rates:
+        raise UsageError(
+            "--steps and --rates cannot be given together: --steps runs a closed loop of N users, --rates an open "
+            "loop of arrivals per second; give one of them"
+        )
+    if rates is not None and rates != "":
+        return [], parse_rates(rates, "--rates")
+    if rates == "" and not steps:
+        parse_rates(rates, "--rates")  # an empty --rates is refused, not taken for the default steps
+    return parse_counts(steps or default_steps, "--steps"), []
+
+
+def parse_arrival(text: str, option: str = "--arrival") -> str:
+    """``poisson`` or ``constant``: how an open-loop step's arrivals are spaced."""
+    if text not in ARRIVALS:
+        raise UsageError(f"{option}: expected poisson or constant, found {text!r}")
+    return text
+
+
 def parse_seconds(text: str, option: str, *, example: str = "30 or 8,8,10,20") -> float | list[float]:
     """``"30"`` -> 30.0 (every step); ``"8,8,10,20"`` -> one window per step; each > 0."""
     pieces = _pieces(text, option, example)
@@ -64,19 +122,22 @@ def format_seconds(values: float | list[float]) -> str:
     return ",".join(f"{value:g}" for value in items)
 
 
-def seconds_per_step(values: float | list[float], steps: int, option: str = "--measure") -> list[float]:
-    """One window per step: a single value for every step, or exactly one per step."""
+def seconds_per_step(values: float | list[float], steps: int, option: str = "--measure",
+                     kind: str = "user") -> list[float]:
+    """One window per step: a single value for every step, or exactly one per step
+    (``kind`` names the steps in the message: user or rate)."""
     if not isinstance(values, list):
         return [float(values)] * steps
     if len(values) != steps:
         raise UsageError(
-            f"{option}: {len(values)} measured windows for {steps} user steps; give one number, or one per step"
+            f"{option}: {len(values)} measured windows for {steps} {kind} steps; give one number, or one per step"
         )
     return [float(value) for value in values]
 
 
-def parse_windows(text: str, steps: list[int], option: str = "--measure") -> float | list[float]:
-    """``--measure`` read and held against the user steps: one value for every step, or one per step."""
+def parse_windows(text: str, steps: list[int] | list[float], option: str = "--measure",
+                  kind: str = "user") -> float | list[float]:
+    """``--measure`` read and held against the steps (user or rate): one value for every step, or one per step."""
     windows = parse_seconds(text, option)
-    seconds_per_step(windows, len(steps), option)
+    seconds_per_step(windows, len(steps), option, kind)
     return windows

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from core.rundir import RunDir, StepWindow, utc_now
 from loadtest.error_watch import ErrorWatch
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
-from loadtest.schedule import Stage, boundaries, locate
+from loadtest.open_loop import DISPATCH, MAX_IN_FLIGHT
+from loadtest.schedule import Position, Stage, boundaries, locate
 from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
 
 log = logging.getLogger("rigbench.sweep")
@@ -84,6 +86,7 @@ class SweepController:
                 if boundary == "end" and index > self.completed_steps and t0 + elapsed <= time.time() + 0.05:
                     with contextlib.suppress(Exception):
                         self._at_boundary(t0, elapsed, index, boundary)
+        self._note_cap_waits()
         manifest = self.run.read_manifest()
         if manifest.status != "running":
             return
@@ -93,6 +96,19 @@ class SweepController:
             status_detail=None if complete else f"stopped after {self.completed_steps + 1} of {len(self.stages)} steps",
             ended_at=utc_now(),
         )
+
+    def _note_cap_waits(self) -> None:
+        """An open loop whose arrivals waited for the in-flight cap says so in the manifest (the
+        dispatchers' counts reach the master with their reports)."""
+        if self.run is None or not DISPATCH.cap_waits:
+            return
+        manifest = self.run.read_manifest()
+        warning = (
+            f"open loop: {DISPATCH.cap_waits} arrivals waited for a free place under the cap of {MAX_IN_FLIGHT} "
+            "requests in flight per load process, so they started late; use --processes N or lower rates"
+        )
+        DISPATCH.cap_waits = 0
+        self.run.update_manifest(warnings=[*manifest.warnings, warning])
 
     # --- schedule --------------------------------------------------------------------
     def _cpu_percent(self) -> float:
@@ -151,6 +167,7 @@ class SweepController:
         window = StepWindow(
             index=index,
             users=stage.users,
+            rate=stage.rate,
             started_at=started,
             measure_start=started + stage.warmup,
             context_tokens=self.context_tokens,
@@ -160,7 +177,8 @@ class SweepController:
             f"step {index}: {stage.users} users exceed the server's {self.slots} parallel slots; "
             "requests queue on the server, so latency includes waiting for a slot"
         )
-        if self.slots is not None and stage.users > self.slots and warning not in warnings:
+        # an open-loop step has no users to compare: its queueing shows in latency from the intended start
+        if not stage.open_loop and self.slots is not None and stage.users > self.slots and warning not in warnings:
             warnings.append(warning)
         others = [step for step in manifest.steps if step.index != index]  # a window opened again replaces
         self.run.update_manifest(steps=[*others, window], warnings=warnings)
@@ -234,10 +252,18 @@ class SweepController:
             errors = [(str(error.error), error.occurrences) for error in stats.errors.values()]
             requests, failures = (entry.num_requests, entry.num_failures) if entry is not None else (0, 0)
             position = locate(self.stages, time.time() - self.t0) if self.t0 is not None else None
-            detail = watch.observe(requests, failures, errors, users=position.users if position else 1)
+            detail = watch.observe(requests, failures, errors, users=_senders(position))
             if detail is not None:
                 self._fail(detail)
                 return
+
+
+def _senders(position: Position | None) -> int:
+    """How many refusals in a row a step's load makes in about a second: its users, or an open-loop
+    step's arrivals per second (an open loop does not back off, so refusals come at its rate)."""
+    if position is None:
+        return 1
+    return max(1, math.ceil(position.rate)) if position.rate is not None else position.users
 
 
 def _mtime(path: Path) -> float | None:

@@ -1,9 +1,10 @@
 """The locustfile's own options: one vocabulary with ``rigbench sweep``, each with its help.
 
-``--steps``, ``--warmup``, ``--measure``, ``--run-dir``, ``--runs-dir``, ``--context-tokens`` and
-``--model-name`` mean what they mean in every rigbench command. The spellings the locustfile
-used before (``--rigbench-steps``, ``--model``, ...) still work, hidden from ``--help`` and from
-the web UI, and say once what they are now. Locust prints ``--help`` before it loads a
+``--steps`` (or ``--rates``, ``--arrival`` and ``--arrival-seed``), ``--warmup``, ``--measure``,
+``--run-dir``, ``--runs-dir``, ``--context-tokens`` and ``--model-name`` mean what they mean in
+every rigbench command. The spellings the locustfile used before (``--rigbench-steps``,
+``--model``, ...) still work, hidden from ``--help`` and from the web UI, and say once what they
+are now. Locust prints ``--help`` before it loads a
 locustfile, so these options are listed by ``rigbench sweep --help`` (which passes the same ones).
 
 Nothing here imports Locust: the options are read from the namespace Locust parsed.
@@ -15,12 +16,25 @@ import argparse
 import logging
 from typing import Any
 
-from core.lists import MEASURE_HELP, parse_counts, parse_seconds
+from core.errors import UsageError
+from core.lists import (
+    ARRIVAL_HELP,
+    ARRIVAL_SEED_HELP,
+    ARRIVALS,
+    DEFAULT_USER_STEPS,
+    MEASURE_HELP,
+    RATES_HELP,
+    STEPS_HELP,
+    parse_arrival,
+    parse_load_steps,
+    parse_seconds,
+    seconds_per_step,
+)
 from core.rundir import LoadSettings
-from loadtest.schedule import Stage, make_stages
+from loadtest.schedule import Stage, stages_for
 
 log = logging.getLogger("rigbench.sweep")
-DEFAULT_STEPS = "1,2,4,8,16,32,64"
+DEFAULT_STEPS = DEFAULT_USER_STEPS
 # The one Locust request entry a request makes (the error-rate rule reads it back).
 LOCUST_REQUEST_TYPE = "POST"
 LOCUST_REQUEST_NAME = "/v1/chat/completions (size: output tokens)"
@@ -37,7 +51,10 @@ RENAMED = {
 def add_arguments(parser: Any) -> None:
     """Register the options on Locust's parser (its ``init_command_line_parser`` event)."""
     add = parser.add_argument
-    add("--steps", default=DEFAULT_STEPS, help="user counts, one step each, e.g. 1,2,4,8")
+    add("--steps", default="", help=STEPS_HELP)
+    add("--rates", default="", help=RATES_HELP)
+    add("--arrival", default="poisson", choices=list(ARRIVALS), help=ARRIVAL_HELP)
+    add("--arrival-seed", type=int, default=0, help=ARRIVAL_SEED_HELP)
     add("--warmup", type=float, default=10.0, help="warm-up seconds per step")
     add("--measure", default="30", help=MEASURE_HELP)
     add("--run-dir", default="", help="run directory to fill (default: a new one under --runs-dir)")
@@ -58,6 +75,8 @@ def add_arguments(parser: Any) -> None:
     add("--no-preflight", action="store_true", default=False,
         help="skip the check of /health and one streamed reply before the load (rigbench sweep has done it)")
     add("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help=argparse.SUPPRESS)
+    # how many load processes share an open-loop schedule: set by the master at each start, sent to workers
+    add("--rigbench-load-processes", type=int, default=1, include_in_web_ui=False, help=argparse.SUPPRESS)
     for old, (dest, _, kind) in RENAMED.items():
         add(old, dest=dest, type=kind, default=None, include_in_web_ui=False, help=argparse.SUPPRESS)
 
@@ -75,18 +94,22 @@ def adopt_old_spellings(options: Any) -> None:
 
 def stages_from(options: Any) -> list[Stage]:
     """The sweep schedule the options ask for (refused at once, naming the option, when malformed)."""
-    return make_stages(
-        parse_counts(options.steps, "--steps"),
-        options.warmup,
-        parse_seconds(options.measure, "--measure"),
-    )
+    return stages_for(settings_from(options))
 
 
 def settings_from(options: Any) -> LoadSettings:
+    user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None)
+    measure = parse_seconds(options.measure, "--measure")
+    seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
+    if options.arrival_seed < 0:
+        raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {options.arrival_seed}")
     return LoadSettings(
-        user_steps=parse_counts(options.steps, "--steps"),
+        user_steps=user_steps,
+        rate_steps=rate_steps,
+        arrival=parse_arrival(options.arrival),  # type: ignore[arg-type]
+        arrival_seed=options.arrival_seed,
         warmup_seconds=options.warmup,
-        measure_seconds=parse_seconds(options.measure, "--measure"),
+        measure_seconds=measure,
         max_tokens=options.max_tokens,
         temperature=options.temperature,
         cache_prompt=options.cache_prompt,

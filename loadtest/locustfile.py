@@ -8,12 +8,15 @@ done so and passes ``--no-preflight``). A hand run makes a new run directory und
 ``--runs-dir``, so it is analysable too; the schedule, the run's settings and the host are
 read again when a run starts, so the web UI's custom parameters and host take effect.
 Options reach ``--processes`` and remote workers with Locust's spawn message, so only
-the master needs them. One Locust request entry per request; per-step output tok/s and TTFT
+the master needs them. ``--steps`` runs closed-loop users (``StreamingChatUser``), ``--rates`` one
+open-loop dispatcher per load process (``OpenLoopDispatcher``); the shape picks the class. One
+Locust request entry per request; per-step output tok/s and TTFT
 are in the web UI's rigbench tab and in ``<csv prefix>_rigbench_steps.csv``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -25,14 +28,18 @@ from locust import events
 from core.errors import RigbenchError
 from core.rundir import RunDir, new_manifest, server_at
 from loadtest.controller import SweepController
+from loadtest.late_starts import note_late_starts
 from loadtest.live_stats import LIVE
 from loadtest.locust_options import add_arguments, adopt_old_spellings, settings_from, stages_from
+from loadtest.open_loop import DISPATCH, OpenLoopDispatcher
 from loadtest.preflight import check_health, check_reply, check_url
-from loadtest.shapes import SweepShape
+from loadtest.shapes import SweepShape, load_processes
 from loadtest.telemetry import server_slots
 from loadtest.users import StreamingChatUser
 
-__all__ = ["StreamingChatUser", "SweepShape"]
+__all__ = ["OpenLoopDispatcher", "StreamingChatUser", "SweepShape"]
+SweepShape.closed_loop_class = StreamingChatUser
+SweepShape.open_loop_class = OpenLoopDispatcher
 
 log = logging.getLogger("rigbench.sweep")
 STEPS_CSV_SUFFIX = "_rigbench_steps.csv"
@@ -66,6 +73,7 @@ def abandon_unstarted(run_dir: str, new_host: str) -> None:
 _controller: SweepController | None = None
 _reset_lock = gevent.lock.BoundedSemaphore()
 _checked_host = ""  # the host pre-flight last passed (the web UI may change it between starts)
+_hand_run = False  # this Locust made its own run directory (no rigbench sweep around it)
 
 
 def check_host(host: str, options: Any) -> str:
@@ -89,8 +97,9 @@ def on_init(environment: Any, **_: Any) -> None:
     adopt_old_spellings(options)
     if isinstance(environment.runner, WorkerRunner):
         return
+    global _hand_run
     shape = environment.shape_class
-    hand_run = not options.run_dir  # rigbench sweep passes the run directory it made
+    hand_run = _hand_run = not options.run_dir  # rigbench sweep passes the run directory it made
     try:
         stages = stages_from(options)
         if not hand_run and not (Path(options.run_dir) / "manifest.json").is_file():
@@ -142,6 +151,7 @@ def on_init(environment: Any, **_: Any) -> None:
         with _reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
             run = RunDir(options.run_dir)
             options.rigbench_t0 = t0
+            options.rigbench_load_processes = load_processes(environment.runner)  # shares of an open loop
             previous = _controller
             if previous is not None:
                 previous.stop()
@@ -155,11 +165,13 @@ def on_init(environment: Any, **_: Any) -> None:
 @events.report_to_master.add_listener
 def send_step_tallies(client_id: str, data: dict, **_: Any) -> None:
     data["rigbench_steps"] = LIVE.take()
+    data["rigbench_dispatch"] = DISPATCH.take()
 
 
 @events.worker_report.add_listener
 def merge_step_tallies(client_id: str, data: dict, **_: Any) -> None:
     LIVE.merge(data.get("rigbench_steps") or {})
+    DISPATCH.merge(data.get("rigbench_dispatch") or {})
 
 
 @events.reset_stats.add_listener
@@ -193,6 +205,10 @@ def on_quitting(environment: Any, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         return
     on_test_stop(environment)
+    options = environment.parsed_options
+    if _hand_run and options is not None and options.run_dir and options.rates:
+        with contextlib.suppress(RigbenchError, OSError):  # rigbench sweep judges its records itself
+            note_late_starts(RunDir(options.run_dir))
     prefix = getattr(environment.parsed_options, "csv_prefix", None)
     if prefix and LIVE.steps:
         Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(LIVE.csv_text())

@@ -17,12 +17,15 @@ from core.errors import LoadTestError, RunDirError
 from core.rundir import RunDir, RunManifest, ServerInfo, new_manifest, server_at
 
 
-def remaining_steps(manifest: RunManifest) -> list[int]:
-    """User counts of the steps after the last complete one (a half-done step runs again)."""
+def remaining_steps(manifest: RunManifest) -> list[int] | list[float]:
+    """User counts (or, open loop, arrival rates) of the steps after the last complete one (a
+    half-done step runs again; an open-loop step replays the same arrival times, which are
+    seeded by the run's seed and the step's rate)."""
     if manifest.load is None:
         raise LoadTestError(f"{manifest.run_id}: the manifest has no load settings; it was not written by a sweep")
     done = -1 if manifest.last_complete_step is None else manifest.last_complete_step
-    return manifest.load.user_steps[done + 1 :]
+    steps = manifest.load.rate_steps if manifest.load.open_loop else manifest.load.user_steps
+    return steps[done + 1 :]
 
 
 def resume_url(manifest: RunManifest, url: str | None) -> str:
@@ -67,7 +70,7 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
     resumed = new_manifest(
         f"{manifest.profile}-resumed",
         manifest.profile,
-        load=manifest.load.remaining(len(manifest.load.user_steps) - len(steps)),
+        load=manifest.load.remaining(manifest.load.step_count - len(steps)),
         server=server.model_copy(update={"host": reached.host, "port": reached.port}),
         rig=manifest.rig,
         build=manifest.build,

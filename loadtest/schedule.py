@@ -1,10 +1,12 @@
 """The sweep's schedule as data: pure functions of elapsed time, no Locust import.
 
-A sweep is a list of ``Stage``s (users, warm-up seconds, measured seconds) laid end to
-end from a start time ``t0``. Everything that needs to know "which step is this, warm-up
+A sweep is a list of ``Stage``s (users or an arrival rate, warm-up seconds, measured seconds)
+laid end to end from a start time ``t0``. A closed-loop stage holds N users sending back to
+back; an open-loop stage has ``users`` 0 and a ``rate`` (requests per second arriving on the
+schedule of ``loadtest.arrivals``). Everything that needs to know "which step is this, warm-up
 or measured?" — the shape, every user in every worker process, telemetry — asks the same
 pure functions of elapsed time, so they agree without talking to each other. A request
-belongs to the step and phase in which it *started*.
+belongs to the step and phase in which it *started* (an open-loop request: was *meant* to start).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 from core.errors import LoadTestError
 from core.lists import seconds_per_step
+from core.rundir import LoadSettings
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,11 @@ class Stage:
     users: int
     warmup: float
     measure: float
+    rate: float | None = None  # an open-loop stage: requests per second (users is 0)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
 
     @property
     def duration(self) -> float:
@@ -36,6 +44,7 @@ class Position:
     step_start: float
     measure_start: float
     measure_end: float
+    rate: float | None = None
 
 
 Measure = float | list[float]  # one measured window for every step, or one per step
@@ -54,6 +63,39 @@ def make_stages(user_steps: list[int], warmup: float, measure: Measure) -> list[
     return [Stage(users, warmup, window) for users, window in zip(user_steps, windows, strict=True)]
 
 
+def make_rate_stages(rate_steps: list[float], warmup: float, measure: Measure) -> list[Stage]:
+    """Open-loop stages: one per arrival rate (requests per second), each with ``users`` 0."""
+    if not rate_steps:
+        raise LoadTestError("no rate steps given; expected e.g. 1,2,4,8 requests per second")
+    if any(rate <= 0 for rate in rate_steps):
+        raise LoadTestError(f"rate steps must be above 0 requests per second, found {rate_steps}")
+    windows = seconds_per_step(measure, len(rate_steps), kind="rate")
+    if warmup < 0 or any(window <= 0 for window in windows):
+        raise LoadTestError(f"expected warm-up >= 0 s and measured windows > 0 s, found {warmup} and {measure}")
+    return [Stage(0, warmup, window, rate) for rate, window in zip(rate_steps, windows, strict=True)]
+
+
+def stages_for(settings: LoadSettings) -> list[Stage]:
+    """The schedule a run's load settings describe, closed or open loop."""
+    if settings.open_loop:
+        return make_rate_stages(settings.rate_steps, settings.warmup_seconds, settings.measure_seconds)
+    return make_stages(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
+
+
+def stage_label(users: int, rate: float | None) -> str:
+    """``8 users`` or ``2.5 req/s``: how a step is named in messages."""
+    return f"{rate:g} req/s" if rate is not None else f"{users} users"
+
+
+def step_starts(stages: list[Stage]) -> list[float]:
+    """Each stage's start, in seconds after the sweep's start."""
+    starts, offset = [], 0.0
+    for stage in stages:
+        starts.append(offset)
+        offset += stage.duration
+    return starts
+
+
 def total_duration(stages: list[Stage]) -> float:
     return sum(stage.duration for stage in stages)
 
@@ -69,7 +111,7 @@ def locate(stages: list[Stage], elapsed: float) -> Position | None:
         if elapsed < end:
             measure_start = offset + stage.warmup
             phase = "measure" if elapsed >= measure_start else "warmup"
-            return Position(index, stage.users, phase, offset, measure_start, end)
+            return Position(index, stage.users, phase, offset, measure_start, end, stage.rate)
         offset = end
     return None
 
@@ -82,7 +124,9 @@ def locate_or_last(stages: list[Stage], elapsed: float) -> Position:
         return position
     offset = total_duration(stages) - stages[-1].duration
     last = stages[-1]
-    return Position(len(stages) - 1, last.users, "measure", offset, offset + last.warmup, offset + last.duration)
+    return Position(
+        len(stages) - 1, last.users, "measure", offset, offset + last.warmup, offset + last.duration, last.rate
+    )
 
 
 def boundaries(stages: list[Stage]) -> list[tuple[float, int, str]]:

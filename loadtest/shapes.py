@@ -19,10 +19,17 @@ class SweepShape(LoadTestShape):
 
     Locust ticks a shape once a second, so a step's users arrive up to ~1 s after its
     schedule start; the warm-up window absorbs that. ``stages`` is set by the locustfile
-    from its command-line options before the test starts."""
+    from its command-line options before the test starts.
+
+    An open-loop stage runs one ``open_loop_class`` user (a dispatcher) in each load process
+    for as long as the sweep lasts: it follows the whole arrival schedule itself, so a step
+    change needs no spawning and no tick's delay. Each tick names the user class, since the
+    locustfile holds both kinds."""
 
     stages: list[Stage] = []
     spawn_factor: float = 10.0
+    closed_loop_class: type | None = None
+    open_loop_class: type | None = None
 
     def reset_time(self) -> None:
         super().reset_time()
@@ -30,8 +37,20 @@ class SweepShape(LoadTestShape):
         if on_start is not None:
             on_start(time.time() - self.get_run_time())  # Locust's clock is monotonic; records use unix time
 
-    def tick(self) -> tuple[int, float] | None:
+    def tick(self) -> tuple[int, float, list[type] | None] | None:
         position = locate(self.stages, self.get_run_time())
         if position is None:
             return None
-        return position.users, max(1.0, position.users * self.spawn_factor)
+        if position.rate is not None:
+            dispatchers = load_processes(self.runner)
+            return dispatchers, max(1.0, dispatchers * self.spawn_factor), _classes(self.open_loop_class)
+        return position.users, max(1.0, position.users * self.spawn_factor), _classes(self.closed_loop_class)
+
+
+def _classes(user_class: type | None) -> list[type] | None:
+    return [user_class] if user_class is not None else None
+
+
+def load_processes(runner: object) -> int:
+    """How many processes send load: a master's workers, else this one process."""
+    return max(1, getattr(runner, "worker_count", 1) or 1)

@@ -30,7 +30,8 @@ from core.lists import format_seconds, seconds_per_step
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.signals import sigterm_as_keyboard_interrupt
 from loadtest.ceiling import load_ceiling
-from loadtest.schedule import make_stages, total_duration
+from loadtest.late_starts import LateStarts
+from loadtest.schedule import stage_label, stages_for, total_duration
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
@@ -66,8 +67,7 @@ def locust_command(
         base_url,
         "--run-dir",
         str(run.path.resolve()),  # Locust runs from the repository root
-        "--steps",
-        ",".join(str(users) for users in settings.user_steps),
+        *_step_options(settings),
         "--warmup",
         str(settings.warmup_seconds),
         "--measure",
@@ -111,6 +111,14 @@ def locust_command(
     return command
 
 
+def _step_options(settings: LoadSettings) -> list[str]:
+    """``--steps 1,2,4`` (closed loop) or ``--rates 1,2.5 --arrival poisson --arrival-seed 0`` (open loop)."""
+    if settings.open_loop:
+        return ["--rates", ",".join(f"{rate:g}" for rate in settings.rate_steps), "--arrival", settings.arrival,
+                "--arrival-seed", str(settings.arrival_seed)]
+    return ["--steps", ",".join(str(users) for users in settings.user_steps)]
+
+
 def default_interruption_marker() -> Path | None:
     """The spot watcher's marker path when this machine is a rig (its folder exists), else None."""
     configured = os.environ.get("RIGBENCH_SPOT_MARKER")
@@ -133,7 +141,7 @@ def _count_records(run: RunDir) -> tuple[int, int]:
 
 
 def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progress: bool) -> None:
-    stages = make_stages(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
+    stages = stages_for(settings)
     total = total_duration(stages)
     if not progress:
         process.wait()
@@ -161,7 +169,7 @@ def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progr
                         task,
                         completed=min(total, time.time() - started),
                         description=(
-                            f"step {step.index + 1}/{len(stages)}: {step.users} users, {phase}; "
+                            f"step {step.index + 1}/{len(stages)}: {stage_label(step.users, step.rate)}, {phase}; "
                             f"{records} requests, {errors} errors"
                         ),
                     )
@@ -185,7 +193,7 @@ def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunMani
     if manifest.status != "running":
         return manifest
     if returncode == 0:
-        expected = len(manifest.load.user_steps) - 1 if manifest.load else None
+        expected = manifest.load.step_count - 1 if manifest.load else None
         if manifest.last_complete_step is not None and manifest.last_complete_step == expected:
             return run.update_manifest(status="complete", ended_at=utc_now())
         return run.update_manifest(
@@ -238,7 +246,7 @@ def run_sweep(
             run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
             raise LoadTestError(f"long-context sweep cannot start: {error}") from None
     # how long a Ctrl-C'd Locust may take to write up
-    stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, len(settings.user_steps)))
+    stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, settings.step_count))
     command = locust_command(
         run,
         base_url,
@@ -284,8 +292,10 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
     writes a million). A complete run in which no request of a step ended successfully inside or
     after its measured window measured nothing there, and is failed, not complete; a step that
     asked more tok/s of each load process than ``rigbench selftest`` found one process follows
-    within 1 % on this machine gets a warning."""
+    within 1 % on this machine gets a warning, and so does an open-loop step whose requests started
+    late against their schedule (``loadtest.late_starts``)."""
     tokens: dict[int, int] = {}
+    late = LateStarts()
     last_ok_end: dict[int, float] = {}
     others: dict[int, dict[str, int]] = {}
     try:
@@ -298,6 +308,7 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
                 except ValueError:
                     continue  # a truncated last line; `rigbench check` names it
                 step = record.get("step", -1)
+                late.add(record)
                 if record.get("phase") == "measure":
                     tokens[step] = tokens.get(step, 0) + (record.get("completion_tokens") or 0)
                 if record.get("error_kind") is None and not record.get("interrupted"):
@@ -316,13 +327,14 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
         changes |= {
             "status": "failed",
             "status_detail": (
-                f"step {step.index} ({step.users} users): no request of the step ended successfully in its measured "
-                f"window (the others: {seen}), so nothing was measured; if requests were still streaming when the "
+                f"step {step.index} ({stage_label(step.users, step.rate)}): no request of the step ended successfully "
+                f"in its measured window (the others: {seen}), so nothing was measured; if requests were still "
+                "streaming when the "
                 "sweep ended, give the step a longer --measure"
             ),
         }
     ceiling = load_ceiling()
-    warnings = list(manifest.warnings)
+    warnings = list(manifest.warnings) + late.warnings(manifest.steps)
     for step in manifest.steps:
         if ceiling is None or step.measure_end is None:
             continue

@@ -1,5 +1,9 @@
 """The simulated user: streams chat completions back to back and records every request.
 
+That is the closed loop (``--steps``); the open loop (``--rates``) sends on an arrival schedule
+from ``loadtest.open_loop``, sharing this module's per-process context and its ways of keeping
+and reporting a record.
+
 Each load process (local runner, or each worker of ``--processes N`` / master-worker)
 writes its own shard ``records/<host>-<pid>.jsonl`` and, with ``--timeline``, the arrival
 time of every content chunk to ``timelines/<host>-<pid>.jsonl`` (kept out of
@@ -26,10 +30,10 @@ from locust import User, task
 from core.errors import RunDirError
 from core.rundir import RecordWriter, RequestRecord, RunDir, utc_now
 from loadtest.live_stats import LIVE
-from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, stages_from
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, settings_from
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
-from loadtest.schedule import Stage, locate_or_last
+from loadtest.schedule import Stage, locate_or_last, stages_for
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,9 @@ STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed s
 BACKOFF_FIRST_S = 0.05
 BACKOFF_CAP_S = 5.0
 # What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
-CONTEXT_OPTIONS = ("steps", "warmup", "measure", "run_dir", "prompts", "context_tokens", "timeline")
+CONTEXT_OPTIONS = (
+    "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens", "timeline"
+)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request would drown Locust's own output
 
 
@@ -50,7 +56,8 @@ class LoadContext:
         self.options = options
         self.host = host
         self.shard = f"{socket.gethostname()}-{os.getpid()}"
-        self.stages: list[Stage] = stages_from(options)
+        self.settings = settings_from(options)
+        self.stages: list[Stage] = stages_for(self.settings)
         self.made_from = context_key(options)
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
@@ -150,13 +157,7 @@ class StreamingChatUser(User):
         options = self.context.options
         self.client = make_client(self.host, read_timeout=options.read_timeout)
         self.prompts = rotation(self.context.prompts, offset=next(self.context.user_counter))
-        self.request_options = {
-            "model": options.model_name,
-            "max_tokens": options.max_tokens,
-            "temperature": options.temperature,
-            "cache_prompt": options.cache_prompt,
-            "ignore_eos": options.ignore_eos,
-        }
+        self.request_options = request_options(options)
 
     def on_stop(self) -> None:
         self.client.close()
@@ -183,14 +184,29 @@ class StreamingChatUser(User):
         return {"step": exact.step, "users": exact.users, "phase": exact.phase}
 
     def _fire_event(self, record: RequestRecord) -> None:
-        """One Locust request per request: its whole time, and its output tokens as the "size"
-        (the entry's name says so); TTFT and tok/s per step are in the web UI's rigbench tab."""
-        failure = None if record.ok else Exception(f"{record.error_kind}: {record.error_message or ''}"[:200])
-        self.environment.events.request.fire(
-            request_type=LOCUST_REQUEST_TYPE,
-            name=LOCUST_REQUEST_NAME,
-            response_time=(record.t_end - record.t_start) * 1000.0,
-            response_length=record.completion_tokens or 0,
-            exception=failure,
-            context={},
-        )
+        fire_request_event(self.environment, record)
+
+
+def request_options(options: Any) -> dict[str, Any]:
+    """What ``build_payload`` takes besides the messages, from the run's options."""
+    return {
+        "model": options.model_name,
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "cache_prompt": options.cache_prompt,
+        "ignore_eos": options.ignore_eos,
+    }
+
+
+def fire_request_event(environment: Any, record: RequestRecord) -> None:
+    """One Locust request per request: its whole time, and its output tokens as the "size"
+    (the entry's name says so); TTFT and tok/s per step are in the web UI's rigbench tab."""
+    failure = None if record.ok else Exception(f"{record.error_kind}: {record.error_message or ''}"[:200])
+    environment.events.request.fire(
+        request_type=LOCUST_REQUEST_TYPE,
+        name=LOCUST_REQUEST_NAME,
+        response_time=(record.t_end - record.t_start) * 1000.0,
+        response_length=record.completion_tokens or 0,
+        exception=failure,
+        context={},
+    )

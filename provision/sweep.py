@@ -85,8 +85,12 @@ def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
 def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str = "1,2,4,8,16,32,64",
           warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
           rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
-          stack_outputs: dict | None = None) -> list[Path]:
+          stack_outputs: dict | None = None, rates: str | None = None, arrival: str = "poisson",
+          arrival_seed: int = 0) -> list[Path]:
     """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
+
+    With ``rates`` the sweep is open loop (``--rates``, ``--arrival``, ``--arrival-seed``) instead of
+    the user ``steps``.
 
     The copied manifests get the build, model digests and GPU from the rig, and the instance,
     market and price from ``stack_outputs`` when given.
@@ -100,8 +104,8 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
         raise ProvisionError(f"sweep: no rigbench at {rigbench} on the rig; run the project step first")
     remote_profile = upload_profile(c, profile, paths)
     command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
-               "--steps", steps, "--warmup", str(warmup), "--measure", str(measure), "--runs-dir", paths.runs,
-               "--no-progress", *(extra or [])]
+               *sweep_load_options(steps, rates, arrival, arrival_seed), "--warmup", str(warmup),
+               "--measure", str(measure), "--runs-dir", paths.runs, "--no-progress", *(extra or [])]
     print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
     result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
                  timeout=timeout, hide=False, warn=True)
@@ -119,6 +123,13 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
                              f"{' (runs copied to ' + ', '.join(map(str, copied)) + ')' if copied else ''}:\n{tail}")
     return copied
+
+
+def sweep_load_options(steps: str, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:
+    """The rig's ``rigbench sweep`` load options: user steps (closed loop) or arrival rates (open loop)."""
+    if rates:
+        return ["--rates", rates, "--arrival", arrival, "--arrival-seed", str(arrival_seed)]
+    return ["--steps", steps]
 
 
 def copy_tree(sftp, remote: str, local: Path) -> int:

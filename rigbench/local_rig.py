@@ -42,6 +42,9 @@ class LocalRigOptions:
     profile: str = "tiny"
     runs_root: Path = Path("runs")
     user_steps: list[int] = field(default_factory=lambda: list(DEFAULT_USER_STEPS))
+    rate_steps: list[float] = field(default_factory=list)  # given: an open loop instead of the user steps
+    arrival: str = "poisson"
+    arrival_seed: int = 0
     warmup_seconds: float = 1.0
     measure_seconds: float | list[float] = 3.0  # or one measured window per step
     backend: str = "auto"
@@ -153,7 +156,10 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
     server, server_args = prepared.server, prepared.server_args
     request = profile.request
     load = LoadSettings(
-        user_steps=list(options.user_steps),
+        user_steps=[] if options.rate_steps else list(options.user_steps),
+        rate_steps=list(options.rate_steps),
+        arrival=options.arrival,  # type: ignore[arg-type]
+        arrival_seed=options.arrival_seed,
         warmup_seconds=options.warmup_seconds,
         measure_seconds=options.measure_seconds,
         max_tokens=options.max_tokens or request.max_tokens,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UsageError
-from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from core.lists import MEASURE_HELP, RATES_HELP, parse_arrival, parse_load_steps, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
 from llamacpp.quantize import DEFAULT_RUNGS
@@ -242,15 +242,21 @@ def project(rig: Rig) -> None:
     print(install_project(rig.c, rig.paths), flush=True)
 
 
-def sweep(rig: Rig, steps: str, warmup: float, measure: str, runs_dir: str, rigbench: str, sweep_args: str) -> None:
+def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, warmup: float, measure: str,
+          runs_dir: str, rigbench: str, sweep_args: str) -> None:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
     from provision.sweep import sweep as sweep_step
 
     # read here, so a mistyped list stops the command before anything runs on the rig
-    parse_windows(measure, parse_counts(steps, "--steps"))
-    for path in sweep_step(rig.c, rig.profile, rig.paths, steps=steps, warmup=warmup, measure=measure,
-                                 local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
-                                 extra=shlex.split(sweep_args)):
+    user_steps, rate_steps = parse_load_steps(steps or None, rates or None, SWEEP_STEPS)
+    parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
+    parse_arrival(arrival)
+    if arrival_seed < 0:
+        raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {arrival_seed}")
+    for path in sweep_step(rig.c, rig.profile, rig.paths, steps=steps or SWEEP_STEPS, rates=rates or None,
+                           arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
+                           local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
+                           extra=shlex.split(sweep_args)):
         print(path, flush=True)
 
 
@@ -306,7 +312,10 @@ STEPS: tuple[ProvisionStep, ...] = (
                   uses_work=False),
     ProvisionStep("project", project),
     ProvisionStep("sweep", sweep, (
-        StepOption("steps", SWEEP_STEPS, "user counts, one step each"),
+        StepOption("steps", "", f"user counts, one step each (default {SWEEP_STEPS})"),
+        StepOption("rates", "", RATES_HELP),
+        StepOption("arrival", "poisson", "open-loop arrivals: poisson or constant"),
+        StepOption("arrival_seed", 0, "seed of the poisson arrivals"),
         StepOption("warmup", 10.0, "warm-up seconds per step"),
         StepOption("measure", "30", MEASURE_HELP),
         RUNS_OPTION,

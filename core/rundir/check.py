@@ -265,7 +265,8 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
             report.damage("records", f"{count} record(s) name step {step}, which the manifest does not list")
     previous_end: float | None = None
     for position, step in enumerate(steps):
-        where = f"step {step.index} ({step.users} users)"
+        load = f"{step.rate:g} req/s" if step.rate is not None else f"{step.users} users"
+        where = f"step {step.index} ({load})"
         if step.measure_start < step.started_at:
             report.damage(where, f"measurement starts {step.started_at - step.measure_start:.3f} s before the step")
         if step.measure_end is not None and step.measure_end <= step.measure_start:
@@ -286,7 +287,7 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
             )
     if manifest.last_complete_step is not None and manifest.last_complete_step not in listed:
         report.damage("last_complete_step", f"{manifest.last_complete_step} is not among the steps {indices}")
-    planned = len(manifest.load.user_steps) if manifest.load else None
+    planned = manifest.load.step_count if manifest.load else None
     resumed = manifest.resumed_from is not None
     if manifest.status == "complete" and not resumed and planned is not None and len(steps) != planned:
         report.damage("steps", f"status complete but {len(steps)} of {planned} planned step(s) are listed")

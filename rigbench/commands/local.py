@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from core.lists import (
+    ARRIVAL_HELP,
+    ARRIVAL_SEED_HELP,
+    MEASURE_HELP,
+    RATES_HELP,
+    parse_arrival,
+    parse_load_steps,
+    parse_windows,
+)
 from llamacpp.build import BACKENDS
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
 from rigbench.options import (
@@ -33,7 +41,12 @@ def register(app: typer.Typer) -> None:
     @app.command("local", epilog=EXIT_CODES)
     def local(
         profile: str = profile_option(),
-        steps: str = typer.Option(",".join(map(str, DEFAULT_USER_STEPS)), "--steps", help=STEPS_HELP),
+        steps: str = typer.Option(
+            None, "--steps", help=f"{STEPS_HELP}; default {','.join(map(str, DEFAULT_USER_STEPS))}"
+        ),
+        rates: str = typer.Option(None, "--rates", help=RATES_HELP),
+        arrival: str = typer.Option("poisson", "--arrival", help=ARRIVAL_HELP),
+        arrival_seed: int = typer.Option(0, "--arrival-seed", min=0, help=ARRIVAL_SEED_HELP),
         warmup: float = typer.Option(
             1.0, "--warmup", min=0.0, help="warm-up seconds per step (a quick look here; rigbench sweep: 10)"
         ),
@@ -59,14 +72,20 @@ def register(app: typer.Typer) -> None:
         if backend not in BACKENDS:
             choices = f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"
             raise typer.BadParameter(f"--backend must be {choices}, found {backend!r}")
-        user_steps = parse_counts(renamed("--steps", steps, "--users", users), "--steps")
+        user_steps, rate_steps = parse_load_steps(
+            renamed("--steps", steps, "--users", users), rates, ",".join(map(str, DEFAULT_USER_STEPS))
+        )
+        arrival = parse_arrival(arrival)
         report = run_local_rig(
             LocalRigOptions(
                 profile=profile,
                 runs_root=renamed("--runs-dir", runs_dir, "--runs", runs),
                 user_steps=user_steps,
+                rate_steps=rate_steps,
+                arrival=arrival,
+                arrival_seed=arrival_seed,
                 warmup_seconds=warmup,
-                measure_seconds=parse_windows(measure, user_steps),
+                measure_seconds=parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user"),
                 backend=backend,
                 model_path=renamed("--model-file", model_file, "--model", model),
                 drafter_path=drafter,

@@ -12,12 +12,22 @@ from typing import Any
 import typer
 
 from core.errors import RunIncomplete, UsageError
-from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from core.lists import (
+    ARRIVAL_HELP,
+    ARRIVAL_SEED_HELP,
+    MEASURE_HELP,
+    RATES_HELP,
+    STEPS_HELP,
+    parse_arrival,
+    parse_counts,
+    parse_load_steps,
+    parse_windows,
+)
 from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
-from rigbench.options import RUNS_DIR_HELP, STEPS_HELP, old_spelling, renamed
+from rigbench.options import RUNS_DIR_HELP, old_spelling, renamed
 
 EXIT_CODES = (
     "Exit codes: 0 every sweep complete; 1 a sweep failed or was interrupted (its records are kept); "
@@ -55,7 +65,10 @@ def register(app: typer.Typer) -> None:
         url: str = typer.Option(None, "--url", help="server base URL, e.g. http://127.0.0.1:8080"),
         arm: list[str] = typer.Option([], "--arm", help="NAME=URL, once per server configuration (one run each)"),
         profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
-        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help=STEPS_HELP),
+        steps: str = typer.Option(None, "--steps", help=STEPS_HELP),
+        rates: str = typer.Option(None, "--rates", help=RATES_HELP),
+        arrival: str = typer.Option("poisson", "--arrival", help=ARRIVAL_HELP),
+        arrival_seed: int = typer.Option(0, "--arrival-seed", min=0, help=ARRIVAL_SEED_HELP),
         warmup: float = typer.Option(10.0, "--warmup", min=0.0, help="warm-up seconds per step"),
         measure: str = typer.Option("30", "--measure", help=MEASURE_HELP),
         max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
@@ -90,7 +103,7 @@ def register(app: typer.Typer) -> None:
             "--url for a new server",
         ),
     ) -> None:
-        """Step a streaming chat load through user counts against a running server.
+        """Step a streaming chat load through user counts (or open-loop arrival rates) against a running server.
 
         Before anything is created, every server is checked: its URL is a server's root, /health
         (or /v1/models) answers, and one streamed reply comes back whole."""
@@ -104,9 +117,10 @@ def register(app: typer.Typer) -> None:
                     read_timeout=read_timeout, preflight=not no_preflight)
             return
         profile = load_profile(profile_name)
-        user_steps = parse_counts(steps, "--steps")
+        user_steps, rate_steps = parse_load_steps(steps, rates)
+        arrival = parse_arrival(arrival)
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
-        measure_seconds = parse_windows(measure, user_steps)
+        measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
         load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
         arms = parse_arms(arm, url)
         if not no_preflight:
@@ -123,6 +137,9 @@ def register(app: typer.Typer) -> None:
             for context in contexts:
                 settings = LoadSettings(
                     user_steps=user_steps,
+                    rate_steps=rate_steps,
+                    arrival=arrival,  # type: ignore[arg-type]
+                    arrival_seed=arrival_seed,
                     warmup_seconds=warmup,
                     measure_seconds=measure_seconds,
                     max_tokens=max_tokens or profile.request.max_tokens,
@@ -194,7 +211,9 @@ def _resume(
     if slots is not None and manifest.server is not None:
         run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots}))
     assert manifest.load is not None
-    typer.echo(f"resuming {old.path.name}: steps {manifest.load.user_steps} into {run.path} against {server_url}")
+    load = manifest.load
+    kind, steps = ("rates", load.rate_steps) if load.open_loop else ("steps", load.user_steps)
+    typer.echo(f"resuming {old.path.name}: {kind} {steps} into {run.path} against {server_url}")
     manifest = _sweep_and_say(
         run,
         server_url,

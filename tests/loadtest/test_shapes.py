@@ -41,7 +41,7 @@ def test_boundaries_are_start_measure_end_per_step() -> None:
 
 SHAPE_CHECK = """
 import time
-from loadtest.schedule import make_stages
+from loadtest.schedule import make_rate_stages, make_stages
 from loadtest.shapes import SweepShape
 
 class FakeClockShape(SweepShape):
@@ -49,12 +49,27 @@ class FakeClockShape(SweepShape):
     def get_run_time(self):
         return self.now
 
+class Closed: pass
+class Open: pass
+
 shape = FakeClockShape()
 shape.stages = make_stages([1, 4, 16], warmup=2.0, measure=5.0)
+shape.closed_loop_class, shape.open_loop_class = Closed, Open
 ticks = []
 for now in (0.5, 8.0, 15.0, 21.0):
     shape.now = now
-    ticks.append(shape.tick())
+    tick = shape.tick()
+    ticks.append(tick and (tick[0], tick[1], [c.__name__ for c in tick[2]]))
+rates = FakeClockShape()
+rates.stages = make_rate_stages([2.0, 8.0], warmup=1.0, measure=2.0)
+rates.closed_loop_class, rates.open_loop_class = Closed, Open
+class TwoWorkers:
+    worker_count = 2
+rates.runner = TwoWorkers()
+for now in (0.5, 4.0, 6.0):
+    rates.now = now
+    tick = rates.tick()
+    ticks.append(tick and (tick[0], tick[1], [c.__name__ for c in tick[2]]))
 seen = []
 real = SweepShape()
 real.on_reset = seen.append
@@ -64,11 +79,15 @@ print(ticks, abs(seen[0] - time.time()) < 5)
 
 
 def test_shape_ticks_users_with_instant_spawn_then_stops_and_reports_unix_start() -> None:
-    """Run in a child process: importing Locust monkey-patches with gevent."""
+    """Run in a child process: importing Locust monkey-patches with gevent. An open-loop sweep
+    keeps one dispatcher per load process (here two workers) through every rate step."""
     output = subprocess.run(
         [sys.executable, "-c", SHAPE_CHECK], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
-    assert output.strip().splitlines()[-1] == "[(1, 10.0), (4, 40.0), (16, 160.0), None] True"
+    assert output.strip().splitlines()[-1] == (
+        "[(1, 10.0, ['Closed']), (4, 40.0, ['Closed']), (16, 160.0, ['Closed']), None, "
+        "(2, 20.0, ['Open']), (2, 20.0, ['Open']), None] True"
+    )
 
 
 def test_caller_side_modules_do_not_import_locust() -> None:

@@ -1,0 +1,164 @@
+"""The open-loop dispatcher: one Locust user per load process that sends requests on the arrival schedule.
+
+A closed-loop user waits for its reply before it sends again, so a slow server slows the load
+and the queue it would have faced never shows (coordinated omission). Here each request starts
+at its scheduled time (``loadtest.arrivals``) in a greenlet of its own, however many are still
+streaming; its record keeps that time as ``t_intended`` beside ``t_start`` (when it was written
+to the socket), and its step and phase are those of the intended start.
+
+Which share of the schedule a process sends: process ``k`` of ``n`` takes every ``n``-th arrival
+from the ``k``-th. ``n`` is the number of load processes, which the master sets in the options at
+every start (``--rigbench-load-processes``; Locust sends the options to workers with each spawn
+message); ``k`` is the worker's index, which Locust's master gives every worker when it
+connects (0 in a single-process run). The shape runs one dispatcher in each process.
+
+In-flight requests of one process are capped at ``MAX_IN_FLIGHT`` (generous: every one is an open
+connection); an arrival that finds the cap full waits for a free place, starts late, and is
+counted; the sweep's manifest then says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import gevent.pool
+from locust import User, task
+
+from core.rundir import RequestRecord
+from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
+from loadtest.live_stats import LIVE
+from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
+from loadtest.users import fire_request_event, load_context, request_options
+
+log = logging.getLogger("rigbench.sweep")
+MAX_IN_FLIGHT = 4096  # requests streaming at once in one load process
+RECHECK_S = 0.25  # the longest sleep between looks at the start time (a new start from the web UI moves it)
+IDLE_S = 3600.0
+
+
+@dataclass
+class DispatchTally:
+    """What a process's dispatcher met that the records cannot show: arrivals that waited for
+    the in-flight cap. Sent to the master with Locust's worker reports, like ``LIVE``."""
+
+    cap_waits: int = 0
+    late_logged: bool = False
+
+    def take(self) -> dict:
+        message = {"cap_waits": self.cap_waits}
+        self.cap_waits = 0
+        return message
+
+    def merge(self, other: dict) -> None:
+        self.cap_waits += int(other.get("cap_waits", 0))
+
+
+DISPATCH = DispatchTally()
+_running: set[int] = set()  # id of the environment whose dispatcher is running in this process
+
+
+def process_place(environment: Any) -> tuple[int, int]:
+    """(this process's index, how many processes) share the schedule."""
+    processes = max(1, int(getattr(environment.parsed_options, "rigbench_load_processes", 1) or 1))
+    index = max(0, int(getattr(environment.runner, "worker_index", 0) or 0))
+    if index >= processes:
+        # a worker that connected again after the start gets a new index from the master
+        log.warning("load process %d of %d: taking share %d of the arrivals", index, processes, index % processes)
+        index %= processes
+    return index, processes
+
+
+def with_intended(result: StreamResult, intended: float) -> StreamResult:
+    record = result.record.model_copy(update={"t_intended": intended})
+    return StreamResult(record=record, chunk_times=result.chunk_times)
+
+
+class OpenLoopDispatcher(User):
+    """Sends this process's share of the open-loop schedule, one greenlet per request."""
+
+    def wait_time(self) -> float:
+        return 0.0
+
+    def on_start(self) -> None:
+        self.context = load_context(self.environment)
+        settings = self.context.settings
+        self.index, self.processes = process_place(self.environment)
+        offsets = sweep_arrivals(self.context.stages, settings.arrival, settings.arrival_seed)
+        self.numbers, self.offsets = process_share(offsets, self.index, self.processes)
+        self.request_options = request_options(self.context.options)
+        self.pool = gevent.pool.Pool(MAX_IN_FLIGHT)
+        self.idle: list[Any] = []  # clients (each one connection) free for the next request
+        self.next = 0
+        self.duplicate = id(self.environment) in _running
+        if self.duplicate:
+            log.error("a second open-loop dispatcher in one load process stays idle: the first sends this share")
+        _running.add(id(self.environment))
+
+    def on_stop(self) -> None:
+        if not self.duplicate:
+            _running.discard(id(self.environment))
+        # requests still streaming are stopped: each is kept as ``interrupted`` with what it received
+        self.pool.kill(block=True, timeout=10)
+        for client in self.idle:
+            client.close()
+        self.idle.clear()
+
+    @task
+    def dispatch(self) -> None:
+        while not self.duplicate and self.next < len(self.offsets):
+            t0 = self.context.t0()
+            if not t0:
+                gevent.sleep(0.01)
+                continue
+            intended = t0 + float(self.offsets[self.next])
+            wait = intended - time.time()
+            if wait > 0:
+                gevent.sleep(min(wait, RECHECK_S))
+                continue
+            if self.pool.full():
+                if not DISPATCH.cap_waits:
+                    log.warning("open loop: %d requests in flight in this process (the cap): arrivals wait",
+                                MAX_IN_FLIGHT)
+                DISPATCH.cap_waits += 1
+            self.pool.spawn(self._send, int(self.numbers[self.next]), intended)  # waits while the pool is full
+            self.next += 1
+        gevent.sleep(IDLE_S)  # the schedule is sent: the shape stops this user at the sweep's end
+
+    def _send(self, number: int, intended: float) -> None:
+        options = self.context.options
+        client = self.idle.pop() if self.idle else make_client(self.host, read_timeout=options.read_timeout)
+        reuse = False
+        try:
+            prompts = self.context.prompts
+            # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
+            prompt = prompts[number % len(prompts)].with_context(self.context.context_text)
+            payload = build_payload(list(prompt.messages), **self.request_options)
+            meta = self.context.meta_for(intended, prompt.category)
+            result = stream_chat(
+                client, payload, meta,
+                on_abort=lambda stopped: self.context.keep(with_intended(stopped, intended), self.environment),
+            )
+            result = with_intended(result, intended)
+            self.context.keep(result, self.environment)
+            LIVE.add(result.record)
+            fire_request_event(self.environment, result.record)
+            self._note_late(result.record)
+            reuse = result.record.ok
+        finally:
+            if reuse:
+                self.idle.append(client)
+            else:
+                client.close()  # a failed stream's connection may be broken: the next request gets a new one
+
+    def _note_late(self, record: RequestRecord) -> None:
+        if DISPATCH.late_logged or record.t_intended is None or record.phase != "measure":
+            return
+        lag = record.t_start - record.t_intended
+        if lag > LATE_START_S:
+            DISPATCH.late_logged = True
+            log.warning("open loop: a request started %.0f ms after its scheduled time (this load process falls "
+                        "behind; the sweep's manifest will count such requests)", lag * 1000)

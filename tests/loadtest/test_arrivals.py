@@ -1,0 +1,155 @@
+"""Open-loop schedules: seeded arrival times, each process's share, rate stages, and the options that ask for them."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from core.errors import LoadTestError, UsageError
+from core.lists import parse_load_steps, parse_rates
+from core.rundir import LoadSettings, StepWindow
+from loadtest.arrivals import process_share, step_arrivals, sweep_arrivals
+from loadtest.late_starts import LateStarts
+from loadtest.locust_options import settings_from, stages_from
+from loadtest.schedule import locate, make_rate_stages, stages_for
+
+
+def test_poisson_arrivals_are_seeded_and_reproducible() -> None:
+    first = step_arrivals(5.0, 60.0, "poisson", seed=0)
+    assert np.array_equal(first, step_arrivals(5.0, 60.0, "poisson", seed=0))
+    assert not np.array_equal(first[:10], step_arrivals(5.0, 60.0, "poisson", seed=1)[:10])
+    assert np.all(np.diff(first) > 0) and first[0] > 0 and first[-1] < 60.0
+
+
+def test_poisson_mean_rate_and_gaps_over_many_arrivals() -> None:
+    rate, duration = 50.0, 2000.0  # 100,000 arrivals: the count's sd is 0.3 % of it
+    times = step_arrivals(rate, duration, "poisson", seed=7)
+    assert len(times) / duration == pytest.approx(rate, rel=0.02)
+    gaps = np.diff(times)
+    assert gaps.mean() == pytest.approx(1 / rate, rel=0.02)
+    assert gaps.std() == pytest.approx(1 / rate, rel=0.03)  # exponential: sd equals mean
+
+
+def test_constant_arrivals_are_evenly_spaced_from_the_step_start() -> None:
+    times = step_arrivals(4.0, 3.0, "constant", seed=0)
+    assert times.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75]
+    assert np.allclose(np.diff(step_arrivals(3.0, 100.0, "constant", seed=5)), 1 / 3, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 5])
+def test_the_shares_of_every_process_merge_into_the_whole_schedule(processes: int) -> None:
+    stages = make_rate_stages([2.0, 10.0], warmup=1.0, measure=5.0)
+    whole = sweep_arrivals(stages, "poisson", seed=3)
+    shares = [process_share(whole, index, processes) for index in range(processes)]
+    numbers = np.concatenate([share[0] for share in shares])
+    times = np.concatenate([share[1] for share in shares])
+    assert sorted(numbers.tolist()) == list(range(len(whole)))
+    assert np.array_equal(np.sort(times), whole)
+    with pytest.raises(ValueError):
+        process_share(whole, processes, processes)
+
+
+def test_a_step_replays_its_arrivals_whatever_comes_before_it() -> None:
+    """Seeded by the run's seed and the step's rate, not its index: a resumed sweep sends the same times."""
+    whole = sweep_arrivals(make_rate_stages([2.0, 4.0], warmup=1.0, measure=3.0), "poisson", seed=0)
+    resumed = sweep_arrivals(make_rate_stages([4.0], warmup=1.0, measure=3.0), "poisson", seed=0)
+    assert np.allclose(whole[whole >= 4.0] - 4.0, resumed)
+
+
+def test_rate_stages_place_times_with_their_rate_and_no_users() -> None:
+    stages = make_rate_stages([2.5, 10.0], warmup=1.0, measure=[3.0, 4.0])
+    assert [(s.users, s.rate, s.measure, s.open_loop) for s in stages] == [(0, 2.5, 3.0, True), (0, 10.0, 4.0, True)]
+    position = locate(stages, 4.5)
+    assert (position.index, position.users, position.rate, position.phase) == (1, 0, 10.0, "warmup")
+    assert locate(stages, 5.0).phase == "measure" and locate(stages, 9.0) is None
+    with pytest.raises(LoadTestError, match="above 0"):
+        make_rate_stages([0.0], 1.0, 1.0)
+    with pytest.raises(UsageError, match="2 measured windows for 3 rate steps"):
+        make_rate_stages([1.0, 2.0, 3.0], 1.0, [1.0, 2.0])
+    settings = LoadSettings(rate_steps=[1.0, 2.0], warmup_seconds=1, measure_seconds=2, max_tokens=8)
+    assert [s.rate for s in stages_for(settings)] == [1.0, 2.0]
+    assert settings.remaining(1).rate_steps == [2.0]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1 2", "--rates: cannot read '1 2': '1 2' is not a number of requests per second"),
+        ("1,,2", "--rates: cannot read '1,,2': expected values separated by commas"),
+        ("0,1", "--rates: every rate must be above 0 requests per second, found '0,1'"),
+        ("-1", "--rates: cannot read '-1': '-1' is not a number"),
+        ("2,2.0", "--rates: 2 is given twice in '2,2.0'"),
+        ("", "--rates: cannot read ''"),
+    ],
+)
+def test_bad_rates_name_the_option(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match="^" + message.replace("(", r"\(")):
+        parse_rates(text)
+
+
+def test_steps_or_rates_but_not_both() -> None:
+    assert parse_rates("0.5, 1,2.5") == [0.5, 1.0, 2.5]
+    assert parse_load_steps(None, "1,2") == ([], [1.0, 2.0])
+    assert parse_load_steps("1,4", None) == ([1, 4], [])
+    assert parse_load_steps(None, None, "1,2") == ([1, 2], [])
+    with pytest.raises(UsageError, match="^--steps and --rates cannot be given together"):
+        parse_load_steps("1,2", "1,2")
+    with pytest.raises(UsageError, match="^--rates: cannot read ''"):
+        parse_load_steps(None, "")
+
+
+def locust_options(**changes: object) -> argparse.Namespace:
+    values = dict(steps="", rates="", arrival="poisson", arrival_seed=0, warmup=1.0, measure="2", max_tokens=8,
+                  temperature=0.0, cache_prompt=False, ignore_eos=False, prompts="mixed", context_tokens=0,
+                  processes=1)
+    return argparse.Namespace(**{**values, **changes})
+
+
+def test_the_locustfile_options_make_open_loop_settings_or_refuse_naming_the_flag() -> None:
+    settings = settings_from(locust_options(rates="1,4", arrival="constant", arrival_seed=9))
+    assert (settings.rate_steps, settings.user_steps, settings.arrival, settings.arrival_seed) == (
+        [1.0, 4.0], [], "constant", 9)
+    assert [s.rate for s in stages_from(locust_options(rates="3"))] == [3.0]
+    assert settings_from(locust_options()).user_steps == [1, 2, 4, 8, 16, 32, 64]  # neither: the default steps
+    with pytest.raises(UsageError, match="--steps and --rates"):
+        settings_from(locust_options(steps="1", rates="2"))
+    with pytest.raises(UsageError, match="--rates: cannot read 'fast'"):
+        settings_from(locust_options(rates="fast"))
+    with pytest.raises(UsageError, match="--arrival-seed"):
+        settings_from(locust_options(rates="1", arrival_seed=-1))
+    with pytest.raises(UsageError, match="--measure: 3 measured windows for 2 rate steps"):
+        settings_from(locust_options(rates="1,2", measure="1,2,3"))
+
+
+def test_late_starts_are_counted_per_measured_step() -> None:
+    late = LateStarts()
+    for step, phase, lag in [(0, "measure", 0.001), (0, "measure", 0.05), (0, "warmup", 0.5), (1, "measure", 0.002)]:
+        late.add({"step": step, "phase": phase, "t_intended": 100.0, "t_start": 100.0 + lag})
+    late.add({"step": 1, "phase": "measure", "t_start": 3.0})  # closed loop: no schedule to keep
+    steps = [StepWindow(index=0, users=0, rate=2.0, started_at=0, measure_start=1),
+             StepWindow(index=1, users=0, rate=4.0, started_at=5, measure_start=6)]
+    (warning,) = late.warnings(steps)
+    assert warning.startswith("step 0 (2 req/s): 1 of 2 measured requests started more than 10 ms after their "
+                              "scheduled time (worst 50 ms)")
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--steps", "1,2", "--rates", "1"], "--steps and --rates cannot be given together"),
+        (["--rates", "1;2"], "--rates: cannot read '1;2'"),
+        (["--rates", "1", "--arrival", "burst"], "--arrival: expected poisson or constant, found 'burst'"),
+        (["--rates", "1,2", "--measure", "1,2,3"], "--measure: 3 measured windows for 2 rate steps"),
+    ],
+)
+def test_sweep_refuses_a_bad_open_loop_before_any_run_folder(tmp_path, options: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from rigbench.cli import app
+
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["sweep", "--url", "http://127.0.0.1:9", "--runs-dir", str(runs), *options])
+    assert isinstance(result.exception, UsageError) and message in str(result.exception)  # exit 2 in the CLI
+    assert not runs.exists()
