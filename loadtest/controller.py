@@ -27,10 +27,16 @@ from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
 from loadtest.open_loop import DISPATCH, MAX_IN_FLIGHT
 from loadtest.schedule import Position, Stage, boundaries, locate
-from loadtest.telemetry import LOADGEN_CPU_METRIC, server_slots, take_snapshot
+from loadtest.telemetry import (
+    BUSIEST_PROCESS_CPU_METRIC,
+    LOADGEN_CPU_METRIC,
+    MACHINE_CPU_METRIC,
+    ServerTelemetry,
+    cpu_warnings,
+    server_slots,
+)
 
 log = logging.getLogger("rigbench.sweep")
-CPU_WARN_PERCENT = 90.0
 FAILED_EXIT_CODE = 3
 MARKER_POLL_SECONDS = 0.5
 
@@ -43,8 +49,10 @@ class SweepController:
         self.stages = stages
         self.run = run
         self.client = httpx.Client(base_url=environment.host, timeout=10)
+        self.telemetry = ServerTelemetry(self.client)
         self.process = psutil.Process()
         self.process.cpu_percent()
+        psutil.cpu_percent()  # starts the machine-wide clock: the first reading is from here
         self.children: dict[int, psutil.Process] = {}
         self.slots = self.options.parallel_slots or server_slots(environment.host) or None
         # the exact document prefix every user sends (same cut, same server count as theirs)
@@ -111,15 +119,21 @@ class SweepController:
         self.run.update_manifest(warnings=[*manifest.warnings, warning])
 
     # --- schedule --------------------------------------------------------------------
-    def _cpu_percent(self) -> float:
-        """CPU % of this process and its ``--processes`` workers since the last call (a worker
-        is followed by one psutil object, whose first reading only starts its clock)."""
-        total = self.process.cpu_percent()
+    def _cpu_readings(self) -> dict[str, float]:
+        """CPU % since the last call: the load processes together (this one and its ``--processes``
+        workers, each followed by one psutil object whose first reading only starts its clock), the
+        busiest of them (one process is one core's worth at most), and the whole machine (the
+        server too, when it runs here), as a share of all its cores."""
+        readings = [self.process.cpu_percent()]
         for child in self.process.children(recursive=True):
             known = self.children.setdefault(child.pid, child)
             with contextlib.suppress(psutil.Error):
-                total += known.cpu_percent()
-        return total
+                readings.append(known.cpu_percent())
+        return {
+            LOADGEN_CPU_METRIC: sum(readings),
+            BUSIEST_PROCESS_CPU_METRIC: max(readings),
+            MACHINE_CPU_METRIC: psutil.cpu_percent(),
+        }
 
     def _follow_schedule(self, t0: float) -> None:
         self.t0 = t0
@@ -147,11 +161,16 @@ class SweepController:
                 self._open_step(t0, index, self.stages[index])
             return
         stage = self.stages[index]
-        cpu = self._cpu_percent()
-        snapshot = take_snapshot(self.client, index, stage.users, boundary, {LOADGEN_CPU_METRIC: cpu})
+        cpu = self._cpu_readings()
+        known_absent = len(self.telemetry.absent)
+        snapshot = self.telemetry.snapshot(index, stage.users, boundary, cpu)
         if self.run is None:
             return
         self.run.append_telemetry(snapshot)
+        if len(self.telemetry.absent) > known_absent:
+            manifest = self.run.read_manifest()
+            notes = [note for note in self.telemetry.absent.values() if note not in manifest.warnings]
+            self.run.update_manifest(warnings=[*manifest.warnings, *notes])
         if boundary == "start":
             self._open_step(t0, index, stage)
         elif boundary == "end":
@@ -183,16 +202,11 @@ class SweepController:
         others = [step for step in manifest.steps if step.index != index]  # a window opened again replaces
         self.run.update_manifest(steps=[*others, window], warnings=warnings)
 
-    def _close_step(self, index: int, measure_end: float, cpu: float) -> None:
+    def _close_step(self, index: int, measure_end: float, cpu: dict[str, float]) -> None:
         assert self.run is not None
         manifest = self.run.read_manifest()
         steps = [s.model_copy(update={"measure_end": measure_end}) if s.index == index else s for s in manifest.steps]
-        warnings = list(manifest.warnings)
-        if cpu > CPU_WARN_PERCENT * max(1, self.options.processes or 1):
-            warnings.append(
-                f"step {index}: the load generator used {cpu:.0f}% CPU; it may have been the bottleneck "
-                "(use --processes N, or more machines)"
-            )
+        warnings = list(manifest.warnings) + cpu_warnings(index, cpu)
         self.completed_steps = index
         self.run.update_manifest(steps=steps, last_complete_step=index, warnings=warnings)
 
