@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from core.cache import cache_root
-from core.errors import LoadTestError
+from core.errors import UsageError
 from core.rundir import utc_now
 
 CEILING_FILE_NAME = "selftest.json"
@@ -56,7 +56,7 @@ def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_fr
     (a process beyond them would only take a core from another, or from a local server).
     Returns the count and one line saying how it was chosen, for the manifest."""
     if per_process_tok_s is None or per_process_tok_s <= 0:
-        raise LoadTestError(
+        raise UsageError(
             "--processes auto needs this machine's per-process ceiling: run `rigbench selftest` once "
             "(it saves the ceiling), or give --processes N"
         )

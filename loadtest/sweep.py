@@ -32,6 +32,7 @@ from core.signals import sigterm_as_keyboard_interrupt
 from loadtest.ceiling import load_ceiling
 from loadtest.late_starts import LateStarts
 from loadtest.schedule import stage_label, stages_for, total_duration
+from loadtest.token_counts import count_cut_requests
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
@@ -284,6 +285,9 @@ def run_sweep(
     manifest = _finalise(run, process.returncode, interrupted)
     if interrupted:
         raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
+    warning = count_cut_requests(run, base_url)
+    if warning is not None:
+        manifest = run.update_manifest(warnings=[*manifest.warnings, warning])
     return _judge_records(run, manifest, settings)
 
 

@@ -7,6 +7,8 @@ every stage is exercised in tests.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +33,10 @@ from core.rundir import (
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
+from loadtest.ceiling import load_ceiling, processes_for
 from loadtest.preflight import check_reply
 from loadtest.sweep import interrupted_error, run_sweep
+from rigbench.load_processes import auto_processes
 
 DEFAULT_USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -53,7 +57,7 @@ class LocalRigOptions:
     no_drafter: bool = False
     prompts: str = "mixed"
     max_tokens: int | None = None
-    processes: int = 1
+    processes: int | None = 1  # None: as many as the demand needs (rigbench.load_processes)
     context_tokens: int = 0
     server_overrides: list[str] = field(default_factory=list)
     label: str | None = None
@@ -146,11 +150,33 @@ def prepare_server(options: LocalRigOptions, console: Console, port: int | None 
     return PreparedServer(profile, built, model, drafter, server, server_args)
 
 
+def server_threads(server_args: list[str]) -> int:
+    """The cores llama-server takes here: its ``--threads``, else all of them (its default is
+    about one per core)."""
+    for flag in ("--threads", "-t"):
+        if flag in server_args[:-1]:
+            with contextlib.suppress(ValueError):
+                return int(server_args[server_args.index(flag) + 1])
+    return os.cpu_count() or 1
+
+
+def choose_processes(run: RunDir, url: str, load: LoadSettings, threads: int, console: Console) -> None:
+    """``--processes auto`` once the server answers: the count goes into the run's settings."""
+    count, line = auto_processes(
+        url, "default", user_steps=load.user_steps, rate_steps=load.rate_steps, max_tokens=load.max_tokens,
+        server_threads=threads,
+    )
+    console.print(line)
+    run.update_manifest(load=load.model_copy(update={"processes": count}))
+
+
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path."""
     from analysis.report import write_report  # matplotlib: loaded when a report is written, not at CLI start
 
     console = console or Console(stderr=True)
+    if options.processes is None:
+        processes_for(0.0, load_ceiling(), 1)  # --processes auto without a saved ceiling: refused before the build
     prepared = prepare_server(options, console)
     profile, built, model, drafter = prepared.profile, prepared.build, prepared.model, prepared.drafter
     server, server_args = prepared.server, prepared.server_args
@@ -169,7 +195,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         # are held to max_tokens so every request does the same work.
         ignore_eos=request.ignore_eos or model.synthetic,
         prompts=options.prompts,
-        processes=options.processes,
+        processes=options.processes or 1,
         context_tokens=options.context_tokens,
         arm=options.label,
     )
@@ -191,6 +217,8 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
             with server:
                 console.print(f"llama-server healthy at {server.base_url}")
                 check_reply(server.base_url)  # one streamed reply before the load
+                if options.processes is None:
+                    choose_processes(run, server.base_url, load, server_threads(server_args), console)
                 final = run_sweep(run, server.base_url)
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")

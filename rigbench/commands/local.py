@@ -16,6 +16,7 @@ from core.lists import (
     parse_windows,
 )
 from llamacpp.build import BACKENDS
+from rigbench.load_processes import PROCESSES_HELP, parse_processes
 from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
 from rigbench.options import (
     RUNS_DIR_HELP,
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> None:
         model_file: Path | None = model_file_option(),
         drafter: Path | None = drafter_option(),
         max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="tokens per reply"),
-        processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
+        processes: str = typer.Option("1", "--processes", help=PROCESSES_HELP),
         context_tokens: int = typer.Option(
             0, "--context-tokens", min=0, help="tokens of a long document ahead of each prompt"
         ),
@@ -90,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 model_path=renamed("--model-file", model_file, "--model", model),
                 drafter_path=drafter,
                 max_tokens=max_tokens,
-                processes=processes,
+                processes=parse_processes(processes),
                 context_tokens=renamed("--context-tokens", context_tokens, "--context", context),
                 server_overrides=server_overrides(server_arg),
                 label=label,

@@ -27,6 +27,7 @@ from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
+from rigbench.load_processes import PROCESSES_HELP, auto_processes, parse_processes
 from rigbench.options import RUNS_DIR_HELP, old_spelling, renamed
 
 EXIT_CODES = (
@@ -77,7 +78,7 @@ def register(app: typer.Typer) -> None:
         context_tokens: str = typer.Option(
             "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
         ),
-        processes: int = typer.Option(1, "--processes", help="load processes on this machine (Locust --processes)"),
+        processes: str = typer.Option("1", "--processes", help=PROCESSES_HELP),
         runs_dir: str = typer.Option("runs", "--runs-dir", help=RUNS_DIR_HELP),
         model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
         model_old: str | None = old_spelling("--model"),
@@ -119,6 +120,7 @@ def register(app: typer.Typer) -> None:
         profile = load_profile(profile_name)
         user_steps, rate_steps = parse_load_steps(steps, rates)
         arrival = parse_arrival(arrival)
+        load_processes = parse_processes(processes)
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
         measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
         load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
@@ -130,6 +132,12 @@ def register(app: typer.Typer) -> None:
         if max(contexts) > 0:
             for _, arm_url in arms:
                 check_context(arm_url, max(contexts))
+        if load_processes is None:
+            load_processes, line = auto_processes(
+                arms[0][1], model, user_steps=user_steps, rate_steps=rate_steps,
+                max_tokens=max_tokens or profile.request.max_tokens,
+            )
+            typer.echo(line)
         runs: list[RunDir] = []
         failures = []
         for arm_name, arm_url in arms:
@@ -148,7 +156,7 @@ def register(app: typer.Typer) -> None:
                     ignore_eos=profile.request.ignore_eos if ignore_eos is None else ignore_eos,
                     prompts=prompts,
                     context_tokens=context,
-                    processes=processes,
+                    processes=load_processes,
                     arm=arm_name,
                 )
                 run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
