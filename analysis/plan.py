@@ -200,6 +200,9 @@ def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets) -> Plan:
             basis = f"{cap.basis}; an open-loop run: give the requests/s to serve to size instances"
             return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None)
         demand = targets.rate
+    elif targets.users <= 0:
+        basis = f"{cap.basis}; a closed-loop run: give the users to serve to size instances"
+        return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None)
     else:
         demand = targets.users
     instances = math.ceil(demand / cap.per_instance)

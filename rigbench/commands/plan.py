@@ -1,4 +1,5 @@
-"""``rigbench plan``: instances needed per measured rig to serve N users at the targets."""
+"""``rigbench plan``: instances needed per measured rig to serve N users (closed-loop sweeps) or
+R requests per second (open-loop sweeps, ``--rates``) at the targets."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 import typer
+
+from core.errors import UsageError
 
 NO_PLAN_EXIT_CODE = 3
 EXIT_CODES = (
@@ -18,7 +21,10 @@ def register(app: typer.Typer) -> None:
     @app.command("plan", epilog=EXIT_CODES)
     def plan(
         runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
-        users: int = typer.Option(..., "--users", min=1, help="concurrent users to serve"),
+        users: int = typer.Option(None, "--users", min=1, help="concurrent users to serve (closed-loop runs)"),
+        rate: float = typer.Option(
+            None, "--rate", min=0.0, help="requests per second to serve (open-loop runs, swept with --rates)"
+        ),
         min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
         ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
         price_as: list[str] = typer.Option(
@@ -26,17 +32,22 @@ def register(app: typer.Typer) -> None:
         ),
         out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
     ) -> None:
-        """Rank rigs by $/h to serve the users, reading each sweep conservatively (95% interval ends)."""
+        """Rank rigs by $/h to serve the users (or the request rate), reading each sweep conservatively
+        (95% interval ends)."""
         from analysis.plan import Targets, plan_table, plans_for_sections
         from analysis.prices import PriceBook
         from analysis.report_model import build_section
 
+        if (users is None) == (rate is None) or rate == 0:
+            raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
+                             "sweeps made with --rates), one of the two")
         book = PriceBook.default()
         sections = [build_section(path, book, price_as or None) for path in runs]
-        targets = Targets(users=users, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90)
+        targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
         plans = plans_for_sections(sections, targets)
+        demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
         typer.echo(
-            f"{users} users, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
+            f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
             f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
         )
         typer.echo(plan_table(plans))
@@ -46,7 +57,7 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(
                 f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances} instance(s) of "
-                f"{best.capacity.users_per_instance:g} users, ${best.usd_per_hour:.3f}/h"
+                f"{best.capacity.describe()}, ${best.usd_per_hour:.3f}/h"
             )
         if out is not None:
             payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}

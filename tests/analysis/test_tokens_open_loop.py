@@ -247,3 +247,19 @@ def test_plots_put_users_or_offered_rate_on_the_x_axis(tmp_path, monkeypatch):
     plots._draw(tmp_path / "rate.png", "aggregate output tok/s", [("run", point)], open_loop=True)
     plots._draw(tmp_path / "users.png", "aggregate output tok/s", [("run", point)])
     assert labels == ["offered load (requests/s)", "concurrent users"]
+
+
+def test_rigbench_plan_sizes_an_open_loop_run_by_rate(kit):
+    from typer.testing import CliRunner
+
+    from rigbench.cli import app
+
+    path = str(rate_run(kit, rates=(1.0, 2.0), lags=(0.0,)))
+    args = ["plan", "--min-tok-s", "1", "--ttft-p90", "1", "--price-as", "g6.xlarge", path]
+    sized = CliRunner().invoke(app, [*args, "--rate", "5"])
+    assert sized.exit_code == 0, sized.output
+    assert sized.output.startswith("5 requests/s, each >= 1 tok/s") and "instance(s) of 2 req/s" in sized.output
+    by_users = CliRunner().invoke(app, [*args, "--users", "5"])
+    assert by_users.exit_code == 3 and "give the requests/s to serve" in by_users.output
+    neither = CliRunner().invoke(app, args)
+    assert neither.exception.exit_code == 2 and "give --users N" in str(neither.exception)
