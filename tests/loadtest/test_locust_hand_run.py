@@ -50,7 +50,7 @@ def test_a_headless_hand_run_counts_each_request_once(tmp_path: Path) -> None:
     # a request the harness stopped fires no event; one that ends as Locust writes its statistics may miss them
     records = [r for r in run.read_records() if not r.interrupted]
     counted = int(rows["Aggregated"]["Request Count"])
-    assert counted == pytest.approx(len(records), rel=0.01)
+    assert len(records) - 4 <= counted <= len(records), "at most one request of each of the 4 users uncounted"
     # Locust's requests/s is its count over its own span: from the first users' spawn to the last request it
     # counted. That span is the records' span, less at most one request at the end (one that ended as Locust
     # wrote its statistics); a doubled count would halve it
