@@ -256,20 +256,18 @@ def parse_guidellm(report: dict) -> ToolReport:
 def parse_rigbench(run_path: Path) -> ToolReport:
     """A rigbench run directory through the analysis package, as ``rigbench report`` reads it:
     aggregate tok/s over the measured window, TTFT p50, ITL p50 (each request's mean gap between
-    content chunks), TPOT p50 (the inverse of the median per-request tok/s, tokens after the first
-    over first to last token)."""
+    content chunks), TPOT p50 (each request's decode span over the tokens after its first chunk)."""
     from analysis.figures import run_figures
     from analysis.load import load_run
 
     figures = run_figures(load_run(run_path))
     step = figures.steps[0]
-    client_tok_s = step.client_tok_s.value
     return ToolReport(
         ttft_p50_ms=_p50_ms(step.ttft_s["p50"].value),
         tok_s=step.aggregate_tok_s.value,
         itl_p50_ms=_p50_ms(step.itl_s["p50"].value),
         itl_unit="chunk",
-        tpot_p50_ms=1000.0 / client_tok_s if client_tok_s else None,
+        tpot_p50_ms=_p50_ms(step.tpot_s["p50"].value),
         window=(step.window_start, step.window_end),
         load_start=figures.run.manifest.steps[0].started_at,
         requests_ok=step.ok,
