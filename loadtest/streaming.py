@@ -1,12 +1,17 @@
-"""One streaming chat-completion request, measured: httpx stream + httpx-sse parsing.
+"""One streaming chat-completion request, measured, on the lean socket client of ``sse_client``.
 
-Usable with or without Locust: under Locust's gevent the sync ``httpx.Client`` streams
-cooperatively (Locust has patched the sockets), elsewhere it is a plain blocking call.
+Usable with or without Locust: under Locust's gevent the client's blocking sockets stream
+cooperatively (Locust has patched them), elsewhere it is a plain blocking call. An
+``httpx.Client`` is accepted too (a caller with its own transport), at httpx's cost per chunk.
 
 What is recorded is raw: unix timestamps taken as each SSE event is parsed, the count of
 events that carried content, and the server's own ``usage`` and ``timings``. Tokens are
 never counted on the client (a content chunk may hold several tokens, e.g. with a
-drafter); only ``usage``/``timings`` say how many tokens there were.
+drafter); only the server's counts say how many tokens there were. The request asks for
+them on every chunk (llama-server's ``timings_per_token``, vLLM's ``continuous_usage_stats``),
+so a request cut mid-stream still knows how many tokens it got (``streamed_tokens``); a cut
+request from a server that sends no such counts keeps its text (``partial_text``) for the
+server's ``/tokenize`` after the run. Only a finished request takes ``completion_tokens``.
 
 Error kinds (``RequestRecord.error_kind``):
 
@@ -39,10 +44,20 @@ from typing import Any
 
 import certifi
 import httpx
+import orjson
 from httpx_sse import EventSource, SSEError
 from pydantic import ValidationError
 
 from core.rundir import RequestRecord, ServerTimings
+from loadtest.sse_client import (
+    ConnectFailed,
+    ConnectionLost,
+    NotEventStream,
+    ReadTimedOut,
+    SSEClient,
+    WriteTimedOut,
+    iter_events,
+)
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -81,7 +96,9 @@ def build_payload(
         "model": model,
         "messages": messages,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        # per-chunk cumulative token counts: vLLM's usage on every chunk, llama-server's timings on every chunk
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "timings_per_token": True,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "cache_prompt": cache_prompt,
@@ -91,17 +108,11 @@ def build_payload(
     return payload
 
 
-def make_client(base_url: str, *, read_timeout: float = 60.0, connect_timeout: float = 10.0) -> httpx.Client:
-    """One client (and so one connection) per simulated user: httpx re-checks every pooled
-    connection per request, so a shared pool costs CPU growing with concurrency squared."""
-    timeout = httpx.Timeout(connect=connect_timeout, read=read_timeout, write=connect_timeout, pool=connect_timeout)
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    return httpx.Client(
-        base_url=base_url,
-        timeout=timeout,
-        limits=limits,
-        verify=_shared_ssl_context(),
-        event_hooks={"request": [_stamp_send_time]},
+def make_client(base_url: str, *, read_timeout: float = 60.0, connect_timeout: float = 10.0) -> SSEClient:
+    """One client (and so one keep-alive connection) per simulated user, as a user sends one
+    request at a time; the read timeout bounds each wait for bytes, not the whole stream."""
+    return SSEClient(
+        base_url, read_timeout=read_timeout, connect_timeout=connect_timeout, ssl_context=_shared_ssl_context()
     )
 
 
@@ -110,15 +121,6 @@ def _shared_ssl_context() -> ssl.SSLContext:
     """One TLS context per process: building one loads the CA bundle (~25 ms of CPU), which
     at a step of 64 new users would stall every stream in the process for over a second."""
     return ssl.create_default_context(cafile=certifi.where())
-
-
-SENT_AT = "rigbench_sent_at"
-
-
-def _stamp_send_time(request: httpx.Request) -> None:
-    """Runs once the request is built, just before it is written: TTFT starts here, so the
-    client's own JSON encoding and request building are not charged to the server."""
-    request.extensions[SENT_AT] = time.time()
 
 
 def _error_kind_for_status(status: int, body: str) -> str:
@@ -147,8 +149,99 @@ def describe_error_event(error: object) -> str:
     return f"error event, {parts[0]}: {message}" if message else f"error event, {parts[0]}: {json.dumps(error)[:200]}"
 
 
+
+class _Stream:
+    """What one request's stream has told so far; ``event`` runs once per SSE event, so it
+    decodes each event once (orjson) and looks only at the keys the record needs."""
+
+    __slots__ = ("status", "error", "usage", "timings", "done", "finished", "count", "first_count",
+                 "chunk_times", "text")
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.error: tuple[str, str | None] | None = None
+        self.usage: Any = None
+        self.timings: Any = None
+        self.done = False
+        self.finished = False
+        self.count: int | None = None  # the last cumulative token count the server sent
+        self.first_count: int | None = None  # the count sent with the first content chunk
+        self.chunk_times: list[float] = []
+        self.text: list[str] | None = []  # streamed text, dropped once the server sends counts
+
+    @property
+    def completed(self) -> bool:
+        return self.done or self.finished
+
+    def event(self, data: bytes, arrived: float) -> None:
+        if data[:1] != b"{":
+            if data.strip() == b"[DONE]":
+                # keep reading to the end of the body: an unfinished response cannot hand its
+                # connection back, and a new connection per request would be charged to TTFT
+                self.done = True
+                return
+            if not data:
+                return
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise _Malformed(f"event data is not JSON: {_shown(data)!r}") from None
+        if type(chunk) is not dict:
+            raise _Malformed(f"event data is not a JSON object: {_shown(data)!r}")
+        if "error" in chunk:
+            raise _ServerErrorEvent(describe_error_event(chunk["error"])[:300])
+        content = False
+        choices = chunk.get("choices")
+        if choices:
+            if type(choices) is not list:
+                raise _Malformed(f"event 'choices' is not a list of objects: {_shown(data)!r}")
+            for choice in choices:
+                if type(choice) is not dict:
+                    raise _Malformed(f"event 'choices' is not a list of objects: {_shown(data)!r}")
+                delta = choice.get("delta")
+                if delta:
+                    if type(delta) is not dict:
+                        raise _Malformed(f"event 'delta' is not an object: {_shown(data)!r}")
+                    reasoning = delta.get("reasoning_content")
+                    text = delta.get("content")
+                    if text or reasoning:
+                        content = True
+                        if self.text is not None:
+                            if reasoning:
+                                self.text.append(str(reasoning))
+                            if text:
+                                self.text.append(str(text))
+                if choice.get("finish_reason"):
+                    self.finished = True
+        count = None
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+            if type(usage) is dict:
+                count = usage.get("completion_tokens")
+        timings = chunk.get("timings")
+        if timings:
+            self.timings = timings
+            if count is None and type(timings) is dict:
+                count = timings.get("predicted_n")
+        if count is not None:
+            if type(count) is int:
+                self.count = count
+                self.text = None
+            else:
+                count = None
+        if content:
+            if not self.chunk_times:
+                self.first_count = count
+            self.chunk_times.append(arrived)
+
+
+def _shown(data: bytes) -> str:
+    return data[:240].decode("utf-8", "replace")[:80]
+
+
 def stream_chat(
-    client: httpx.Client,
+    client: SSEClient | httpx.Client,
     payload: dict[str, Any],
     meta: RequestMeta,
     *,
@@ -162,112 +255,112 @@ def stream_chat(
     partial request goes to ``on_abort`` marked ``interrupted`` before the exception
     continues, so what was already measured is not lost."""
     request_id = uuid.uuid4().hex
-    chunk_times: list[float] = []
-    state: dict[str, Any] = {"status": None, "usage": None, "timings": None, "done": False, "finished": False}
+    stream = _Stream()
     error_kind: str | None = None
     error_message: str | None = None
     t_start = time.time()
     try:
-        for attempt in (1, 2):
-            try:
-                t_start = _send_and_follow(client, path, payload, request_id, chunk_times, state)
-                break
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-                # A keep-alive connection the server closed between requests (llama-server's
-                # HTTP library closes after 100 requests or 5 s idle) fails before any response:
-                # the request never reached the server, so it is sent once more, on a fresh one.
-                if attempt == 2 or state["status"] is not None:
-                    raise
-        if state["status"] != 200:
-            error_kind, error_message = state["error"]
-        elif not (state["done"] or state["finished"]):
+        if isinstance(client, httpx.Client):
+            t_start = _follow_httpx(client, path, payload, request_id, stream)
+        else:
+            t_start = _follow(client, path, payload, request_id, stream)
+        if stream.status != 200:
+            error_kind, error_message = stream.error or ("client_error", "no status")
+        elif not stream.completed:
             error_kind, error_message = "disconnect", "stream ended before finish_reason or [DONE]"
-    except httpx.ConnectError as error:
+    except (ConnectFailed, httpx.ConnectError) as error:
         error_kind, error_message = "connect", str(error) or type(error).__name__
+    except (ReadTimedOut, WriteTimedOut) as error:
+        error_kind, error_message = "timeout", f"stream stalled: {error}"
     except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as error:
         error_kind, error_message = "timeout", f"stream stalled: {type(error).__name__}"
     except httpx.ConnectTimeout as error:
         error_kind, error_message = "connect", f"connect timed out: {error}"
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+    except (ConnectionLost, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
         error_kind, error_message = "disconnect", str(error)[:300] or type(error).__name__
     except _ServerErrorEvent as error:
         error_kind, error_message = "server_error", str(error)
-    except (_Malformed, SSEError, httpx.DecodingError) as error:
+    except (_Malformed, NotEventStream, SSEError, httpx.DecodingError) as error:
         error_kind, error_message = "malformed_sse", str(error)[:300]
     except Exception as error:  # noqa: BLE001 - recorded as the client's own failure, never as a stop
         error_kind, error_message = "client_error", f"{type(error).__name__}: {error}"[:300]
     except BaseException:
         if on_abort is not None:
-            record = _kept_record(request_id, meta, t_start, time.time(), chunk_times, state, None, None)
-            on_abort(StreamResult(record=record.model_copy(update={"interrupted": True}), chunk_times=chunk_times))
+            record = _kept_record(request_id, meta, t_start, time.time(), stream, None, None, interrupted=True)
+            on_abort(StreamResult(record=record, chunk_times=stream.chunk_times))
         raise
-    record = _kept_record(request_id, meta, t_start, time.time(), chunk_times, state, error_kind, error_message)
-    return StreamResult(record=record, chunk_times=chunk_times)
+    record = _kept_record(request_id, meta, t_start, time.time(), stream, error_kind, error_message)
+    return StreamResult(record=record, chunk_times=stream.chunk_times)
 
 
-def _kept_record(request_id: str, meta: RequestMeta, t_start: float, t_end: float, chunk_times: list[float],
-                 state: dict[str, Any], error_kind: str | None, error_message: str | None) -> RequestRecord:
-    """The record; when the server's usage or timings are not what the protocol says, the request is
-    still kept, as ``malformed_sse`` without them."""
+def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream) -> float:
+    """One request on the lean client; returns the time the request was handed to the socket."""
+    headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream", "Content-Type": "application/json"}
+    request = client.request_bytes("POST", path, orjson.dumps(payload), headers)
+    for attempt in (1, 2):
+        t_start = time.time()
+        try:
+            client.send(request)
+            response = client.read_head()
+            break
+        except ConnectionLost as error:
+            # A keep-alive connection the server closed between requests (llama-server's
+            # HTTP library closes after 100 requests or 5 s idle) fails before any response:
+            # the request never reached the server, so it is sent once more, on a fresh one.
+            if attempt == 2 or error.responded or not client.reused:
+                raise
+    stream.status = response.status
     try:
-        return _make_record(request_id, meta, t_start, t_end, chunk_times, state, error_kind, error_message)
-    except (ValidationError, AttributeError, TypeError) as error:
-        detail = f"usage or timings not as OpenAI/llama-server send them: {str(error).splitlines()[0]}"[:300]
-        state = {**state, "usage": None, "timings": None}
-        return _make_record(request_id, meta, t_start, t_end, chunk_times, state, "malformed_sse", detail)
-
-
-def _send_and_follow(
-    client: httpx.Client, path: str, payload: dict[str, Any], request_id: str, chunk_times: list[float], state: dict
-) -> float:
-    """One attempt; returns the time the request was handed to the socket."""
-    t_start = time.time()
-    headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
-    with client.stream("POST", path, json=payload, headers=headers) as response:
-        state["status"] = response.status_code
-        t_start = response.request.extensions.get(SENT_AT, t_start)
-        if response.status_code != 200:
-            body = response.read().decode("utf-8", "replace")[:500]
-            state["error"] = (_error_kind_for_status(response.status_code, body), body.strip()[:300] or None)
-        else:
-            _follow_events(EventSource(response), chunk_times, state)
+        if response.status != 200:
+            body = client.read_body(response)[:500].decode("utf-8", "replace")
+            stream.error = (_error_kind_for_status(response.status, body), body.strip()[:300] or None)
+            return t_start
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:
+            raise NotEventStream(
+                f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}"
+            )
+        on_event = stream.event
+        clock = time.time
+        for data in iter_events(client.iter_body(response)):
+            on_event(data, clock())
+    except BaseException:
+        client.close()  # the response was left part-read: its connection cannot carry the next request
+        raise
     return t_start
 
 
-def _follow_events(source: EventSource, chunk_times: list[float], state: dict[str, Any]) -> None:
-    for event in source.iter_sse():
-        arrived = time.time()
-        data = event.data
-        if data.strip() == "[DONE]":
-            # keep reading to the end of the body: an unfinished response cannot hand its
-            # connection back, and a new connection per request would be charged to TTFT
-            state["done"] = True
-            continue
-        if not data:
-            continue
+def _follow_httpx(client: httpx.Client, path: str, payload: dict[str, Any], request_id: str, stream: _Stream) -> float:
+    """The same request through an ``httpx.Client`` the caller made."""
+    headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
+    for attempt in (1, 2):
+        t_start = time.time()
         try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            raise _Malformed(f"event data is not JSON: {data[:80]!r}") from None
-        if not isinstance(chunk, dict):
-            raise _Malformed(f"event data is not a JSON object: {data[:80]!r}")
-        if "error" in chunk:
-            raise _ServerErrorEvent(describe_error_event(chunk["error"])[:300])
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-            raise _Malformed(f"event 'choices' is not a list of objects: {data[:80]!r}")
-        for choice in choices:
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise _Malformed(f"event 'delta' is not an object: {data[:80]!r}")
-            if delta.get("content") or delta.get("reasoning_content"):
-                chunk_times.append(arrived)
-            if choice.get("finish_reason"):
-                state["finished"] = True
-        if chunk.get("usage"):
-            state["usage"] = chunk["usage"]
-        if chunk.get("timings"):
-            state["timings"] = chunk["timings"]
+            with client.stream("POST", path, json=payload, headers=headers) as response:
+                stream.status = response.status_code
+                if response.status_code != 200:
+                    body = response.read().decode("utf-8", "replace")[:500]
+                    stream.error = (_error_kind_for_status(response.status_code, body), body.strip()[:300] or None)
+                else:
+                    for event in EventSource(response).iter_sse():
+                        stream.event(event.data.encode(), time.time())
+            return t_start
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            if attempt == 2 or stream.status is not None:
+                raise
+    return t_start
+
+
+def _kept_record(request_id: str, meta: RequestMeta, t_start: float, t_end: float, stream: _Stream,
+                 error_kind: str | None, error_message: str | None, *, interrupted: bool = False) -> RequestRecord:
+    """The record; when the server's usage or timings are not what the protocol says, the request is
+    still kept, as ``malformed_sse`` without them."""
+    try:
+        return _make_record(request_id, meta, t_start, t_end, stream, error_kind, error_message, interrupted)
+    except (ValidationError, AttributeError, TypeError) as error:
+        detail = f"usage or timings not as OpenAI/llama-server send them: {str(error).splitlines()[0]}"[:300]
+        stream.usage = stream.timings = stream.count = stream.first_count = None
+        return _make_record(request_id, meta, t_start, t_end, stream, "malformed_sse", detail, interrupted)
 
 
 def _make_record(
@@ -275,13 +368,24 @@ def _make_record(
     meta: RequestMeta,
     t_start: float,
     t_end: float,
-    chunk_times: list[float],
-    state: dict[str, Any],
+    stream: _Stream,
     error_kind: str | None,
     error_message: str | None,
+    interrupted: bool,
 ) -> RequestRecord:
-    usage = state["usage"] or {}
-    timings = ServerTimings.model_validate(state["timings"]) if state["timings"] else None
+    usage = stream.usage or {}
+    timings = ServerTimings.model_validate(stream.timings) if stream.timings else None
+    chunk_times = stream.chunk_times
+    # a cut request (stopped, or an error mid-stream, before finish_reason or [DONE]) must not look fully counted
+    finished = stream.completed
+    completion_tokens = usage.get("completion_tokens") if finished else None
+    if finished and (completion_tokens is not None or stream.count is not None):
+        counted_by = "usage"
+    elif not finished and stream.count is not None:
+        counted_by = "per_chunk"
+    else:
+        counted_by = "chunks"
+    partial_text = "".join(stream.text) if not finished and stream.text and stream.count is None else None
     return RequestRecord(
         request_id=request_id,
         shard=meta.shard,
@@ -295,10 +399,15 @@ def _make_record(
         t_last_token=chunk_times[-1] if chunk_times else None,
         t_end=t_end,
         content_chunks=len(chunk_times),
-        http_status=state["status"],
+        http_status=stream.status,
         error_kind=error_kind,
         error_message=error_message,
         prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        completion_tokens=completion_tokens,
+        streamed_tokens=stream.count,
+        first_chunk_tokens=stream.first_count,
+        tokens_counted_by=counted_by,
+        partial_text=partial_text,
         timings=timings,
+        interrupted=interrupted,
     )

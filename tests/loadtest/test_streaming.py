@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,10 @@ def faulty_server(tmp_path_factory: pytest.TempPathFactory):
 
 def test_request_body_asks_for_usage_and_llama_extensions() -> None:
     body = payload()
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["stream"] is True
+    # per-chunk cumulative counts: vLLM's continuous usage, llama-server's timings on every chunk
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["timings_per_token"] is True
     assert body["ignore_eos"] is True and body["cache_prompt"] is False and body["max_tokens"] == 8
     plain = build_payload([], model="m", max_tokens=1, temperature=0.5, cache_prompt=True, ignore_eos=False)
     assert "ignore_eos" not in plain and plain["cache_prompt"] is True
@@ -63,7 +67,9 @@ def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(fau
     truth = read_truth_log(log)[record.request_id]
     assert record.completion_tokens == 8 and record.timings.predicted_n == 8 and record.prompt_tokens == 2
     assert record.content_chunks == len(good.chunk_times) == len(truth["sends"]) == 8
-    assert record.t_start <= truth["t_received"] < truth["sends"][0] <= record.t_first_token
+    assert record.t_start <= truth["t_received"] < truth["sends"][0]
+    # the server stamps a send just after its write, so a quick client may read the bytes a little before
+    assert truth["sends"][0] - 0.002 <= record.t_first_token
     assert record.t_first_token - truth["sends"][0] < 0.05
     assert record.t_last_token == good.chunk_times[-1] <= record.t_end
     # a stalled request is cut at the read timeout, not at the server's 5 s stall
@@ -108,4 +114,53 @@ def test_a_log_path_relative_to_the_caller_is_where_the_caller_means(tmp_path: P
     with GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1), Path("truth.jsonl")) as server, \
             make_client(server.base_url) as client:
         assert stream_chat(client, payload(max_tokens=2), META).record.ok
+        # the server logs a request just after its last write, which the client may read first
+        deadline = time.monotonic() + 2
+        while not read_truth_log(tmp_path / "truth.jsonl") and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert read_truth_log(tmp_path / "truth.jsonl")
+
+
+@pytest.mark.parametrize("per_chunk_counts", [True, False])
+def test_a_request_cut_mid_stream_counts_its_tokens_whatever_the_chunking(tmp_path: Path, per_chunk_counts) -> None:
+    """Three tokens a chunk; the second request is cut after two chunks (six tokens): with running
+    counts it knows it got six; without, it keeps its text for the server's /tokenize."""
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, tokens_per_chunk=3, jitter=0.3, seed=4,
+                               per_chunk_counts=per_chunk_counts, fault_cycle=["none", "disconnect"])
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server, make_client(server.base_url) as client:
+        done, cut = (stream_chat(client, payload(max_tokens=10), META).record for _ in range(2))
+    assert done.ok and done.completion_tokens == 10 and done.tokens_counted_by == "usage"
+    assert done.content_chunks == 4 and done.partial_text is None and done.timings.predicted_n == 10
+    assert (done.streamed_tokens, done.first_chunk_tokens) == ((10, 3) if per_chunk_counts else (10, None))
+    assert cut.error_kind == "disconnect" and cut.content_chunks == 2 and cut.completion_tokens is None
+    if per_chunk_counts:
+        assert (cut.streamed_tokens, cut.first_chunk_tokens, cut.tokens_counted_by) == (6, 3, "per_chunk")
+        assert cut.partial_text is None
+    else:
+        assert (cut.streamed_tokens, cut.first_chunk_tokens, cut.tokens_counted_by) == (None, None, "chunks")
+        assert cut.partial_text == "t0 t1 t2 t3 t4 t5 "
+
+
+def test_an_interrupted_request_keeps_its_running_count(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=40, tokens_per_chunk=2)
+    kept = []
+
+    class Abort(BaseException):
+        pass
+
+    def abort(signum, frame):
+        raise Abort
+
+    previous = signal.signal(signal.SIGALRM, abort)
+    try:
+        with GroundTruthServer(config, tmp_path / "truth.jsonl") as server, make_client(server.base_url) as client:
+            assert stream_chat(client, payload(max_tokens=2), META).record.ok  # connected and warm
+            signal.setitimer(signal.ITIMER_REAL, 0.25)
+            with pytest.raises(Abort):
+                stream_chat(client, payload(max_tokens=40), META, on_abort=kept.append)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    record = kept[0].record
+    assert record.interrupted and record.completion_tokens is None and record.tokens_counted_by == "per_chunk"
+    assert record.streamed_tokens == 2 * record.content_chunks and record.first_chunk_tokens == 2
