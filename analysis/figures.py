@@ -35,8 +35,10 @@ Definitions (the report repeats them):
   and a request longer than the window still counts. A request stopped by the harness
   (``interrupted``, e.g. still streaming when the sweep ended) or cut by an error counts the
   tokens it streamed by the same order (``streamed_tokens``, else its content chunks: a counted
-  warning, since a server that packs several tokens per chunk is then undercounted). Its
-  interval comes from the rates of 10 equal sub-windows.
+  warning, since a server that packs several tokens per chunk is then undercounted). A run kept
+  with ``--timeline`` counts each chunk's tokens where it arrived instead (``analysis.timelines``:
+  exact even when a saturated server or client delivers in bursts). Its interval comes from the
+  rates of 10 equal sub-windows.
 - Completed in window = successful requests whose ``t_end`` falls inside the window (completed
   req/s divides it by the window); fewer than a closed-loop step's users means the window is
   shorter than a request (a counted warning).
@@ -67,6 +69,7 @@ import pandas as pd
 from analysis import intervals
 from analysis.intervals import Estimate
 from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
+from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
 from core.rundir import TelemetrySnapshot
 
@@ -222,13 +225,22 @@ def server_timings_tok_s(frame: pd.DataFrame, start: float, end: float) -> float
     return tokens_in_window(near, start, end, ("t_decode", "t_last", "tokens")) / (end - start)
 
 
-def aggregate_throughput(frame: pd.DataFrame, start: float, end: float) -> tuple[float, Estimate]:
-    """(tokens in the window, tok/s with a sub-window interval)."""
+def aggregate_throughput(
+    frame: pd.DataFrame, start: float, end: float, arrivals: ChunkArrivals | None = None
+) -> tuple[float, Estimate]:
+    """(tokens in the window, tok/s with a sub-window interval); requests with a timeline count
+    each chunk where it arrived (``analysis.timelines``), the others by their spread."""
     near = frame[(frame["t_last_token"] >= start) & (frame["t_first_token"] < end) & (frame["output_tokens"] > 0)]
-    total = tokens_in_window(near, start, end)
+    if arrivals is not None:
+        near = near[~near["request_id"].isin(arrivals.request_ids)]
+
+    def tokens_between(a: float, b: float) -> float:
+        return tokens_in_window(near, a, b) + (arrivals.tokens_in(a, b) if arrivals is not None else 0.0)
+
+    total = tokens_between(start, end)
     length = end - start
     edges = np.linspace(start, end, SUB_WINDOWS + 1)
-    rates = [tokens_in_window(near, a, b) / (b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    rates = [tokens_between(a, b) / (b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)]
     spread = intervals.mean(rates)
     estimate = Estimate(
         total / length, spread.low, spread.high, SUB_WINDOWS, f"bootstrap over {SUB_WINDOWS} sub-windows"
@@ -276,11 +288,12 @@ def step_figures(
     start: float,
     end: float,
     rate: float | None = None,
+    arrivals: ChunkArrivals | None = None,
 ) -> StepFigures:
     measured = frame[(frame["step"] == index) & (frame["phase"] == "measure")]
     measured_ok = measured[measured["ok"]]
     errors = {str(k): int(v) for k, v in measured["error_kind"].value_counts().items() if v}
-    total, aggregate = aggregate_throughput(frame, start, end)
+    total, aggregate = aggregate_throughput(frame, start, end, arrivals)
     t_end = frame["t_end"].to_numpy()
     completed = int((frame["ok"].to_numpy() & (t_end >= start) & (t_end < end)).sum())
     near_cut = (
@@ -424,6 +437,7 @@ def run_figures(run: LoadedRun) -> RunFigures:
             f"{uncounted} successful record(s) carry no token count (usage or timings); "
             "their streamed content chunks were counted as tokens"
         )
+    arrivals = ChunkArrivals.from_run(run.path, frame)
     known_steps = {window.index for window in manifest.steps}
     stray = int((~frame["step"].isin(known_steps)).sum())
     if stray:
@@ -451,6 +465,7 @@ def run_figures(run: LoadedRun) -> RunFigures:
             window.measure_start,
             window.measure_end,
             rate=window.rate,
+            arrivals=arrivals,
         )
         figures.server_counter_tok_s = counter_tok_s(run.telemetry, window.index)
         max_tokens = manifest.load.max_tokens if manifest.load else None

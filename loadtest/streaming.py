@@ -48,7 +48,7 @@ import orjson
 from httpx_sse import EventSource, SSEError
 from pydantic import ValidationError
 
-from core.rundir import RequestRecord, ServerTimings
+from core.rundir import RequestRecord, RunDir, ServerTimings
 from loadtest.sse_client import (
     ConnectFailed,
     ConnectionLost,
@@ -61,7 +61,7 @@ from loadtest.sse_client import (
 
 CHAT_PATH = "/v1/chat/completions"
 REQUEST_ID_HEADER = "X-Request-Id"
-TIMELINES = "timelines"  # run-dir folder of per-chunk arrival times, one file per shard
+TIMELINES = RunDir.TIMELINES  # run-dir folder of per-chunk arrival times, one file per shard
 
 
 @dataclass

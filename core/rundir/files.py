@@ -8,6 +8,7 @@
                              append-only, flushed per line (.jsonl.gz when archived)
       telemetry.jsonl        TelemetrySnapshot per line (/metrics and /slots)
       token_counts.jsonl     TokenCount per line: cut requests counted by /tokenize after the run
+      timelines/<shard>.jsonl  with --timeline: {"request_id", "chunks": [arrival times]} per line
       report.md, summary.json, plots/   written by analysis
 
 Every file carries or sits beside ``schema_version``; reading validates, and a version this
@@ -62,6 +63,7 @@ class RunDir:
     RECORDS = "records"
     TELEMETRY = "telemetry.jsonl"
     TOKEN_COUNTS = "token_counts.jsonl"
+    TIMELINES = "timelines"
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

@@ -263,3 +263,17 @@ def test_rigbench_plan_sizes_an_open_loop_run_by_rate(kit):
     assert by_users.exit_code == 3 and "give the requests/s to serve" in by_users.output
     neither = CliRunner().invoke(app, args)
     assert neither.exception.exit_code == 2 and "give --users N" in str(neither.exception)
+
+
+def test_a_timeline_counts_each_chunk_where_it_arrived(kit):
+    """A request straddling the window start that got 15 of its 21 tokens in a burst before the
+    window: the spread puts half its tokens inside, the timeline the 6 that arrived there."""
+    t0 = kit.T0
+    record = kit.record("burst", t_start=t0 + 98.5, ttft=0.5, decode=2.0, tokens=21)  # decodes 99..101
+    chunks = [t0 + 99 + k * 0.01 for k in range(15)] + [t0 + 100.5 + k * 0.1 for k in range(6)]
+    path = kit.make_run("r1", [kit.window()], {"p0": [record]})
+    spread = run_figures(load_run(path)).steps[0].output_tokens
+    (path / RunDir.TIMELINES).mkdir()
+    (path / RunDir.TIMELINES / "p0.jsonl").write_text(json.dumps({"request_id": "burst", "chunks": chunks}) + "\n")
+    timed = run_figures(load_run(path)).steps[0].output_tokens
+    assert spread == pytest.approx(10.5) and timed == pytest.approx(6.0)

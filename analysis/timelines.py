@@ -1,0 +1,70 @@
+"""Exact output tokens in a window from each chunk's arrival time, for runs kept with ``--timeline``.
+
+Without timelines a request's tokens are spread evenly over its decode span, which is exact
+for a request inside the window and right on average at its edges while tokens arrive at an
+even pace (a real server's decode steps). A server or client that falls behind delivers in
+bursts (a backlog caught up), and the spread then misplaces the straddling requests' tokens:
+with the arrival times kept, each chunk's tokens count where they arrived. A chunk's tokens are
+the request's per-chunk counts where the stream carried them (the first chunk's
+``first_chunk_tokens``, the rest shared evenly by the others), else one token a chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from core.rundir import RunDir
+
+
+class ChunkArrivals:
+    """Every timed chunk of a run, in arrival order, with the running sum of its tokens."""
+
+    def __init__(self, times: np.ndarray, tokens: np.ndarray, request_ids: set[str]):
+        order = np.argsort(times, kind="stable")
+        self.times = times[order]
+        self.cumulative = np.concatenate([[0.0], np.cumsum(tokens[order])])
+        self.request_ids = request_ids
+
+    @classmethod
+    def from_run(cls, path: Path, frame: pd.DataFrame) -> ChunkArrivals | None:
+        """The run's timelines for the records in ``frame`` (with ``output_tokens``), or None."""
+        folder = Path(path) / RunDir.TIMELINES
+        if not folder.is_dir():
+            return None
+        chunks: dict[str, list[float]] = {}
+        for shard in sorted(folder.glob("*.jsonl")):
+            for line in shard.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a killed writer: that request falls back to its spread
+                chunks[entry["request_id"]] = entry["chunks"]
+        times, tokens, ids = [], [], set()
+        for request_id, total, first in zip(
+            frame["request_id"], frame["output_tokens"], frame["first_chunk_tokens"], strict=True
+        ):
+            arrived = chunks.get(request_id)
+            if not arrived or not np.isfinite(total) or len(arrived) > max(total, 1):
+                continue  # no timeline, or more chunks than tokens: not a count this can place
+            weights = np.ones(len(arrived))
+            if len(arrived) > 1:
+                head = first if np.isfinite(first) else 1.0
+                weights[0] = head
+                weights[1:] = (total - head) / (len(arrived) - 1)
+            else:
+                weights[0] = total
+            times.append(np.asarray(arrived, dtype=float))
+            tokens.append(weights)
+            ids.add(request_id)
+        if not ids:
+            return None
+        return cls(np.concatenate(times), np.concatenate(tokens), ids)
+
+    def tokens_in(self, start: float, end: float) -> float:
+        """Tokens that arrived in [start, end)."""
+        low, high = np.searchsorted(self.times, [start, end], side="left")
+        return float(self.cumulative[high] - self.cumulative[low])
