@@ -3,7 +3,7 @@
 Caller side (safe to import anywhere; no Locust, no gevent):
 
 - ``loadtest.sweep.run_sweep``       one sweep in a headless Locust subprocess -> run directory
-- ``loadtest.streaming.stream_chat`` one measured streaming request (httpx + httpx-sse)
+- ``loadtest.streaming.stream_chat`` one measured streaming request (the lean ``sse_client``)
 - ``loadtest.schedule``              the sweep schedule as pure functions of elapsed time
 - ``loadtest.ground_truth``          a server with exactly known timing that logs what it sent
 - ``loadtest.ceiling``               the per-process tok/s the selftest found, for sweep warnings
