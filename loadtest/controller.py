@@ -22,10 +22,10 @@ import httpx
 import psutil
 
 from core.rundir import RunDir, StepWindow, utc_now
+from loadtest.dispatch_tally import DISPATCH, MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
-from loadtest.open_loop import DISPATCH, MAX_IN_FLIGHT
 from loadtest.schedule import Position, Stage, boundaries, locate
 from loadtest.telemetry import (
     BUSIEST_PROCESS_CPU_METRIC,

@@ -28,10 +28,11 @@ from locust import events
 from core.errors import RigbenchError
 from core.rundir import RunDir, new_manifest, server_at
 from loadtest.controller import SweepController
+from loadtest.dispatch_tally import DISPATCH
 from loadtest.late_starts import note_late_starts
 from loadtest.live_stats import LIVE
 from loadtest.locust_options import add_arguments, adopt_old_spellings, settings_from, stages_from
-from loadtest.open_loop import DISPATCH, OpenLoopDispatcher
+from loadtest.open_loop import OpenLoopDispatcher
 from loadtest.preflight import check_health, check_reply, check_url
 from loadtest.shapes import SweepShape, load_processes
 from loadtest.telemetry import server_slots

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -30,34 +29,16 @@ from locust import User, task
 
 from core.rundir import RequestRecord
 from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
+from loadtest.dispatch_tally import DISPATCH, MAX_IN_FLIGHT
 from loadtest.live_stats import LIVE
 from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
 from loadtest.users import fire_request_event, load_context, request_options
 
 log = logging.getLogger("rigbench.sweep")
-MAX_IN_FLIGHT = 4096  # requests streaming at once in one load process
 RECHECK_S = 0.25  # the longest sleep between looks at the start time (a new start from the web UI moves it)
 IDLE_S = 3600.0
 
 
-@dataclass
-class DispatchTally:
-    """What a process's dispatcher met that the records cannot show: arrivals that waited for
-    the in-flight cap. Sent to the master with Locust's worker reports, like ``LIVE``."""
-
-    cap_waits: int = 0
-    late_logged: bool = False
-
-    def take(self) -> dict:
-        message = {"cap_waits": self.cap_waits}
-        self.cap_waits = 0
-        return message
-
-    def merge(self, other: dict) -> None:
-        self.cap_waits += int(other.get("cap_waits", 0))
-
-
-DISPATCH = DispatchTally()
 _running: set[int] = set()  # id of the environment whose dispatcher is running in this process
 
 

@@ -100,6 +100,13 @@ def test_caller_side_modules_do_not_import_locust() -> None:
     assert output.strip() == "False False"
 
 
+def test_the_controller_and_the_dispatch_tally_do_not_import_locust() -> None:
+    """Tests import the controller: importing Locust there would monkey-patch pytest's process."""
+    code = "import sys, loadtest.controller, loadtest.dispatch_tally; print('locust' in sys.modules)"
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert output.strip() == "False"
+
+
 def test_bad_steps_are_clear_errors() -> None:
     with pytest.raises(LoadTestError, match=">= 1"):
         make_stages([0, 2], 1, 1)
