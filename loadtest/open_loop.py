@@ -31,6 +31,7 @@ from core.rundir import RequestRecord
 from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
 from loadtest.dispatch_tally import DISPATCH, MAX_IN_FLIGHT
 from loadtest.live_stats import LIVE
+from loadtest.stall_watch import STALL_WATCH
 from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
 from loadtest.users import fire_request_event, load_context, request_options
 
@@ -111,7 +112,11 @@ class OpenLoopDispatcher(User):
 
     def _send(self, number: int, intended: float) -> None:
         options = self.context.options
-        client = self.idle.pop() if self.idle else make_client(self.host, read_timeout=options.read_timeout)
+        if self.idle:
+            client = self.idle.pop()
+        else:
+            client = make_client(self.host, read_timeout=options.read_timeout)
+            STALL_WATCH.watch(client)
         reuse = False
         try:
             prompts = self.context.prompts

@@ -9,7 +9,10 @@ one ``recv`` per arrival, de-chunked and cut into SSE events in place.
 Blocking socket calls are used throughout: under Locust the sockets are gevent's (Locust
 monkey-patches them), so every ``recv`` yields to the other users; elsewhere it is a plain
 blocking call. The read timeout applies to each ``recv``: a stream that stalls longer than it
-raises :class:`ReadTimedOut`, however long the whole stream runs.
+raises :class:`ReadTimedOut`, however long the whole stream runs. A socket timeout costs gevent a
+timer per wait (a few µs per chunk); a client that a watchdog looks after (``watched``: the load
+processes' ``loadtest.stall_watch``) waits without one, and the watchdog ends a wait that has
+outlasted the read timeout (:meth:`SSEClient.abort_if_stalled`), with the same error.
 
 Bodies framed by ``Content-Length``, by ``Transfer-Encoding: chunked`` or by the connection's
 close are read; only the first two leave the connection reusable.
@@ -21,6 +24,7 @@ import contextlib
 import itertools
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -107,6 +111,9 @@ class SSEClient:
         self._host_header = f"Host: {authority}\r\nUser-Agent: rigbench\r\n".encode("idna")
         self._sock: socket.socket | None = None
         self.reused = False  # whether the last request went out on a connection used before
+        self.watched = False  # a watchdog enforces the read timeout (no socket timeout per wait)
+        self.waiting_since: float | None = None  # monotonic time the current recv began waiting
+        self.stalled = False
 
     def __enter__(self) -> SSEClient:
         return self
@@ -143,7 +150,7 @@ class SSEClient:
         try:
             sock.settimeout(self.connect_timeout)
             sock.sendall(request)
-            sock.settimeout(self.read_timeout)
+            sock.settimeout(None if self.watched else self.read_timeout)
         except TimeoutError:
             self.close()
             raise WriteTimedOut("WriteTimeout") from None
@@ -172,19 +179,38 @@ class SSEClient:
         sock = self._sock
         if sock is None:
             raise ConnectionLost("the connection was closed")
+        self.waiting_since = time.monotonic()
         try:
             data = sock.recv(RECV_SIZE)
         except TimeoutError:
-            self.close()
-            error = ReadTimedOut("ReadTimeout")
-            error.responded = responded
-            raise error from None
+            data = None
         except OSError as error:
+            if not self.stalled:
+                self.close()
+                lost = ConnectionLost(f"connection broke: {error}")
+                lost.responded = responded
+                raise lost from None
+            data = None
+        finally:
+            self.waiting_since = None
+        if data is None or (self.stalled and not data):
             self.close()
-            lost = ConnectionLost(f"connection broke: {error}")
-            lost.responded = responded
-            raise lost from None
+            self.stalled = False
+            timed_out = ReadTimedOut("ReadTimeout")
+            timed_out.responded = responded
+            raise timed_out
         return data
+
+    def abort_if_stalled(self, now: float) -> bool:
+        """End a wait for bytes that has lasted longer than the read timeout (the watchdog's
+        call): the waiting ``recv`` then raises :class:`ReadTimedOut`, as with a socket timeout."""
+        since, sock = self.waiting_since, self._sock
+        if since is None or sock is None or now - since <= self.read_timeout:
+            return False
+        self.stalled = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        return True
 
     def read_head(self) -> Response:
         """The response's status line and headers (interim 1xx answers skipped)."""

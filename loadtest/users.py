@@ -34,6 +34,7 @@ from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, se
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts, rotation
 from loadtest.schedule import Stage, locate_or_last, stages_for
+from loadtest.stall_watch import STALL_WATCH
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult, build_payload, make_client, stream_chat
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class StreamingChatUser(User):
         self.context = load_context(self.environment)
         options = self.context.options
         self.client = make_client(self.host, read_timeout=options.read_timeout)
+        STALL_WATCH.watch(self.client)
         self.prompts = rotation(self.context.prompts, offset=next(self.context.user_counter))
         self.request_options = request_options(options)
 

@@ -237,6 +237,26 @@ def test_the_read_timeout_bounds_each_wait_not_the_stream(serve) -> None:
     assert time.monotonic() - started < 2.5
 
 
+def test_a_watched_client_waits_without_a_timer_and_the_watchdog_ends_a_stall(serve) -> None:
+    """With ``watched`` the socket has no timeout; ``abort_if_stalled`` (the load processes' watchdog)
+    ends a wait past the read timeout with the same error, and leaves a shorter one alone."""
+    server = serve(lambda n: ([head(), 3.0], True))  # a head, then nothing for 3 s
+    client = make_client(server.url, read_timeout=0.5, connect_timeout=2.0)
+    client.watched = True
+    results = []
+    waiting = threading.Thread(target=lambda: results.append(stream_chat(client, payload(), META)))
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.3)
+    assert client.waiting_since is not None and not client.abort_if_stalled(time.monotonic())
+    time.sleep(0.4)
+    assert client.abort_if_stalled(time.monotonic())
+    waiting.join(timeout=2)
+    record = results[0].record
+    assert record.error_kind == "timeout" and record.error_message == "stream stalled: ReadTimeout"
+    assert time.monotonic() - started < 1.5 and not client.stalled
+
+
 def test_error_status_with_chunked_body_keeps_the_connection(serve) -> None:
     answer = b'{"error": {"message": "model not found: m"}}'
     server = serve(lambda n: ([head("404 Not Found") + chunked([answer])], False) if n == 0
