@@ -169,6 +169,16 @@ def tokens_sent(entries: Sequence[TruthEntry], start: float, end: float) -> tupl
     return tokens, chunks
 
 
+def truth_tpot_ms(entries: Sequence[TruthEntry], start: float, end: float) -> list[float]:
+    """Each reply's per-token decode time as the server sent it (last send - first send over
+    the tokens after the first chunk), for requests received in [start, end)."""
+    return [
+        (e.sends[-1] - e.sends[0]) * 1000.0 / (sum(e.tokens) - e.tokens[0])
+        for e in entries
+        if len(e.sends) > 1 and start <= e.t_received < end and sum(e.tokens) > e.tokens[0]
+    ]
+
+
 def truth_ttft_ms(entries: Sequence[TruthEntry], start: float, end: float) -> list[float]:
     """First send minus received (ms) of the requests received in [start, end) that got a chunk."""
     return [(e.sends[0] - e.t_received) * 1000.0 for e in entries if e.sends and start <= e.t_received < end]
@@ -489,6 +499,7 @@ class Cell:
     itl_p50_ms: float | None = None
     itl_unit: str | None = None
     tpot_p50_ms: float | None = None
+    tpot_p50_error_ms: float | None = None
     cpu_seconds: float | None = None
     cpu_pct: float | None = None
     cpu_ms_per_1k_chunks: float | None = None
@@ -508,6 +519,8 @@ def compare_cell(tool: str, load: Load, report: ToolReport, entries: Sequence[Tr
     truth_tok_s = tokens / (window[1] - window[0]) if window[1] > window[0] else 0.0
     ttfts = truth_ttft_ms(entries, *window)
     truth_ttft = statistics.median(ttfts) if ttfts else None
+    tpots = truth_tpot_ms(entries, *window)
+    truth_tpot = statistics.median(tpots) if tpots else None
     gaps = [(b - a) * 1000.0 for e in entries for a, b in zip(e.sends, e.sends[1:], strict=False)]
     _, chunks = tokens_sent(entries, span[0], math.nextafter(span[1], math.inf))
     cpu_seconds = cpu.between(*span)
@@ -522,6 +535,7 @@ def compare_cell(tool: str, load: Load, report: ToolReport, entries: Sequence[Tr
         "chunks_in_window": chunks_in_window,
         "chunks_busy_span": chunks,
         "ttft_p50_ms": truth_ttft,
+        "tpot_p50_ms": truth_tpot,
         "itl_ms_per_token": load.itl_ms,
         "itl_ms_per_chunk": load.itl_ms * load.k,
         "chunk_gap_p50_ms": statistics.median(gaps) if gaps else None,
@@ -539,6 +553,9 @@ def compare_cell(tool: str, load: Load, report: ToolReport, entries: Sequence[Tr
         itl_p50_ms=report.itl_p50_ms,
         itl_unit=report.itl_unit,
         tpot_p50_ms=report.tpot_p50_ms,
+        tpot_p50_error_ms=(report.tpot_p50_ms - truth_tpot)
+        if report.tpot_p50_ms is not None and truth_tpot is not None
+        else None,
         cpu_seconds=cpu_seconds,
         cpu_pct=cpu_seconds / (span[1] - span[0]) * 100.0 if span[1] > span[0] else None,
         cpu_ms_per_1k_chunks=cpu_seconds * 1000.0 / chunks * 1000.0 if chunks else None,
@@ -673,6 +690,7 @@ ROWS: tuple[tuple[str, Callable[[Cell], str]], ...] = (
     ("aggregate tok/s error (%)", lambda c: _fmt(c.tok_s_error_pct, 2, signed=True)),
     ("ITL p50 (ms)", lambda c: f"{_fmt(c.itl_p50_ms, 2)} per {c.itl_unit}"),
     ("TPOT p50 (ms)", lambda c: _fmt(c.tpot_p50_ms, 2)),
+    ("TPOT p50 error (ms)", lambda c: _fmt(c.tpot_p50_error_ms, 2, signed=True)),
     ("load tool CPU (% of one core)", lambda c: _fmt(c.cpu_pct, 0)),
     ("CPU ms per 1,000 chunks", lambda c: _fmt(c.cpu_ms_per_1k_chunks, 0)),
 )
@@ -688,8 +706,11 @@ def _truth_note(row: str, load: Load, cells: Sequence[Cell]) -> str:
         return f"truth {statistics.median(values):.0f} tok/s" if values else "truth n/a"
     if row.startswith("ITL"):
         return f"truth {load.itl_ms:.2f}/token, {load.itl_ms * load.k:.2f}/chunk"
+    if row.startswith("TPOT p50 error"):
+        values = [t["tpot_p50_ms"] for t in truths if t.get("tpot_p50_ms") is not None]
+        return f"against the send log's {statistics.median(values):.2f}" if values else "truth n/a"
     if row.startswith("TPOT"):
-        return f"truth {load.itl_ms:.2f}"
+        return f"configured {load.itl_ms:.2f}"
     if row.startswith("CPU ms"):
         values = [t["chunks_busy_span"] for t in truths]
         return f"{statistics.median(values):,.0f} chunks" if values else ""

@@ -127,8 +127,11 @@ def test_the_table_shows_a_failed_tool_in_its_cells_and_the_truth_in_the_first_c
     lines = table.splitlines()
     header = [c.strip() for c in lines[0].split("|")[1:-1]]
     assert header == ["load (truth server)", "rigbench", "servebench", "guidellm"]
-    assert len(lines) == 2 + 6
+    assert len(lines) == 2 + 7
     assert "truth 75.0 ms" in lines[2] and "+5.0" in lines[2]
+    tpot_error = next(line for line in lines if "TPOT p50 error" in line)
+    # the send log's per-token times: a (10.13 - 10.07) / 5 = 12 ms, b 0.03 / 3 = 10 ms; median 11
+    assert "against the send log's 11.00" in tpot_error and "-1.00" in tpot_error
     assert "30.00 per chunk" in table and "error: install failed: no network" in lines[2]
     assert lines[3].rstrip("| ").endswith("-")  # the error once a load, a dash below it
     assert "error: not run" in table  # servebench had no cell
