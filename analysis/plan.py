@@ -128,17 +128,22 @@ def _interpolate(u1: float, v1: float | None, u2: float, v2: float | None, users
     return v1 + (v2 - v1) * (users - u1) / (u2 - u1)
 
 
+def last_pass_first_fail(
+    ordered: list[StepFigures], targets: Targets
+) -> tuple[StepFigures | None, StepFigures | None]:
+    """Along steps in order of load: the last that meets the targets before the first that does not."""
+    last_pass: StepFigures | None = None
+    for step in ordered:
+        if not meets(step, targets):
+            return last_pass, step
+        last_pass = step
+    return last_pass, None
+
+
 def rate_capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
     """An open-loop sweep's capacity: the highest offered rate meeting the targets before the first failure."""
     ordered = sorted(steps, key=lambda s: s.load)
-    last_pass: StepFigures | None = None
-    first_fail: StepFigures | None = None
-    for step in ordered:
-        if meets(step, targets):
-            last_pass = step
-        else:
-            first_fail = step
-            break
+    last_pass, first_fail = last_pass_first_fail(ordered, targets)
     unit = "requests/s"
     if last_pass is None:
         return Capacity(0, None, f"targets not met at the smallest offered rate ({ordered[0].load:g} req/s)", unit)
@@ -158,14 +163,7 @@ def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
     if any(step.rate is not None for step in steps):
         return rate_capacity(steps, targets)
     ordered = sorted(steps, key=lambda s: s.users)
-    last_pass: StepFigures | None = None
-    first_fail: StepFigures | None = None
-    for step in ordered:
-        if meets(step, targets):
-            last_pass = step
-        else:
-            first_fail = step
-            break
+    last_pass, first_fail = last_pass_first_fail(ordered, targets)
     if last_pass is None:
         return Capacity(0, None, f"targets not met at the smallest measured step ({ordered[0].users} users)")
     if first_fail is None:

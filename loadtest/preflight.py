@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from core.errors import LoadTestError, UsageError
+from core.rundir import RequestRecord
 from loadtest.error_watch import fix_for
 from loadtest.long_context import context_for_tokens
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, stream_chat
@@ -91,18 +92,24 @@ def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
     )
 
 
-def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:
-    """One streamed chat completion of two tokens comes back whole within ``timeout`` seconds."""
+def probe_reply(url: str, prompt: str, model_name: str, *, max_tokens: int, ignore_eos: bool,
+                timeout: float) -> RequestRecord:
+    """One streamed reply at temperature 0, on a client of its own, as the load would send it."""
     payload = build_payload(
-        [{"role": "user", "content": "Say OK."}],
+        [{"role": "user", "content": prompt}],
         model=model_name,
-        max_tokens=2,
+        max_tokens=max_tokens,
         temperature=0.0,
         cache_prompt=False,
-        ignore_eos=False,
+        ignore_eos=ignore_eos,
     )
     with make_client(url, read_timeout=timeout, connect_timeout=HEALTH_TIMEOUT_S) as client:
-        record = stream_chat(client, payload, PROBE_META).record
+        return stream_chat(client, payload, PROBE_META).record
+
+
+def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:
+    """One streamed chat completion of two tokens comes back whole within ``timeout`` seconds."""
+    record = probe_reply(url, "Say OK.", model_name, max_tokens=2, ignore_eos=False, timeout=timeout)
     if record.ok:
         return
     kind = record.error_kind or "unknown"
@@ -146,16 +153,8 @@ def probe_decode_rate(
 ) -> float:
     """One user's decode tok/s, from one streamed reply of ``tokens``: the most a user can ask of
     a load process (batched users each decode slower), so users x this bounds a step's demand."""
-    payload = build_payload(
-        [{"role": "user", "content": "Count from one upwards."}],
-        model=model_name,
-        max_tokens=tokens,
-        temperature=0.0,
-        cache_prompt=False,
-        ignore_eos=True,
-    )
-    with make_client(url, read_timeout=timeout, connect_timeout=HEALTH_TIMEOUT_S) as client:
-        record = stream_chat(client, payload, PROBE_META).record
+    record = probe_reply(url, "Count from one upwards.", model_name, max_tokens=tokens, ignore_eos=True,
+                         timeout=timeout)
     count = record.completion_tokens or record.streamed_tokens or record.content_chunks
     first = record.first_chunk_tokens or 1
     if not record.ok or record.t_first_token is None or record.t_last_token is None or count <= first:

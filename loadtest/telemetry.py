@@ -82,42 +82,45 @@ class ServerTelemetry:
     def snapshot(
         self, step: int, users: int, boundary: str, extra: dict[str, float] | None = None
     ) -> TelemetrySnapshot:
-        return take_snapshot(self, step, users, boundary, extra)
+        """One snapshot; never raises for an unreachable or partial server."""
+        taken_at = time.time()
+        metrics: dict[str, float] = dict(extra or {})
+        problems: list[str] = []
+        slots_total = slots_busy = None
+        response = self.fetch("/metrics", problems)
+        if response is not None:
+            try:
+                metrics.update(parse_metrics(response.text))
+            except ValueError as error:
+                problems.append(f"/metrics: {type(error).__name__}: {error}")
+        response = self.fetch("/slots", problems)
+        if response is not None:
+            try:
+                slots_total, slots_busy = count_slots(response.json())
+            except ValueError as error:
+                problems.append(f"/slots: {type(error).__name__}: {error}")
+        return TelemetrySnapshot(
+            taken_at=taken_at,
+            step=step,
+            users=users,
+            boundary=boundary,  # type: ignore[arg-type]
+            metrics=metrics,
+            slots_total=slots_total,
+            slots_busy=slots_busy,
+            error="; ".join(problems) or None,
+        )
 
 
 def take_snapshot(
-    source: httpx.Client | ServerTelemetry, step: int, users: int, boundary: str, extra: dict[str, float] | None = None
+    client: httpx.Client, step: int, users: int, boundary: str, extra: dict[str, float] | None = None
 ) -> TelemetrySnapshot:
-    """One snapshot; never raises for an unreachable or partial server."""
-    telemetry = source if isinstance(source, ServerTelemetry) else ServerTelemetry(source)
-    taken_at = time.time()
-    metrics: dict[str, float] = dict(extra or {})
-    problems: list[str] = []
-    slots_total = slots_busy = None
-    response = telemetry.fetch("/metrics", problems)
-    if response is not None:
-        try:
-            metrics.update(parse_metrics(response.text))
-        except ValueError as error:
-            problems.append(f"/metrics: {type(error).__name__}: {error}")
-    response = telemetry.fetch("/slots", problems)
-    if response is not None:
-        try:
-            slots_total, slots_busy = count_slots(response.json())
-        except ValueError as error:
-            problems.append(f"/slots: {type(error).__name__}: {error}")
-    if source is not telemetry:  # a one-off snapshot: an absent endpoint is this snapshot's news
-        problems.extend(telemetry.absent.values())
-    return TelemetrySnapshot(
-        taken_at=taken_at,
-        step=step,
-        users=users,
-        boundary=boundary,  # type: ignore[arg-type]
-        metrics=metrics,
-        slots_total=slots_total,
-        slots_busy=slots_busy,
-        error="; ".join(problems) or None,
-    )
+    """A one-off snapshot: an endpoint the server lacks is this snapshot's news, in its error."""
+    telemetry = ServerTelemetry(client)
+    snapshot = telemetry.snapshot(step, users, boundary, extra)
+    if not telemetry.absent:
+        return snapshot
+    problems = [snapshot.error] if snapshot.error else []
+    return snapshot.model_copy(update={"error": "; ".join([*problems, *telemetry.absent.values()])})
 
 
 def server_slots(base_url: str, timeout: float = 5.0) -> int | None:

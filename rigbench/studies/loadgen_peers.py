@@ -134,15 +134,13 @@ class TruthEntry:
 
 def read_truth(path: Path) -> list[TruthEntry]:
     """Every logged request (cut ones too); a log without per-chunk counts is one token a send."""
+    from loadtest.ground_truth import read_truth_log
+
     entries = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            raw = json.loads(line)
-            sends = list(raw.get("sends") or [])
-            tokens = list(raw.get("tokens") or [1] * len(sends))
-            entries.append(TruthEntry(raw["request_id"], raw["t_received"], sends, tokens, raw.get("fault", "none")))
+    for raw in read_truth_log(path).values():
+        sends = list(raw.get("sends") or [])
+        tokens = list(raw.get("tokens") or [1] * len(sends))
+        entries.append(TruthEntry(raw["request_id"], raw["t_received"], sends, tokens, raw.get("fault", "none")))
     return entries
 
 
