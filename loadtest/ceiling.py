@@ -50,16 +50,23 @@ def load_ceiling(path: Path | None = None) -> float | None:
     return float(value) if value else None
 
 
-def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_free: int) -> tuple[int, str]:
-    """How many load processes a sweep needs: enough that none is asked more than the ceiling
-    ``rigbench selftest`` measured per process here, and no more than the cores left free
-    (a process beyond them would only take a core from another, or from a local server).
-    Returns the count and one line saying how it was chosen, for the manifest."""
+def require_ceiling(per_process_tok_s: float | None) -> float:
+    """The per-process ceiling ``--processes auto`` works from; without one it is refused, before
+    anything is built or asked of a server."""
     if per_process_tok_s is None or per_process_tok_s <= 0:
         raise UsageError(
             "--processes auto needs this machine's per-process ceiling: run `rigbench selftest` once "
             "(it saves the ceiling), or give --processes N"
         )
+    return per_process_tok_s
+
+
+def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_free: int) -> tuple[int, str]:
+    """How many load processes a sweep needs: enough that none is asked more than the ceiling
+    ``rigbench selftest`` measured per process here, and no more than the cores left free
+    (a process beyond them would only take a core from another, or from a local server).
+    Returns the count and one line saying how it was chosen, for the manifest."""
+    per_process_tok_s = require_ceiling(per_process_tok_s)
     needed = max(1, math.ceil(demand_tok_s / per_process_tok_s))
     chosen = max(1, min(needed, cores_free))
     line = (

@@ -12,7 +12,7 @@ import os
 from urllib.parse import urlsplit
 
 from core.errors import UsageError
-from loadtest.ceiling import load_ceiling, processes_for
+from loadtest.ceiling import load_ceiling, processes_for, require_ceiling
 from loadtest.preflight import probe_decode_rate
 
 PROCESSES_HELP = (
@@ -54,7 +54,7 @@ def auto_processes(
 ) -> tuple[int, str]:
     """The count for ``--processes auto`` and the line that says how it was chosen."""
     ceiling = load_ceiling()
-    processes_for(0.0, ceiling, 1)  # no ceiling saved: refused before the server is asked anything
+    require_ceiling(ceiling)  # no ceiling saved: refused before the server is asked anything
     demand = max(rate_steps) * max_tokens if rate_steps else max(user_steps) * probe_decode_rate(url, model_name)
     cores_free = max(1, (os.cpu_count() or 1) - server_cores_here(url, server_threads))
     return processes_for(demand, ceiling, cores_free)

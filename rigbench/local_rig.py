@@ -33,7 +33,7 @@ from core.rundir import (
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
-from loadtest.ceiling import load_ceiling, processes_for
+from loadtest.ceiling import load_ceiling, require_ceiling
 from loadtest.preflight import check_reply
 from loadtest.sweep import interrupted_error, run_sweep
 from rigbench.load_processes import auto_processes
@@ -176,7 +176,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
 
     console = console or Console(stderr=True)
     if options.processes is None:
-        processes_for(0.0, load_ceiling(), 1)  # --processes auto without a saved ceiling: refused before the build
+        require_ceiling(load_ceiling())  # --processes auto without a saved ceiling: refused before the build
     prepared = prepare_server(options, console)
     profile, built, model, drafter = prepared.profile, prepared.build, prepared.model, prepared.drafter
     server, server_args = prepared.server, prepared.server_args
