@@ -1,8 +1,7 @@
 """One streaming chat-completion request, measured, on the lean socket client of ``sse_client``.
 
-Usable with or without Locust: under Locust's gevent the client's blocking sockets stream
-cooperatively (Locust has patched them), elsewhere it is a plain blocking call. An
-``httpx.Client`` is accepted too (a caller with its own transport), at httpx's cost per chunk.
+Usable with or without Locust: under Locust's gevent the client streams cooperatively (in the
+event loop, or on sockets Locust has patched), elsewhere it is a plain blocking call.
 
 What is recorded is raw: unix timestamps taken as each SSE event is parsed, the count of
 events that carried content, and the server's own ``usage`` and ``timings``. Tokens are
@@ -43,9 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import certifi
-import httpx
 import orjson
-from httpx_sse import EventSource, SSEError
 from pydantic import ValidationError
 
 from core.rundir import RequestRecord, RunDir, ServerTimings
@@ -54,9 +51,9 @@ from loadtest.sse_client import (
     ConnectionLost,
     NotEventStream,
     ReadTimedOut,
+    ResponseParser,
     SSEClient,
     WriteTimedOut,
-    iter_events,
 )
 
 CHAT_PATH = "/v1/chat/completions"
@@ -241,7 +238,7 @@ def _shown(data: bytes) -> str:
 
 
 def stream_chat(
-    client: SSEClient | httpx.Client,
+    client: SSEClient,
     payload: dict[str, Any],
     meta: RequestMeta,
     *,
@@ -260,27 +257,20 @@ def stream_chat(
     error_message: str | None = None
     t_start = time.time()
     try:
-        if isinstance(client, httpx.Client):
-            t_start = _follow_httpx(client, path, payload, request_id, stream)
-        else:
-            t_start = _follow(client, path, payload, request_id, stream)
+        t_start = _follow(client, path, payload, request_id, stream)
         if stream.status != 200:
             error_kind, error_message = stream.error or ("client_error", "no status")
         elif not stream.completed:
             error_kind, error_message = "disconnect", "stream ended before finish_reason or [DONE]"
-    except (ConnectFailed, httpx.ConnectError) as error:
+    except ConnectFailed as error:
         error_kind, error_message = "connect", str(error) or type(error).__name__
     except (ReadTimedOut, WriteTimedOut) as error:
         error_kind, error_message = "timeout", f"stream stalled: {error}"
-    except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as error:
-        error_kind, error_message = "timeout", f"stream stalled: {type(error).__name__}"
-    except httpx.ConnectTimeout as error:
-        error_kind, error_message = "connect", f"connect timed out: {error}"
-    except (ConnectionLost, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+    except ConnectionLost as error:
         error_kind, error_message = "disconnect", str(error)[:300] or type(error).__name__
     except _ServerErrorEvent as error:
         error_kind, error_message = "server_error", str(error)
-    except (_Malformed, NotEventStream, SSEError, httpx.DecodingError) as error:
+    except (_Malformed, NotEventStream) as error:
         error_kind, error_message = "malformed_sse", str(error)[:300]
     except Exception as error:  # noqa: BLE001 - recorded as the client's own failure, never as a stop
         error_kind, error_message = "client_error", f"{type(error).__name__}: {error}"[:300]
@@ -294,14 +284,15 @@ def stream_chat(
 
 
 def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream) -> float:
-    """One request on the lean client; returns the time the request was handed to the socket."""
+    """One request; returns the time the request was handed to the socket."""
     headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream", "Content-Type": "application/json"}
     request = client.request_bytes("POST", path, orjson.dumps(payload), headers)
     for attempt in (1, 2):
         t_start = time.time()
+        parser = ResponseParser(stream.event)
         try:
             client.send(request)
-            response = client.read_head()
+            client.read_response(parser)
             break
         except ConnectionLost as error:
             # A keep-alive connection the server closed between requests (llama-server's
@@ -309,45 +300,12 @@ def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: s
             # the request never reached the server, so it is sent once more, on a fresh one.
             if attempt == 2 or error.responded or not client.reused:
                 raise
-    stream.status = response.status
-    try:
-        if response.status != 200:
-            body = client.read_body(response)[:500].decode("utf-8", "replace")
-            stream.error = (_error_kind_for_status(response.status, body), body.strip()[:300] or None)
-            return t_start
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type:
-            raise NotEventStream(
-                f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}"
-            )
-        on_event = stream.event
-        clock = time.time
-        for data in iter_events(client.iter_body(response)):
-            on_event(data, clock())
-    except BaseException:
-        client.close()  # the response was left part-read: its connection cannot carry the next request
-        raise
-    return t_start
-
-
-def _follow_httpx(client: httpx.Client, path: str, payload: dict[str, Any], request_id: str, stream: _Stream) -> float:
-    """The same request through an ``httpx.Client`` the caller made."""
-    headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream"}
-    for attempt in (1, 2):
-        t_start = time.time()
-        try:
-            with client.stream("POST", path, json=payload, headers=headers) as response:
-                stream.status = response.status_code
-                if response.status_code != 200:
-                    body = response.read().decode("utf-8", "replace")[:500]
-                    stream.error = (_error_kind_for_status(response.status_code, body), body.strip()[:300] or None)
-                else:
-                    for event in EventSource(response).iter_sse():
-                        stream.event(event.data.encode(), time.time())
-            return t_start
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            if attempt == 2 or stream.status is not None:
-                raise
+        finally:
+            if parser.response is not None:
+                stream.status = parser.response.status
+    if stream.status != 200:
+        body = b"".join(parser.body)[:500].decode("utf-8", "replace")
+        stream.error = (_error_kind_for_status(stream.status, body), body.strip()[:300] or None)
     return t_start
 
 

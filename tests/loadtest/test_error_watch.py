@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import httpx
-
 from loadtest.error_watch import ErrorWatch, error_kind
-from loadtest.streaming import RequestMeta, build_payload, stream_chat
+from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
 
 META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")
 
@@ -75,12 +73,10 @@ def test_a_worker_failure_reaches_the_master_as_a_repr() -> None:
 
 
 def test_an_exception_in_the_request_path_is_a_client_error_not_an_interruption() -> None:
-    def broken(request: httpx.Request) -> httpx.Response:
-        raise ValueError("the client's own bug")
-
-    client = httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(broken))
     payload = build_payload([{"role": "user", "content": "hi"}], model="m", max_tokens=2, temperature=0.0,
                             cache_prompt=False, ignore_eos=False)
-    record = stream_chat(client, payload, META).record
+    payload["stop"] = {"a set, which JSON cannot write"}  # the client's own bug, before any byte is sent
+    with make_client("http://127.0.0.1:9") as client:
+        record = stream_chat(client, payload, META).record
     assert (record.error_kind, record.interrupted) == ("client_error", False)
-    assert record.error_message == "ValueError: the client's own bug"
+    assert record.error_message == "TypeError: Type is not JSON serializable: set"

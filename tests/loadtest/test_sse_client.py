@@ -1,6 +1,7 @@
 """The lean client's framing on real loopback sockets: a scripted server writes each answer in
 pieces (with a pause between, so each piece is its own ``recv``) and the records must not care
-where the pieces were cut."""
+where the pieces were cut. Every test against the scripted server runs twice: with blocking
+reads and with the event-loop reads of a watched client (the load processes' way)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.sse_client import SSEClient, iter_events
+from loadtest.sse_client import EventSplitter, SSEClient
+from loadtest.stall_watch import STALL_WATCH
 from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
 
 META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")
@@ -59,9 +61,10 @@ def cut(data: bytes, points: int, seed: int) -> list[bytes]:
 class ScriptedServer:
     """Answers the n-th request with ``script(n)``; counts connections and requests."""
 
-    def __init__(self, script: Script, tls: ssl.SSLContext | None = None):
+    def __init__(self, script: Script, tls: ssl.SSLContext | None = None, watched: bool = False):
         self.script = script
         self.tls = tls
+        self.watched = watched  # clients of this server read in the event loop, under the watchdog
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.connections = 0
         self.requests = 0
@@ -122,12 +125,12 @@ class ScriptedServer:
         self.listener.close()
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[..., ScriptedServer]]:
+@pytest.fixture(params=["blocking", "event_loop"])
+def serve(request) -> Iterator[Callable[..., ScriptedServer]]:
     servers: list[ScriptedServer] = []
 
     def start(script: Script, tls: ssl.SSLContext | None = None) -> ScriptedServer:
-        servers.append(ScriptedServer(script, tls))
+        servers.append(ScriptedServer(script, tls, watched=request.param == "event_loop"))
         return servers[-1]
 
     yield start
@@ -141,6 +144,8 @@ GOOD = [chunk_event("Hel"), chunk_event("lo"), chunk_event(" world"), chunk_even
 
 def one(server: ScriptedServer, read_timeout: float = 2.0, requests: int = 1):
     with make_client(server.url, read_timeout=read_timeout, connect_timeout=2.0) as client:
+        if server.watched:
+            STALL_WATCH.watch(client)
         return [stream_chat(client, payload(), META) for _ in range(requests)]
 
 
@@ -288,12 +293,13 @@ def test_per_chunk_counts_fill_streamed_and_first_chunk_tokens(serve) -> None:
     assert record.partial_text is None
 
 
-def test_iter_events_frames_lf_crlf_and_cr_events_split_at_every_byte() -> None:
+def test_events_framed_by_lf_crlf_and_cr_split_at_every_byte() -> None:
     for newline in (b"\n", b"\r\n", b"\r"):
         stream = b"data: a" + newline + b"data: b" + newline + newline + b"id: 1" + newline + newline
         stream += b"data:c" + newline + newline + b"data: [DONE]" + newline + newline
-        events = list(iter_events(iter([stream[i : i + 1] for i in range(len(stream))])))
-        assert events == [b"a\nb", b"c", b"[DONE]"], newline
+        splitter = EventSplitter()
+        events = [event for i in range(len(stream)) for event in splitter.feed(stream[i : i + 1])]
+        assert events + splitter.close() == [b"a\nb", b"c", b"[DONE]"], newline
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
