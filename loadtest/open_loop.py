@@ -37,6 +37,7 @@ from loadtest.users import fire_request_event, load_context, request_options
 
 log = logging.getLogger("rigbench.sweep")
 RECHECK_S = 0.25  # the longest sleep between looks at the start time (a new start from the web UI moves it)
+LEAD_S = 0.005  # a request's greenlet starts this early, builds its request, then waits for its time
 IDLE_S = 3600.0
 
 
@@ -97,7 +98,7 @@ class OpenLoopDispatcher(User):
                 gevent.sleep(0.01)
                 continue
             intended = t0 + float(self.offsets[self.next])
-            wait = intended - time.time()
+            wait = intended - LEAD_S - time.time()
             if wait > 0:
                 gevent.sleep(min(wait, RECHECK_S))
                 continue
@@ -125,7 +126,7 @@ class OpenLoopDispatcher(User):
             payload = build_payload(list(prompt.messages), **self.request_options)
             meta = self.context.meta_for(intended, prompt.category)
             result = stream_chat(
-                client, payload, meta,
+                client, payload, meta, not_before=intended,
                 on_abort=lambda stopped: self.context.keep(with_intended(stopped, intended), self.environment),
             )
             result = with_intended(result, intended)

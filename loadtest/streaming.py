@@ -244,20 +244,23 @@ def stream_chat(
     *,
     path: str = CHAT_PATH,
     on_abort: Callable[[StreamResult], None] | None = None,
+    not_before: float | None = None,
 ) -> StreamResult:
     """Send one request and follow its stream to the end; never raises for server faults
     (they become the record's ``error_kind``), so a sweep goes on past bad responses.
 
     If the caller is torn down mid-stream (Locust killing a user greenlet, Ctrl-C), the
     partial request goes to ``on_abort`` marked ``interrupted`` before the exception
-    continues, so what was already measured is not lost."""
+    continues, so what was already measured is not lost. ``not_before`` (unix time): the
+    request is built first and sent at that time, to within tens of µs (an open loop's
+    scheduled start)."""
     request_id = uuid.uuid4().hex
     stream = _Stream()
     error_kind: str | None = None
     error_message: str | None = None
     t_start = time.time()
     try:
-        t_start = _follow(client, path, payload, request_id, stream)
+        t_start = _follow(client, path, payload, request_id, stream, not_before)
         if stream.status != 200:
             error_kind, error_message = stream.error or ("client_error", "no status")
         elif not stream.completed:
@@ -283,10 +286,13 @@ def stream_chat(
     return StreamResult(record=record, chunk_times=stream.chunk_times)
 
 
-def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream) -> float:
+def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream,
+            not_before: float | None) -> float:
     """One request; returns the time the request was handed to the socket."""
     headers = {REQUEST_ID_HEADER: request_id, "Accept": "text/event-stream", "Content-Type": "application/json"}
     request = client.request_bytes("POST", path, orjson.dumps(payload), headers)
+    if not_before is not None:
+        wait_until(not_before)
     for attempt in (1, 2):
         t_start = time.time()
         parser = ResponseParser(stream.event)
@@ -307,6 +313,18 @@ def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: s
         body = b"".join(parser.body)[:500].decode("utf-8", "replace")
         stream.error = (_error_kind_for_status(stream.status, body), body.strip()[:300] or None)
     return t_start
+
+
+SPIN_S = 0.0012  # timers wake up to a millisecond late (epoll's resolution): the last stretch yields in a loop
+
+
+def wait_until(when: float) -> None:
+    """Return at unix time ``when``, within tens of µs: a sleep to just before it, then yields
+    (``time.sleep(0)``: gevent's, under Locust, which lets every other user run meanwhile)."""
+    while (left := when - time.time()) > SPIN_S:
+        time.sleep(left - SPIN_S)
+    while time.time() < when:
+        time.sleep(0)
 
 
 def _kept_record(request_id: str, meta: RequestMeta, t_start: float, t_end: float, stream: _Stream,

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]  # children (the truth server, rigben
 MODEL = "ground-truth"
 REPLY_TOKENS = 128
 TTFT_MS = 50.0
-DEFAULT_LOADS = "64x100,64x100:k3:j0.5,128x100:k3,128x200,256x200"
+DEFAULT_LOADS = "64x100,64x100:k3:j0.5,128x100:k3,128x200,256x200,32x100:p0.8"
 TOOLS = ("rigbench", "servebench", "guidellm")
 SAMPLE_SECONDS = 0.2  # CPU sampling period: a process that exits loses at most this much of its CPU
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -72,29 +72,47 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 @dataclass(frozen=True)
 class Load:
-    """One closed-loop load: ``users`` streams at ``tok_s`` each, ``k`` tokens per chunk."""
+    """One load: a closed loop of ``users`` streams at ``tok_s`` each, ``k`` tokens per chunk; or,
+    with ``share``, Poisson arrivals at that share of the capacity of a truth server that streams
+    at most ``users`` replies at once and queues the rest (so the queue is in the truth's TTFT)."""
 
     users: int
     tok_s: float
     k: int = 1
     jitter: float = 0.0
+    share: float | None = None
 
     @property
     def itl_ms(self) -> float:
         return 1000.0 / self.tok_s
 
     @property
+    def capacity_req_s(self) -> float:
+        """Replies a server of ``users`` slots finishes per second, one reply taking its first
+        token's wait and then one interval per further token."""
+        return self.users / ((TTFT_MS + (REPLY_TOKENS - 1) * self.itl_ms) / 1000.0)
+
+    @property
+    def rate(self) -> float | None:
+        """Requests/s of an open-loop load, rounded as the tools are given it."""
+        return None if self.share is None else round(self.share * self.capacity_req_s, 2)
+
+    @property
     def name(self) -> str:
         tail = f" K={self.k}" + (f" jitter ±{self.jitter:g}" if self.jitter else "")
+        if self.share is not None:
+            return f"Poisson {self.rate:g} req/s ({self.share:.0%} of {self.users} slots x {self.tok_s:g} tok/s{tail})"
         return f"{self.users} x {self.tok_s:g} tok/s{tail}"
 
     @property
     def slug(self) -> str:
-        return f"{self.users}x{self.tok_s:g}-k{self.k}" + (f"-j{self.jitter:g}" if self.jitter else "")
+        slug = f"{self.users}x{self.tok_s:g}-k{self.k}" + (f"-j{self.jitter:g}" if self.jitter else "")
+        return slug + (f"-p{self.share:g}" if self.share is not None else "")
 
 
 def parse_loads(text: str) -> list[Load]:
-    """``USERSxTOK_S[:kK][:jJITTER]`` items, comma-separated: ``64x100,64x100:k3:j0.5``."""
+    """``USERSxTOK_S[:kK][:jJITTER][:pSHARE]`` items, comma-separated: ``64x100,64x100:k3:j0.5``;
+    ``32x100:p0.8`` is Poisson arrivals at 80% of a 32-slot server's capacity."""
     loads = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -103,17 +121,21 @@ def parse_loads(text: str) -> list[Load]:
         match = re.fullmatch(r"(\d+)x(\d+(?:\.\d+)?)", head)
         if not match:
             raise ValueError(f"load {item!r}: expected USERSxTOK_S, e.g. 64x100")
-        k, jitter = 1, 0.0
+        k, jitter, share = 1, 0.0, None
         for option in options:
             if option.startswith("k") and option[1:].isdigit():
                 k = int(option[1:])
             elif option.startswith("j"):
                 jitter = float(option[1:])
+            elif option.startswith("p"):
+                share = float(option[1:])
             else:
-                raise ValueError(f"load {item!r}: unknown option {option!r} (kK or jJITTER)")
+                raise ValueError(f"load {item!r}: unknown option {option!r} (kK, jJITTER or pSHARE)")
         if int(match.group(1)) < 1 or float(match.group(2)) <= 0 or k < 1 or not 0 <= jitter < 1:
             raise ValueError(f"load {item!r}: users >= 1, tok/s > 0, k >= 1, 0 <= jitter < 1")
-        loads.append(Load(int(match.group(1)), float(match.group(2)), k, jitter))
+        if share is not None and not 0 < share <= 2:
+            raise ValueError(f"load {item!r}: 0 < SHARE <= 2 (of the server's capacity)")
+        loads.append(Load(int(match.group(1)), float(match.group(2)), k, jitter, share))
     if not loads:
         raise ValueError("no loads given")
     return loads
@@ -219,7 +241,7 @@ def parse_servebench(run_json: dict) -> ToolReport:
         tpot_p50_ms=_p50_ms(summary["tpot"].get("p50")),
         requests_ok=summary.get("completed"),
         requests_failed=summary.get("failed"),
-        notes=[f"duration {level.get('duration', 0):.2f} s (closed loop, in-flight requests finish)"],
+        notes=[f"duration {level.get('duration', 0):.2f} s (in-flight requests finish)"],
     )
 
 
@@ -434,8 +456,10 @@ class Durations:
 def rigbench_command(base_url: str, load: Load, durations: Durations, runs_dir: Path) -> list[str]:
     executable = Path(sys.executable).with_name("rigbench")
     program = [str(executable)] if executable.exists() else [sys.executable, "-m", "rigbench.cli"]
+    offered = ["--steps", str(load.users)] if load.rate is None else [
+        "--rates", f"{load.rate:g}", "--arrival", "poisson", "--arrival-seed", "1"]
     return [
-        *program, "sweep", "--url", base_url, "--steps", str(load.users),
+        *program, "sweep", "--url", base_url, *offered,
         "--warmup", f"{durations.warmup:g}", "--measure", f"{durations.measure:g}",
         "--max-tokens", str(REPLY_TOKENS), "--ignore-eos", "--runs-dir", str(runs_dir), "--timeline",
         "--model-name", MODEL, "--no-progress",
@@ -443,9 +467,11 @@ def rigbench_command(base_url: str, load: Load, durations: Durations, runs_dir: 
 
 
 def servebench_command(venv: Path, base_url: str, load: Load, durations: Durations, out: Path) -> list[str]:
+    offered = ["--concurrency", str(load.users)] if load.rate is None else [
+        "--rate", f"{load.rate:g}", "--arrival-dist", "poisson"]
     return [
         str(venv / "bin" / "servebench"), "run", "--url", f"{base_url}/v1", "--model", MODEL,
-        "--concurrency", str(load.users), "--duration", f"{durations.seconds:g}",
+        *offered, "--duration", f"{durations.seconds:g}",
         "--output-len", str(REPLY_TOKENS), "--ignore-eos", "--warmup", "0", "--no-gpu",
         "--seed", "1", "--input-len", "32", "--timeout", "60", "--out", str(out),
     ]  # fmt: skip
@@ -464,7 +490,8 @@ def guidellm_command(venv: Path, base_url: str, load: Load, durations: Durations
     return [
         str(venv / "bin" / "guidellm"), "run",
         "--backend", f"kind=openai_http,target={base_url},model={MODEL}",
-        "--profile", f"kind=concurrent,streams={load.users},warmup={durations.warmup:g}",
+        "--profile", (f"kind=concurrent,streams={load.users}" if load.rate is None else
+                      f"kind=poisson,rate={load.rate:g}") + f",warmup={durations.warmup:g}",
         "--constraint", f"kind=max_duration,seconds={durations.seconds:g}",
         "--data", f"kind=json_file,path={data}",
         "--output", f"kind=json,path={out}",
@@ -574,6 +601,7 @@ def truth_config(load: Load):
         jitter=load.jitter,
         seed=1,
         per_chunk_counts=True,
+        queue=load.share is not None,
     )
 
 
@@ -706,7 +734,7 @@ def _truth_note(row: str, load: Load, cells: Sequence[Cell]) -> str:
         return f"truth {load.itl_ms:.2f}/token, {load.itl_ms * load.k:.2f}/chunk"
     if row.startswith("TPOT p50 error"):
         values = [t["tpot_p50_ms"] for t in truths if t.get("tpot_p50_ms") is not None]
-        return f"against the send log's {statistics.median(values):.2f}" if values else "truth n/a"
+        return f"against each run's send log, median {statistics.median(values):.2f}" if values else "truth n/a"
     if row.startswith("TPOT"):
         return f"configured {load.itl_ms:.2f}"
     if row.startswith("CPU ms"):

@@ -77,6 +77,18 @@ def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(fau
     assert 0.9 < stalled.t_end - stalled.t_start < 3.0 and stalled.content_chunks == 1
 
 
+def test_a_request_given_a_start_time_is_built_first_and_sent_at_that_time(tmp_path: Path) -> None:
+    """An open loop's scheduled start: the request goes out at ``not_before``, never before it,
+    and the server receives it after it."""
+    log = tmp_path / "truth.jsonl"
+    with GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=1), log) as server, \
+            make_client(server.base_url, read_timeout=2.0) as client:
+        not_before = time.time() + 0.2
+        record = stream_chat(client, payload(), META, not_before=not_before).record
+    assert record.error_kind is None and not_before <= record.t_start < not_before + 0.1
+    assert read_truth_log(log)[record.request_id]["t_received"] >= not_before
+
+
 def test_connection_refused_is_connect() -> None:
     with make_client(f"http://127.0.0.1:{free_port()}") as client:
         result = stream_chat(client, payload(), META)

@@ -11,17 +11,22 @@ import pytest
 from rigbench.studies.loadgen_peers import (
     Cell,
     CpuTrace,
+    Durations,
     Load,
     ToolReport,
     TruthEntry,
     busy_span,
     compare_cell,
+    guidellm_command,
     parse_guidellm,
     parse_loads,
     parse_servebench,
     read_truth,
+    rigbench_command,
+    servebench_command,
     side_by_side,
     tokens_sent,
+    truth_config,
     truth_ttft_ms,
 )
 
@@ -30,9 +35,26 @@ def test_loads_parse_users_rate_chunk_size_and_jitter() -> None:
     assert parse_loads("64x100, 64x100:k3:j0.5,256x200") == [
         Load(64, 100.0), Load(64, 100.0, 3, 0.5), Load(256, 200.0)]
     assert Load(64, 100.0, 3, 0.5).name == "64 x 100 tok/s K=3 jitter ±0.5"
-    for bad in ("64", "64x100:q2", "0x100", "8x100:j1", ""):
+    for bad in ("64", "64x100:q2", "0x100", "8x100:j1", "32x100:p0", "32x100:p3", ""):
         with pytest.raises(ValueError):
             parse_loads(bad)
+
+
+def test_an_open_loop_load_offers_its_share_of_a_queueing_servers_capacity(tmp_path: Path) -> None:
+    """32 slots, a reply of 50 ms + 127 x 10 ms = 1.32 s: 24.24 replies/s; 80% of it is 19.39 req/s,
+    given to every tool as a Poisson rate, against a truth server that queues past 32 replies."""
+    load = parse_loads("32x100:p0.8")[0]
+    assert load.rate == 19.39 and load.name == "Poisson 19.39 req/s (80% of 32 slots x 100 tok/s K=1)"
+    durations = Durations(18.0, 3.0)
+    rigbench = rigbench_command("http://h", load, durations, tmp_path)
+    assert rigbench[rigbench.index("--rates") + 1] == "19.39" and "--steps" not in rigbench
+    assert rigbench[rigbench.index("--arrival") + 1] == "poisson"
+    servebench = servebench_command(tmp_path, "http://h", load, durations, tmp_path / "o.json")
+    assert servebench[servebench.index("--rate") + 1] == "19.39" and "--concurrency" not in servebench
+    guidellm = guidellm_command(tmp_path, "http://h", load, durations, tmp_path / "d", tmp_path / "o")
+    assert "kind=poisson,rate=19.39,warmup=3" in guidellm
+    config = truth_config(load)
+    assert (config.queue, config.slots) == (True, 32) and truth_config(Load(32, 100.0)).queue is False
 
 
 def test_a_log_without_token_counts_is_one_token_a_send(tmp_path: Path) -> None:
@@ -131,7 +153,7 @@ def test_the_table_shows_a_failed_tool_in_its_cells_and_the_truth_in_the_first_c
     assert "truth 75.0 ms" in lines[2] and "+5.0" in lines[2]
     tpot_error = next(line for line in lines if "TPOT p50 error" in line)
     # the send log's per-token times: a (10.13 - 10.07) / 5 = 12 ms, b 0.03 / 3 = 10 ms; median 11
-    assert "against the send log's 11.00" in tpot_error and "-1.00" in tpot_error
+    assert "against each run's send log, median 11.00" in tpot_error and "-1.00" in tpot_error
     assert "30.00 per chunk" in table and "error: install failed: no network" in lines[2]
     assert lines[3].rstrip("| ").endswith("-")  # the error once a load, a dash below it
     assert "error: not run" in table  # servebench had no cell
