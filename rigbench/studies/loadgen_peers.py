@@ -787,14 +787,19 @@ METHOD = """\
 Each tool ran alone against its own ground-truth server (a fresh process per run, on loopback,
 `loadtest.ground_truth`: first token {ttft:g} ms after a request arrives, then one token per
 interval, K tokens a chunk, {reply} tokens a reply whatever the request asks), the loads in
-order, the tools in the order of the columns. Every tool ran a closed loop of N concurrent
-streams for {seconds:g} s: **rigbench** as `rigbench sweep --steps N --warmup {warmup:g} --measure
+order, the tools in the order of the columns. A closed-loop load ran N concurrent streams
+for {seconds:g} s: **rigbench** as `rigbench sweep --steps N --warmup {warmup:g} --measure
 {measure:g} --max-tokens {reply} --ignore-eos --timeline` (its figures from the run directory
 through `analysis`, as `rigbench report` reads them); **servebench** as `servebench run
 --concurrency N --duration {seconds:g} --output-len {reply} --ignore-eos --warmup 0 --no-gpu`
 (its `run.json`); **guidellm** as `guidellm run --profile kind=concurrent,streams=N,warmup={warmup:g}
 --constraint kind=max_duration,seconds={seconds:g}` on a prompt file that asks {reply} tokens a
-reply (its benchmarks JSON). Exact command lines are in `results.json`.
+reply (its benchmarks JSON). An open-loop load (`Poisson R req/s`) gives each tool the rate
+instead: `rigbench sweep --rates R --arrival poisson --arrival-seed 1`, `servebench run --rate R
+--arrival-dist poisson`, `guidellm run --profile kind=poisson,rate=R`; its truth server streams
+at most N replies at once and queues the rest, so the truth's TTFT (from the request's arrival)
+holds the queue, and rigbench counts latency from each request's intended start. Exact command
+lines are in `results.json`.
 
 *Error* is the tool's figure minus the truth. TTFT: the tool's p50 minus the p50 of (first chunk
 sent - request received) in the truth server's log, over the requests it received in the tool's
