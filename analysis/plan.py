@@ -21,7 +21,9 @@ queue grows for as long as the step lasts, so latency is far from linear in the 
 ceil(requests/s to serve / capacity), so such a plan needs the rate to serve (``Targets.rate``);
 users do not convert to requests/s.
 
-Plans are ranked by $/h, then $/Mtok.
+Plans are ranked by $/h, then $/Mtok. Beside each plan: the share of the card's bandwidth roof
+(``analysis.roofline``) that the last measured step meeting the targets reached, so a plan that
+leaves most of the card's memory bandwidth unused says so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, replace
 
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures, StepFigures
+from analysis.roofline import RunRoofline, StepRoofline
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,15 @@ class Plan:
     instances: int | None
     usd_per_hour: float | None
     usd_per_mtok: float | None
+    roof: StepRoofline | None = None  # the last measured step meeting the targets, against the card's roof
+
+    def roof_cell(self) -> str:
+        """'12.3% at 16 users' (aggregate tok/s over the batch roof), or '-' without a roofline."""
+        if self.roof is None or self.roof.aggregate_fraction is None:
+            return "-"
+        step = self.roof.figures
+        where = "1 user" if step.rate is None and step.users == 1 else step.load_label
+        return f"{self.roof.aggregate_fraction:.1%} at {where}"
 
     def to_dict(self) -> dict:
         if self.capacity.unit == "requests/s":
@@ -82,6 +94,8 @@ class Plan:
             "instances": self.instances,
             "usd_per_hour": self.usd_per_hour,
             "usd_per_mtok": self.usd_per_mtok,
+            "bandwidth_roof_fraction": None if self.roof is None else self.roof.aggregate_fraction,
+            "bandwidth_roof_tok_s": None if self.roof is None else self.roof.roof_batch,
         }
 
 
@@ -189,18 +203,27 @@ def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
     return Capacity(users, aggregate, f"interpolated between measured steps {u1} and {u2} users")
 
 
-def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets) -> Plan:
+def roof_at_capacity(figures: RunFigures, targets: Targets, roofline: RunRoofline | None) -> StepRoofline | None:
+    """The roofline of the last measured step meeting the targets (capacity's own reading of the sweep)."""
+    if roofline is None:
+        return None
+    last_pass, _ = last_pass_first_fail(sorted(figures.steps, key=lambda s: s.load), targets)
+    return roofline.step(last_pass.index) if last_pass is not None else None
+
+
+def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets, roofline: RunRoofline | None = None) -> Plan:
     cap = capacity(figures.steps, targets)
+    roof = roof_at_capacity(figures, targets, roofline)
     if cap.per_instance <= 0:
-        return Plan(figures.run.label, price, cap, None, None, None)
+        return Plan(figures.run.label, price, cap, None, None, None, roof)
     if cap.unit == "requests/s":
         if targets.rate is None:
             basis = f"{cap.basis}; an open-loop run: give the requests/s to serve to size instances"
-            return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None)
+            return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof)
         demand = targets.rate
     elif targets.users <= 0:
         basis = f"{cap.basis}; a closed-loop run: give the users to serve to size instances"
-        return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None)
+        return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof)
     else:
         demand = targets.users
     instances = math.ceil(demand / cap.per_instance)
@@ -212,6 +235,7 @@ def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets) -> Plan:
         instances,
         instances * hourly,
         dollars_per_mtok(hourly, cap.aggregate_tok_s),
+        roof,
     )
 
 
@@ -225,7 +249,13 @@ def rank(plans: list[Plan]) -> list[Plan]:
 
 def plans_for_sections(sections: list, targets: Targets) -> list[Plan]:
     """Every (run, price) pair of report sections (``report_model.RunSection``), ranked."""
-    return rank([plan_for(section.figures, price, targets) for section in sections for price in section.prices])
+    return rank(
+        [
+            plan_for(section.figures, price, targets, section.roofline)
+            for section in sections
+            for price in section.prices
+        ]
+    )
 
 
 def plan_table(plans: list[Plan]) -> str:
@@ -244,9 +274,13 @@ def plan_table(plans: list[Plan]) -> str:
                 plan.instances if feasible else "-",
                 f"{plan.usd_per_hour:.3f}" if plan.usd_per_hour is not None else "-",
                 f"{plan.usd_per_mtok:.3f}" if plan.usd_per_mtok is not None else "-",
+                plan.roof_cell(),
                 plan.capacity.basis,
             ]
         )
     capacity_header = "capacity/instance" if mixed else "users/instance"
-    headers = ["rank", "rig (run)", "price", capacity_header, "instances", "$/h", "$/Mtok at capacity", "basis"]
+    headers = [
+        "rank", "rig (run)", "price", capacity_header, "instances", "$/h", "$/Mtok at capacity",
+        "aggregate, of the measured card's bandwidth roof", "basis",
+    ]
     return tabulate(rows, headers=headers, tablefmt="github")

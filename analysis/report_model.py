@@ -5,6 +5,7 @@ Kept apart from the rendering (``report.py``) and the plots (``plots.py``), whic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from analysis.figures import RunFigures, run_figures
 from analysis.intervals import Estimate
 from analysis.load import load_run
 from analysis.prices import PriceBook
+from analysis.roofline import RunRoofline, run_roofline
+from core.rundir import DecodeBytes
 
 
 @dataclass
@@ -38,6 +41,7 @@ class RunSection:
     cost_rows: list[list[Estimate]]  # per step, per price: $/Mtok
     run_costs: list[RunCost]
     warnings: list[str] = field(default_factory=list)
+    roofline: RunRoofline | None = None
 
     @property
     def label(self) -> str:
@@ -48,9 +52,19 @@ class RunSection:
         return [choice.label for choice in self.prices]
 
 
-def build_section(path: Path, book: PriceBook, reference_types: list[str] | None = None) -> RunSection:
+def build_section(
+    path: Path,
+    book: PriceBook,
+    reference_types: list[str] | None = None,
+    decode_bytes: Mapping[str, DecodeBytes] | None = None,
+) -> RunSection:
+    """``decode_bytes``: model summaries by sha256, for a run whose manifest records none (its roofline)."""
     run = load_run(path)
     figures = run_figures(run)
+    model = run.manifest.model
+    decode = model.decode_bytes if model is not None else None
+    if model is not None and decode is None and decode_bytes:
+        decode = decode_bytes.get(model.sha256)
     warnings = figures.warnings
     prices = price_choices(run.manifest, book, reference_types, warnings)
     if not prices:
@@ -61,4 +75,4 @@ def build_section(path: Path, book: PriceBook, reference_types: list[str] | None
     ]
     seconds, basis = run_uptime_seconds(figures, warnings)
     run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
-    return RunSection(figures, prices, cost_rows, run_costs, warnings)
+    return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import InfraError
+from core.gpus import find_gpu
 
 
 class InstanceType(BaseModel):
@@ -37,6 +38,13 @@ class InstanceType(BaseModel):
     def cuda_architecture(self) -> str:
         """The value for ``-DCMAKE_CUDA_ARCHITECTURES`` (``'8.9'`` -> ``'89'``)."""
         return self.compute_capability.replace(".", "")
+
+    @property
+    def gpu_memory_bandwidth_gb_s(self) -> float | None:
+        """One GPU's peak memory bandwidth (decimal GB/s), read from ``core.gpus`` so each card's
+        figure is written once; None for a card that table lacks."""
+        known = find_gpu(self.gpu_name)
+        return known.memory_bandwidth_gb_s if known is not None else None
 
     @property
     def family(self) -> str:

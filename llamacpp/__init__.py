@@ -5,6 +5,7 @@
     server.py           llama-server as a child process on a free loopback port
     synthetic_models.py llama-architecture GGUF files with random weights (tests, the local rig)
     synthetic_gemma4.py Gemma 4-shaped GGUF files and MTP drafters with random weights
+    decode_bytes.py     the bytes one decode step reads, from a GGUF's (or the writer's) tensor table
     llama_bench.py      llama-bench here: raw prompt and generation speed
     batched_bench.py    llama-batched-bench here: the card's decode ceiling for N sequences
 

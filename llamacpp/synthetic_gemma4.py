@@ -491,6 +491,18 @@ def quantized_type(spec: TensorSpec, source: gguf.GGMLQuantizationType) -> gguf.
     return q.Q4_0 if cols % 32 == 0 else q.F16
 
 
+def tensor_types(specs: list[TensorSpec], quantized: bool = False) -> list[gguf.GGMLQuantizationType]:
+    """Each tensor's type in the file this writer makes (F32; F16 matrices in a large model), or in
+    llama-quantize's Q4_0 of that file: what a tensor table of either file says without reading it."""
+    q = gguf.GGMLQuantizationType
+    big = _big_dtype(parameter_count(specs))
+    types = []
+    for spec in specs:
+        source = q.F32 if len(spec.shape) == 1 or big is np.float32 else q.F16
+        types.append(quantized_type(spec, source) if quantized else source)
+    return types
+
+
 def tensor_bytes(spec: TensorSpec, kind: gguf.GGMLQuantizationType) -> int:
     block, size = gguf.GGML_QUANT_SIZES[kind]
     return spec.n_elements // block * size

@@ -17,10 +17,11 @@ from rich.console import Console
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.digest import file_sha256
-from core.errors import ProfileError, RigbenchError, RunIncomplete
+from core.errors import LlamaCppError, ProfileError, RigbenchError, RunIncomplete
 from core.machine import machine_info
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.rundir import (
+    DecodeBytes,
     LoadSettings,
     ModelInfo,
     RigInfo,
@@ -31,6 +32,7 @@ from core.rundir import (
     utc_now,
 )
 from llamacpp.build import build_llama_cpp
+from llamacpp.decode_bytes import gguf_decode_bytes
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
 from loadtest.ceiling import load_ceiling, require_ceiling
@@ -88,7 +90,17 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         repo=None if label else spec.repo,
         synthetic=label is not None,
         label=label,
+        decode_bytes=recorded_decode_bytes(path),
     )
+
+
+def recorded_decode_bytes(path: Path) -> DecodeBytes | None:
+    """The model's decode bytes for the manifest (the roofline), or None when this gguf package cannot
+    read its table: llama-server may still serve it, and the report then says the roofline is left out."""
+    try:
+        return gguf_decode_bytes(path)
+    except LlamaCppError:
+        return None
 
 
 def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> tuple[Path | None, ModelInfo | None]:

@@ -15,6 +15,8 @@ from core.rundir.manifest import new_manifest, new_run_id, server_at, utc_now
 from core.rundir.models import (
     SCHEMA_VERSION,
     BuildInfo,
+    DecodeBytes,
+    KvWidth,
     LoadSettings,
     MachineInfo,
     ModelInfo,
@@ -34,6 +36,8 @@ from core.rundir.models import (
 __all__ = [
     "SCHEMA_VERSION",
     "BuildInfo",
+    "DecodeBytes",
+    "KvWidth",
     "LoadSettings",
     "MachineInfo",
     "ModelInfo",

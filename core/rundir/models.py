@@ -57,6 +57,33 @@ class BuildInfo(Strict):
     key: str | None = None
 
 
+class KvWidth(Strict):
+    """Cache values (K, or V) one token of context adds, summed over the layers whose attention
+    reads them; a layer that reuses an earlier layer's cache reads it again, so it counts too."""
+
+    full: int = Field(ge=0, description="over layers attending to the whole context")
+    sliding: int = Field(ge=0, description="over sliding-window layers: read up to the window only")
+
+
+class DecodeBytes(Strict):
+    """What one decode step of a model reads from memory, counted from its GGUF tensor table.
+
+    Kept beside the model because the model file stays on the rig: the card's roofline is
+    computed from this summary later, on any machine. Cache values are counts, not bytes, since
+    the cache's type (``-ctk``/``-ctv``) is a serving setting, read from the server's arguments.
+    """
+
+    weights_bytes: int = Field(ge=0, description="weights one step reads once, shared by every sequence it decodes")
+    lookup_bytes: int = Field(ge=0, description="embedding rows looked up per sequence and token")
+    k_values: KvWidth
+    v_values: KvWidth
+    sliding_window: int | None = Field(default=None, description="tokens a sliding-window layer attends to")
+    tensor_count: int = Field(ge=0)
+    tied_output: bool = Field(description="the output projection reads token_embd whole (no output.weight)")
+    source: str = Field(description="what the table was read from: the GGUF, or a synthetic writer's table")
+    notes: list[str] = Field(default_factory=list, description="simplifications that apply to this model")
+
+
 class ModelInfo(Strict):
     name: str
     sha256: str
@@ -64,6 +91,7 @@ class ModelInfo(Strict):
     repo: str | None = None
     synthetic: bool = False
     label: str | None = None
+    decode_bytes: DecodeBytes | None = None
 
 
 class ServerInfo(Strict):

@@ -9,11 +9,12 @@ from pathlib import Path
 import typer
 
 from core.errors import UsageError
+from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 NO_PLAN_EXIT_CODE = 3
 EXIT_CODES = (
     "Exit codes: 0 a rig meets the targets (the recommendation is printed); 3 no measured rig meets them; "
-    "2 a bad option or run directory."
+    "2 a bad option or run directory, or a --gguf that is no given run's model."
 )
 
 
@@ -31,6 +32,7 @@ def register(app: typer.Typer) -> None:
             [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
         ),
         out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
+        gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
     ) -> None:
         """Rank rigs by $/h to serve the users (or the request rate), reading each sweep conservatively
         (95% interval ends)."""
@@ -42,7 +44,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
                              "sweeps made with --rates), one of the two")
         book = PriceBook.default()
-        sections = [build_section(path, book, price_as or None) for path in runs]
+        known = decode_bytes_for_runs(runs, gguf)
+        sections = [build_section(path, book, price_as or None, known) for path in runs]
         targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
         plans = plans_for_sections(sections, targets)
         demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
