@@ -213,3 +213,12 @@ def ratio_of_estimates(a: Estimate, b: Estimate) -> Estimate:
     width_b = (math.log(b.high) - math.log(b.low)) / 2  # type: ignore[arg-type]
     half = math.sqrt(width_a**2 + width_b**2)
     return Estimate(value, value * math.exp(-half), value * math.exp(half), a.n + b.n, "log-normal combination")
+
+
+def proportion(successes: int, trials: int) -> Estimate:
+    """successes / trials (e.g. failed / measured requests) with the exact Clopper-Pearson
+    interval, which stays inside [0, 1] and is defined at 0 and at every request."""
+    if trials <= 0:
+        return empty()
+    interval = stats.binomtest(successes, trials).proportion_ci(confidence_level=CONFIDENCE, method="exact")
+    return Estimate(successes / trials, float(interval.low), float(interval.high), trials, "Clopper-Pearson")

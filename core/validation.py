@@ -13,7 +13,7 @@ def describe_validation_error(error: ValidationError, source: Path | str) -> str
     for problem in error.errors():
         field = ".".join(str(piece) for piece in problem["loc"]) or "(top level)"
         message = problem["msg"]
-        if problem["type"] == "extra_forbidden":
+        if problem["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             message = "unknown key"
         parts.append(f"{field}: {message}")
     return f"{source}: " + "; ".join(parts)

@@ -1,22 +1,46 @@
-"""``rigbench schema``: print or write the run directory's JSON Schema."""
+"""``rigbench schema [run|summary]``: print or write the JSON Schema of run directories or of summary.json."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+
 import typer
 
-from core.rundir.schema import SCHEMA_FILE, schema_text
-
 EXIT_CODES = (
-    "Exit codes: 0 printed or written."
+    "Exit codes: 0 printed or written; 2 an unknown schema name."
 )
+
+
+class SchemaName(StrEnum):
+    run = "run"
+    summary = "summary"
+
+
+def schema_source(name: SchemaName) -> tuple[Path, Callable[[], str]]:
+    """(the committed file, the text generated from the models) of a schema."""
+    if name is SchemaName.summary:
+        from analysis.summary import SCHEMA_FILE, schema_text
+
+        return SCHEMA_FILE, schema_text
+    from core.rundir.schema import SCHEMA_FILE, schema_text
+
+    return SCHEMA_FILE, schema_text
 
 
 def register(app: typer.Typer) -> None:
     @app.command("schema", epilog=EXIT_CODES)
-    def schema(write: bool = typer.Option(False, "--write", help=f"write {SCHEMA_FILE.name} in the package")) -> None:
-        """Print the JSON Schema of run directories (manifest, records, telemetry)."""
+    def schema(
+        name: SchemaName = typer.Argument(
+            SchemaName.run, help="run: the run directory's files (manifest, records, telemetry); summary: summary.json"
+        ),
+        write: bool = typer.Option(False, "--write", help="write the committed copy in the package instead"),
+    ) -> None:
+        """Print the JSON Schema of run directories (manifest, records, telemetry), or of a report's summary.json."""
+        path, text = schema_source(name)
         if write:
-            SCHEMA_FILE.write_text(schema_text())
-            typer.echo(f"wrote {SCHEMA_FILE}")
+            path.write_text(text())
+            typer.echo(f"wrote {path}")
         else:
-            typer.echo(schema_text(), nl=False)
+            typer.echo(text(), nl=False)

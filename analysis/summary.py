@@ -1,0 +1,230 @@
+"""``summary.json``: a report's figures for programs, one versioned definition, validated both ways.
+
+``rigbench report`` writes it beside report.md for programs that want the figures without the
+records (a study's report, a dashboard, CI); ``rigbench gate`` judges runs on the same models
+built in memory. The models here are the file's only definition: :func:`build_summary`
+validates what it writes, :func:`read_summary` what it reads (a damaged or foreign file is a
+one-line error naming the file and the key), and the JSON Schema other tools validate against
+is generated from them (``rigbench schema
+summary``; the committed copy is ``data/summary-v1.schema.json``, kept equal to them by a
+test).
+
+A step's figures are :class:`analysis.figures.StepFigures` as written to disk (each figure an
+:class:`analysis.intervals.Estimate`: value, 95% interval, n, method) plus its window length;
+keys added to the step after a file was written read back as their defaults, so the older
+files of this version stay readable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analysis.compare import StepComparison
+from analysis.intervals import Estimate
+from analysis.prices import PriceQuote
+from analysis.report_model import RunSection
+from core.errors import AnalysisError
+from core.rundir import RunStatus
+from core.validation import describe_validation_error
+
+SUMMARY_VERSION = 1
+SUMMARY_FILE = "summary.json"
+SCHEMA_FILE = Path(__file__).resolve().parent / "data" / f"summary-v{SUMMARY_VERSION}.schema.json"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepSummary(Strict):
+    """One step of a run; ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
+
+    index: int
+    users: int
+    context_tokens: int
+    window_start: float
+    window_end: float
+    requests: int
+    ok: int
+    errors: dict[str, int]
+    output_tokens: float
+    aggregate_tok_s: Estimate
+    request_rate: float
+    server_tok_s: Estimate
+    server_tok_s_mean: Estimate
+    client_tok_s: Estimate
+    geomean_tok_s: Estimate
+    ttft_s: dict[str, Estimate]
+    itl_s: dict[str, Estimate]
+    e2e_s: dict[str, Estimate]
+    draft_acceptance: Estimate
+    tokens_per_decode_step: float | None
+    server_counter_tok_s: float | None = None
+    completed_in_window: int = 0
+    tpot_s: dict[str, Estimate] = Field(default_factory=dict)
+    rate: float | None = None
+    sent_rate: float | None = None
+    start_lag_s: dict[str, float | None] = Field(default_factory=dict)
+    server_counter_granularity_tok_s: float | None = None
+    server_timings_tok_s: float | None = None
+    token_methods: dict[str, int] = Field(default_factory=dict)
+    cut_counted_by_chunks: int = 0
+    window_seconds: float
+
+    @property
+    def load(self) -> float:
+        """The step's offered load: requests/s on an open-loop step, users on a closed-loop one."""
+        return self.rate if self.rate is not None else self.users
+
+    @property
+    def load_label(self) -> str:
+        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def per_user_tok_s(self) -> Estimate:
+        """What a user sees: the client's median per-user tok/s, the server's when the client has none."""
+        return self.client_tok_s if self.client_tok_s.value is not None else self.server_tok_s
+
+
+class AppliedPrice(PriceQuote):
+    """A price a run was costed at; ``hypothetical`` when the run did not run on that instance type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hypothetical: bool
+
+    @property
+    def label(self) -> str:
+        text = f"{self.instance_type} {self.market}"
+        return f"{text} (hypothetical)" if self.hypothetical else text
+
+
+class RunCostSummary(Strict):
+    price: str
+    seconds: float
+    usd: float
+    basis: str
+
+
+class RunSummary(Strict):
+    run_id: str
+    path: str
+    label: str
+    status: RunStatus
+    steps: list[StepSummary]
+    prices: list[AppliedPrice]
+    usd_per_mtok: list[dict[str, Estimate]] = Field(description="per step, $/Mtok by price label")
+    run_cost: list[RunCostSummary]
+    warnings: list[str]
+
+    def cost(self, step: int, label: str) -> Estimate | None:
+        """$/Mtok of the ``step``-th step at the price labelled ``label``, if the run was priced at it."""
+        return self.usd_per_mtok[step].get(label) if step < len(self.usd_per_mtok) else None
+
+
+class ComparisonStep(Strict):
+    """B against A at one step: ratios B/A with their 95% intervals (see ``analysis.compare``)."""
+
+    users: int
+    context_tokens: int
+    categories: list[str]
+    per_user_ratio: Estimate
+    aggregate_ratio: Estimate
+    ttft_p90_ratio: Estimate
+    rate_measure: str
+    per_category: dict[str, Estimate]
+    rate: float | None = Field(None, exclude_if=lambda rate: rate is None)  # open-loop pairs only
+
+
+class ComparisonSummary(Strict):
+    a: str
+    b: str
+    steps: list[ComparisonStep]
+
+
+class Summary(Strict):
+    schema_version: Literal[1] = SUMMARY_VERSION
+    generated_at: str
+    runs: list[RunSummary]
+    comparisons: list[ComparisonSummary] = Field(default_factory=list)
+    plots: list[str] = Field(default_factory=list)
+
+
+def run_summary(section: RunSection) -> RunSummary:
+    """One run's figures, prices and costs, validated."""
+    run = section.figures.run
+    return RunSummary.model_validate(
+        {
+            "run_id": run.manifest.run_id,
+            "path": str(run.path),
+            "label": section.label,
+            "status": run.manifest.status,
+            "steps": [step.to_dict() for step in section.figures.steps],
+            "prices": [{**choice.quote.model_dump(), "hypothetical": choice.hypothetical} for choice in section.prices],
+            "usd_per_mtok": [dict(zip(section.cost_labels, row, strict=True)) for row in section.cost_rows],
+            "run_cost": [
+                {"price": cost.price.label, "seconds": cost.seconds, "usd": cost.usd, "basis": cost.basis}
+                for cost in section.run_costs
+            ],
+            "warnings": section.warnings,
+        }
+    )
+
+
+def build_summary(
+    sections: list[RunSection], comparisons: list[tuple[str, str, list[StepComparison]]], plots: list[Path]
+) -> Summary:
+    return Summary(
+        generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        runs=[run_summary(section) for section in sections],
+        comparisons=[
+            ComparisonSummary(a=a, b=b, steps=[ComparisonStep.model_validate(row.to_dict()) for row in rows])
+            for a, b, rows in comparisons
+        ],
+        plots=[str(plot) for plot in plots],
+    )
+
+
+def summary_text(summary: Summary) -> str:
+    """The file's text: plain JSON, two-space indented (floats as Python writes them, NaN kept)."""
+    return json.dumps(summary.model_dump(mode="python"), indent=2) + "\n"
+
+
+def read_summary(path: Path | str) -> Summary:
+    """A summary.json, validated; refused with the file and the key when it is not one this code reads."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AnalysisError(f"{path}: no such file; `rigbench report RUN` writes {SUMMARY_FILE}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AnalysisError(f"{path}: not valid JSON ({error})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SUMMARY_VERSION:
+        raise AnalysisError(
+            f"{path}: schema_version {version!r} is not supported (this rigbench reads summary version "
+            f"{SUMMARY_VERSION}); re-render it with `rigbench report RUN`"
+        )
+    try:
+        return Summary.model_validate(data)
+    except ValidationError as error:
+        raise AnalysisError(describe_validation_error(error, path)) from None
+
+
+def summary_json_schema() -> dict:
+    """The JSON Schema of summary.json, as the file is written (draft 2020-12)."""
+    schema = Summary.model_json_schema(mode="serialization")
+    return {**schema, "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "rigbench summary.json"}
+
+
+def schema_text() -> str:
+    return json.dumps(summary_json_schema(), indent=2, sort_keys=True) + "\n"

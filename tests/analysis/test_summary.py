@@ -1,0 +1,140 @@
+"""summary.json: written from its models, read back through them, and described by the committed JSON Schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from analysis.figures import StepFigures
+from analysis.report import build_sections, write_report
+from analysis.summary import SCHEMA_FILE, SUMMARY_VERSION, StepSummary, Summary, read_summary, run_summary, schema_text
+from core.errors import AnalysisError
+from rigbench.cli import app
+
+RUNS = Path(__file__).resolve().parents[2] / "runs"
+ONE_USER = RUNS / "gpu-h200-study-2026-11-30/runs/20261130T063437Z-gemma4-e2b-e2b-ctx0-c584"
+COMMITTED = sorted(RUNS.glob("**/summary.json"))
+
+
+@pytest.fixture
+def written(tmp_path: Path, monkeypatch) -> Path:
+    """A committed run re-rendered in a temporary folder: its summary.json as this code writes it."""
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))  # the bundled prices only
+    copy = shutil.copytree(ONE_USER, tmp_path / ONE_USER.name, ignore=shutil.ignore_patterns("plots", "summary.json"))
+    write_report([copy])
+    return copy / "summary.json"
+
+
+def edited(path: Path, edit) -> Path:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_written_summary_reads_back_to_the_same_figures(written: Path) -> None:
+    summary = read_summary(written)
+    assert summary.schema_version == SUMMARY_VERSION
+    (run,) = summary.runs
+    assert run.run_id == ONE_USER.name and run.status == "complete"
+    step = run.steps[0]
+    committed = json.loads((ONE_USER / "summary.json").read_text())["runs"][0]
+    assert (step.users, step.requests, step.errors) == (1, committed["steps"][0]["requests"], {})
+    assert step.aggregate_tok_s.value == pytest.approx(committed["steps"][0]["aggregate_tok_s"]["value"])
+    assert step.aggregate_tok_s.low < step.aggregate_tok_s.value < step.aggregate_tok_s.high
+    assert step.window_seconds == pytest.approx(step.window_end - step.window_start)
+    spot = "g6.xlarge spot (hypothetical)"
+    assert [price.label for price in run.prices] == ["g6.xlarge on-demand (hypothetical)", spot]
+    assert run.cost(0, spot).value == pytest.approx(committed["usd_per_mtok"][0][spot]["value"])
+    # the text written is the models' own dump, so reading and writing again changes nothing
+    rebuilt = Summary.model_validate_json(written.read_text())
+    assert rebuilt == summary
+    assert json.loads(written.read_text()) == summary.model_dump(mode="python")
+
+
+def test_the_written_file_validates_against_the_committed_json_schema(written: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    validator.validate(json.loads(written.read_text()))
+    broken = json.loads(written.read_text())
+    broken["runs"][0]["steps"][0]["ttft_s"]["p90"]["n"] = "many"
+    assert [error.json_path for error in validator.iter_errors(broken)] == ["$.runs[0].steps[0].ttft_s.p90.n"]
+
+
+def test_committed_schema_matches_models() -> None:
+    assert SCHEMA_FILE.read_text() == schema_text(), "run `rigbench schema summary --write` and commit the result"
+
+
+def test_rigbench_schema_prints_either_schema() -> None:
+    summary = CliRunner().invoke(app, ["schema", "summary"])
+    assert summary.exit_code == 0
+    assert json.loads(summary.output)["title"] == "rigbench summary.json"
+    run = CliRunner().invoke(app, ["schema"])
+    assert run.exit_code == 0
+    assert "manifest.json" in json.loads(run.output)["files"]
+    assert CliRunner().invoke(app, ["schema", "plots"]).exit_code == 2  # the message: tests/reliability
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda path: path.parent.name.rsplit("-", 1)[-1])
+def test_every_committed_summary_reads_and_validates(path: Path) -> None:
+    """Older files of version 1 lack the step keys added since; they read as their defaults."""
+    summary = read_summary(path)
+    assert summary.runs and all(run.steps for run in summary.runs)
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(json.loads(path.read_text()))
+
+
+def test_the_step_model_holds_every_figure_of_a_step() -> None:
+    """StepSummary is StepFigures on disk: the same names (plus the window's length), so neither drifts."""
+    assert set(StepSummary.model_fields) == {f.name for f in dataclasses.fields(StepFigures)} | {"window_seconds"}
+
+
+def test_a_figure_the_model_does_not_know_is_refused_on_write(monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", "/nonexistent/prices.json")
+    (section,) = build_sections([ONE_USER])
+    section.figures.steps[0].roofline = 0.4  # a new figure added to the step without the model
+    with pytest.raises(ValidationError, match=r"steps\.0\.roofline"):
+        run_summary(section)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda d: d["runs"][0]["steps"][0]["aggregate_tok_s"].update(value="fast"),
+            "runs.0.steps.0.aggregate_tok_s.value: Input should be a valid number, unable to parse string as a number",
+        ),
+        (lambda d: d["runs"][0]["steps"][0].pop("requests"), "runs.0.steps.0.requests: Field required"),
+        (lambda d: d["runs"][0].update(colour="red"), "runs.0.colour: unknown key"),
+        (lambda d: d["runs"][0]["steps"][0]["client_tok_s"].update(spread=1), "runs.0.steps.0.client_tok_s.spread: "
+         "unknown key"),
+        (lambda d: d["runs"][0].update(status="paused"), "runs.0.status: Input should be 'running', 'complete', "
+         "'interrupted' or 'failed'"),
+    ],
+    ids=["not a number", "missing key", "unknown key", "unknown key in a figure", "unknown status"],
+)
+def test_a_broken_summary_is_refused_naming_file_and_key(written: Path, edit, message: str) -> None:
+    with pytest.raises(AnalysisError) as refused:
+        read_summary(edited(written, edit))
+    assert str(refused.value) == f"{written}: {message}"
+
+
+def test_an_unknown_version_or_a_file_that_is_not_json_is_refused(written: Path, tmp_path: Path) -> None:
+    edited(written, lambda d: d.update(schema_version=2))
+    with pytest.raises(AnalysisError) as refused:
+        read_summary(written)
+    assert str(refused.value) == (
+        f"{written}: schema_version 2 is not supported (this rigbench reads summary version 1); "
+        "re-render it with `rigbench report RUN`"
+    )
+    written.write_text('{"runs": [')
+    with pytest.raises(AnalysisError, match=r"summary.json: not valid JSON \(Expecting value"):
+        read_summary(written)
+    with pytest.raises(AnalysisError, match="no such file; `rigbench report RUN` writes summary.json"):
+        read_summary(tmp_path / "none" / "summary.json")

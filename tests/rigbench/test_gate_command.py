@@ -1,0 +1,103 @@
+"""``rigbench gate`` on committed runs: what a CI log shows, its exit codes and its JUnit file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from core.errors import AnalysisError
+from rigbench.cli import app
+
+STUDY = Path(__file__).resolve().parents[2] / "runs" / "gpu-h200-study-2026-11-30"
+SEED_MANY = STUDY / "autotune/20261130T061546Z-gemma4-e2b-seed-many-5a7e"
+BACKEND_SAMPLING = STUDY / "autotune/20261130T061627Z-gemma4-e2b-bs-0ab8"
+E4B = STUDY / "runs/20261130T063044Z-gemma4-e2b-e4b-best-cab0"
+
+
+@pytest.fixture(autouse=True)
+def bundled_prices(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+
+
+def gate(*args: str | Path):
+    return CliRunner().invoke(app, ["gate", *map(str, args)])
+
+
+def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
+    result = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"run      = local bs {BACKEND_SAMPLING.name}"
+    assert lines[2] == "a regression: worse than the baseline by more than 5% with the two 95% intervals apart"
+    assert lines[4].startswith("| step ") and lines[5].startswith("|----")
+    assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 12
+    assert lines[-1] == "gate: pass (12 checks)"
+
+
+def test_a_slower_run_exits_1_and_writes_junit(tmp_path: Path) -> None:
+    junit = tmp_path / "reports" / "gate.xml"
+    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--junit", junit)
+    assert result.exit_code == 1, result.output
+    assert (
+        "| 64 users | aggregate tok/s                           | 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] "
+        "| -54.6%   | apart, worse    | FAIL: worse by 54.6%, 95% intervals apart"
+    ) in result.output
+    assert result.output.splitlines()[-2].startswith("gate: FAIL, 4 of 12 checks: 1 users per-user tok/s, 64 users")
+    assert result.output.splitlines()[-1] == f"junit: {junit}"
+    failures = ET.parse(junit).getroot().findall("./testsuite/testcase/failure")
+    assert len(failures) == 4
+
+
+def test_a_looser_drop_lets_the_throughput_pass_but_not_the_cost() -> None:
+    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--max-drop", "60")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        "gate: FAIL, 2 of 12 checks: 64 users $/Mtok g6.xlarge on-demand (hypothetical), "
+        "64 users $/Mtok g6.xlarge spot (hypothetical)"
+    )
+
+
+def test_runs_of_different_models_are_refused_unless_allowed(tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    refused = gate(E4B, "--baseline", SEED_MANY, "--junit", junit)
+    assert isinstance(refused.exception, AnalysisError) and refused.exception.exit_code == 2
+    assert "model e4b-q4_0.gguf (38223c336ee0) in the run, e2b-q4_0.gguf (ae61b2fd312a) in the baseline" in str(
+        refused.exception)
+    assert not junit.exists()  # nothing is written for input that is refused
+    allowed = gate(E4B, "--baseline", SEED_MANY, "--allow-different")
+    assert allowed.exit_code == 1  # compared: the larger model is slower
+    assert "note: compared although they differ (--allow-different): model e4b-q4_0.gguf" in allowed.output
+
+
+def test_help_lists_the_exit_codes() -> None:
+    result = CliRunner().invoke(app, ["gate", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "Exit codes: 0 no regression and every limit met; 1 a regression or a missed limit" in text
+    assert "2 unusable input" in text
+    assert "analysed afresh from their records" in text
+
+
+@pytest.mark.integration
+def test_the_console_script_exits_with_the_gate_codes(tmp_path: Path) -> None:
+    """What CI sees: exit 1 and the table on stdout for a regression; exit 2 and one line on stderr for a refusal."""
+    rigbench = Path(sys.executable).with_name("rigbench")
+    env = {"PATH": "/usr/bin:/bin", "RIGBENCH_PRICE_CACHE": str(tmp_path / "none.json")}
+    slower = subprocess.run(
+        [rigbench, "gate", SEED_MANY, "--baseline", BACKEND_SAMPLING], capture_output=True, text=True, env=env,
+        timeout=120,
+    )
+    assert slower.returncode == 1 and slower.stderr == ""
+    assert "gate: FAIL, 4 of 12 checks" in slower.stdout
+    refused = subprocess.run(
+        [rigbench, "gate", E4B, "--baseline", SEED_MANY], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith(f"rigbench: error: run {E4B.name} and baseline {SEED_MANY.name} measure "
+                                     "different workloads: model e4b-q4_0.gguf")
+    assert refused.stderr.count("\n") == 1
