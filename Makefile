@@ -1,12 +1,12 @@
 # Two set-up commands for a fresh machine: `make demo` and `make test`. Each installs what
-# it needs (virtualenv, Python deps, openssh-server, the llama.cpp build) and is cheap to
+# it needs (virtualenv, Python deps, openssh-server, chromium, the llama.cpp build) and is cheap to
 # repeat: the llama.cpp build is cached under ~/.cache/rigbench (or $RIGBENCH_CACHE) keyed by source and options.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint llama sshd build-tools clean-venv
+.PHONY: demo test lint llama sshd browser build-tools clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,13 +28,18 @@ sshd:
 	@command -v sshd >/dev/null || test -x /usr/sbin/sshd || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
 
+# Chromium for the report tests (report.html opened and screenshotted in a headless browser).
+browser:
+	@command -v chromium >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 demo: $(STAMP) llama
 	$(VENV)/bin/rigbench local --runs-dir runs/demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) llama sshd lint
+test: $(STAMP) llama sshd browser lint
 	$(VENV)/bin/pytest -q
 
 clean-venv:

@@ -1,5 +1,8 @@
 """``report.md``, ``summary.json`` and plots from one or several run directories.
 
+The same report also as ``report.html`` (``analysis.report_html``, converted from the markdown) and
+as ``steps.csv`` + ``requests.csv`` (``analysis.report_csv``), by the formats asked for.
+
 The report opens with each run's per-step table, then prices and cost (each price with its
 source and date; hypothetical prices labelled), then warnings (counted), the cross-run
 comparison when several runs are given, and the definitions of every figure.
@@ -7,9 +10,8 @@ comparison when several runs are given, and the definitions of every figure.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tabulate import tabulate
@@ -21,11 +23,16 @@ from analysis.figures import __doc__ as FIGURE_DEFINITIONS
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
+from analysis.report_csv import write_csv
+from analysis.report_html import write_html
 from analysis.report_model import RunSection, build_section
-from core.errors import AnalysisError
-from core.lists import format_seconds
+from analysis.roofline import roofline_section
+from analysis.summary import SUMMARY_FILE, Summary, build_summary, summary_text
+from core.errors import AnalysisError, UsageError
+from core.lists import format_seconds, parse_choices
+from core.rundir import DecodeBytes
 
-SUMMARY_VERSION = 1
+REPORT_FORMATS = ("md", "html", "csv")
 
 
 def summary_value(step: dict | None, key: str) -> float | None:
@@ -286,6 +293,7 @@ def render(
             lines += ["Latency counts from each request's intended start (t_intended), so the start lag is in it.", ""]
         lines += ["### Cost", ""]
         lines += cost_section(section)
+        lines += ["", *roofline_section(section.roofline, load_header(section.figures.open_loop))]
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
@@ -322,46 +330,36 @@ def default_out_dir(run_dirs: list[Path]) -> Path:
     return run_dirs[0].resolve().parent / "reports" / f"cross-{digest}"
 
 
-def summary(sections: list[RunSection], comparisons, plots: list[Path]) -> dict:
-    return {
-        "schema_version": SUMMARY_VERSION,
-        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "runs": [
-            {
-                "run_id": s.figures.run.manifest.run_id,
-                "path": str(s.figures.run.path),
-                "label": s.label,
-                "status": s.figures.run.manifest.status,
-                "steps": [step.to_dict() for step in s.figures.steps],
-                "prices": [{**c.quote.model_dump(), "hypothetical": c.hypothetical} for c in s.prices],
-                "usd_per_mtok": [
-                    {label: cost.to_dict() for label, cost in zip(s.cost_labels, row, strict=True)}
-                    for row in s.cost_rows
-                ],
-                "run_cost": [
-                    {"price": rc.price.label, "seconds": rc.seconds, "usd": rc.usd, "basis": rc.basis}
-                    for rc in s.run_costs
-                ],
-                "warnings": s.warnings,
-            }
-            for s in sections
-        ],
-        "comparisons": [{"a": a, "b": b, "steps": [row.to_dict() for row in rows]} for a, b, rows in comparisons],
-        "plots": [str(p) for p in plots],
-    }
+def summary(sections: list[RunSection], comparisons, plots: list[Path]) -> Summary:
+    """summary.json's content, validated against its models (``analysis.summary``) before it is written."""
+    return build_summary(sections, comparisons, plots)
 
 
 def build_sections(
-    run_dirs: list[Path], reference_types: list[str] | None = None, book: PriceBook | None = None
+    run_dirs: list[Path],
+    reference_types: list[str] | None = None,
+    book: PriceBook | None = None,
+    decode_bytes: Mapping[str, DecodeBytes] | None = None,
 ) -> list[RunSection]:
     if not run_dirs:
         raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
     book = book or PriceBook.default()
-    return [build_section(Path(path), book, reference_types) for path in run_dirs]
+    return [build_section(Path(path), book, reference_types, decode_bytes) for path in run_dirs]
 
 
-def write_sections(sections: list[RunSection], out: Path) -> Path:
-    """Render already-built sections (compare with the first run when there are several)."""
+def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:
+    """``"md,html"`` -> ("md", "html"); ``all`` is every format. Refused before anything is written."""
+    chosen = parse_choices(text, option, (*REPORT_FORMATS, "all"), example="md,html,csv")
+    return REPORT_FORMATS if "all" in chosen else tuple(name for name in REPORT_FORMATS if name in chosen)
+
+
+def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",)) -> list[Path]:
+    """Render already-built sections in ``formats`` (compare with the first run when there are
+    several); summary.json and plots/ are written whatever the formats. Returns the report files."""
+    unknown = sorted(set(formats) - set(REPORT_FORMATS))
+    if unknown or not formats:
+        found = ", ".join(unknown) or "none"
+        raise UsageError(f"report formats: found {found}; expected one or more of {', '.join(REPORT_FORMATS)}")
     comparisons = []
     for section in sections[1:]:
         try:
@@ -372,10 +370,23 @@ def write_sections(sections: list[RunSection], out: Path) -> Path:
         comparisons.append((sections[0].label, section.label, rows))
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(sections, out / "plots")
-    report_path = out / "report.md"
-    report_path.write_text(render(sections, comparisons, plots, out))
-    (out / "summary.json").write_text(json.dumps(summary(sections, comparisons, plots), indent=2) + "\n")
-    return report_path
+    markdown = render(sections, comparisons, plots, out)
+    written = []
+    if "md" in formats:
+        report_path = out / "report.md"
+        report_path.write_text(markdown)
+        written.append(report_path)
+    (out / SUMMARY_FILE).write_text(summary_text(summary(sections, comparisons, plots)))
+    if "html" in formats:
+        written.append(write_html(markdown, out))
+    if "csv" in formats:
+        written += write_csv(sections, out)
+    return written
+
+
+def write_sections(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",)) -> Path:
+    """As :func:`write_files`; returns the first report file (report.md when ``md`` is asked)."""
+    return write_files(sections, out, formats)[0]
 
 
 def write_report(
@@ -384,12 +395,15 @@ def write_report(
     *,
     reference_types: list[str] | None = None,
     book: PriceBook | None = None,
+    formats: Sequence[str] = ("md",),
+    decode_bytes: Mapping[str, DecodeBytes] | None = None,
 ) -> Path:
-    """Write report.md, summary.json and plots/; returns report.md's path.
+    """Write report.md (or the other ``formats``), summary.json and plots/; returns the first report file.
 
     Default ``out_dir``: the run's own directory for one run, ``<runs>/reports/cross-<hash>``
     for several. ``reference_types`` are instance types to price the runs at hypothetically
-    (a local rig is priced at g6.xlarge when none is named)."""
+    (a local rig is priced at g6.xlarge when none is named). ``decode_bytes``: model summaries by
+    sha256 for runs whose manifests record none, so their roofline can be drawn."""
     run_dirs = [Path(p) for p in run_dirs]
-    sections = build_sections(run_dirs, reference_types, book)
-    return write_sections(sections, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))
+    sections = build_sections(run_dirs, reference_types, book, decode_bytes)
+    return write_sections(sections, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs), formats)

@@ -94,6 +94,20 @@ def parse_load_steps(steps: str | None, rates: str | None,
     return parse_counts(steps or default_steps, "--steps"), []
 
 
+def parse_choices(text: str, option: str, choices: tuple[str, ...], *, example: str) -> list[str]:
+    """``"md,html"`` -> ["md", "html"]: names from ``choices``, each given once."""
+    pieces = _pieces(text, option, example)
+    unknown = [piece for piece in pieces if piece not in choices]
+    if unknown:
+        raise UsageError(
+            f"{option}: cannot read {text!r}: {unknown[0]!r} is not one of {', '.join(choices)}; e.g. {example}"
+        )
+    repeated = sorted({piece for piece in pieces if pieces.count(piece) > 1})
+    if repeated:
+        raise UsageError(f"{option}: {repeated[0]} is given twice in {text!r}; give each value once")
+    return pieces
+
+
 def parse_arrival(text: str, option: str = "--arrival") -> str:
     """``poisson`` or ``constant``: how an open-loop step's arrivals are spaced."""
     if text not in ARRIVALS:

@@ -1,4 +1,4 @@
-"""``rigbench report RUN...``: report.md, summary.json and plots from run directories."""
+"""``rigbench report RUN...``: report.md (or .html, .csv), summary.json and plots from run directories."""
 
 from __future__ import annotations
 
@@ -6,8 +6,15 @@ from pathlib import Path
 
 import typer
 
+from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
+
 EXIT_CODES = (
-    "Exit codes: 0 written; 2 a run directory that cannot be read."
+    "Exit codes: 0 written; 2 a run directory that cannot be read, an unknown --format, or a --gguf that is "
+    "no given run's model."
+)
+FORMAT_HELP = (
+    "comma-separated: md (report.md), html (report.html: one self-contained page, plots embedded, sortable "
+    "tables), csv (steps.csv: one row per run, step and figure; requests.csv: one row per request), all"
 )
 
 
@@ -19,9 +26,13 @@ def register(app: typer.Typer) -> None:
         price_as: list[str] = typer.Option(
             [], "--price-as", help="also price the runs at this instance type, labelled hypothetical (repeatable)"
         ),
+        formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
+        gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
     ) -> None:
         """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots."""
-        from analysis.report import write_report
+        from analysis.report import build_sections, default_out_dir, parse_formats, write_files
 
-        path = write_report(runs, out, reference_types=price_as or None)
-        typer.echo(str(path))
+        chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
+        sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf))
+        for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen):
+            typer.echo(str(path))

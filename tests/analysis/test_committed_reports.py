@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.report import write_report
+from rigbench.decode_bytes import decode_bytes_for_runs
 
 RUNS = Path(__file__).resolve().parents[2] / "runs"
 COMMITTED = [
@@ -47,7 +48,7 @@ def test_a_committed_run_renders_its_committed_report(name: str, tmp_path: Path,
     monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))  # the bundled prices only
     source = RUNS / name
     copy = shutil.copytree(source, tmp_path / source.name, ignore=shutil.ignore_patterns("plots"))
-    report = write_report([copy])
+    report = write_report([copy], decode_bytes=decode_bytes_for_runs([copy], []))  # as `rigbench report` does
     assert report.read_text() == (source / "report.md").read_text()
     committed = json.loads((source / "summary.json").read_text())
     assert same(committed, json.loads((copy / "summary.json").read_text())) == []

@@ -237,15 +237,17 @@ def test_server_counter_granularity_and_the_timings_cross_check(kit):
     assert "4.1 ±2.1" in text and "server timings tok/s (per token)" in text
 
 
-def test_plots_put_users_or_offered_rate_on_the_x_axis(tmp_path, monkeypatch):
+def test_plots_put_users_or_offered_rate_on_the_x_axis():
     from analysis import plots
     from analysis.intervals import Estimate
 
-    labels: list[str] = []
-    monkeypatch.setattr(plots.plt, "close", lambda figure: labels.append(figure.axes[0].get_xlabel()))
     point = [(0.5, Estimate(1.0, 0.9, 1.1, 3, "x")), (2.0, Estimate(2.0, 1.8, 2.2, 3, "x"))]
-    plots._draw(tmp_path / "rate.png", "aggregate output tok/s", [("run", point)], open_loop=True)
-    plots._draw(tmp_path / "users.png", "aggregate output tok/s", [("run", point)])
+    labels = []
+    for open_loop in (True, False):
+        figure, axes = plots.plt.subplots()
+        plots._draw_on(axes, plots.PLOTS["aggregate_tok_s"], [plots.Line(0, 0, point)], open_loop)
+        labels.append(axes.get_xlabel())
+        plots.plt.close(figure)
     assert labels == ["offered load (requests/s)", "concurrent users"]
 
 

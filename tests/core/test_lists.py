@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from core.errors import UsageError
-from core.lists import format_seconds, parse_counts, parse_seconds, seconds_per_step
+from core.lists import format_seconds, parse_choices, parse_counts, parse_seconds, seconds_per_step
 
 
 @pytest.mark.parametrize(
@@ -74,3 +76,11 @@ def test_bad_seconds_name_the_option(text: str, message: str) -> None:
 def test_a_window_list_must_match_the_steps() -> None:
     with pytest.raises(UsageError, match="--measure: 2 measured windows for 3 user steps"):
         seconds_per_step([5.0, 10.0], 3)
+
+
+def test_choices_are_names_from_the_list_each_once() -> None:
+    assert parse_choices("md, html", "--format", ("md", "html", "csv"), example="md,html") == ["md", "html"]
+    for text, message in [("md,pdf", "'pdf' is not one of md, html, csv"), ("md,md", "md is given twice"),
+                          ("", "expected values separated by commas"), ("MD", "'MD' is not one of")]:
+        with pytest.raises(UsageError, match=re.escape("--format: ") + ".*" + re.escape(message)):
+            parse_choices(text, "--format", ("md", "html", "csv"), example="md,html")

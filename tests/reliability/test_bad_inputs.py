@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analysis.summary import read_summary
 from core.errors import RigbenchError
 from core.profile import load_profile
 from core.rundir import LoadSettings, RecordWriter, RequestRecord, RunDir, RunManifest, StepWindow
@@ -164,6 +165,14 @@ def set_manifest_key(key: str, value: object) -> Callable[[RunDir], None]:
         run.manifest_path.write_text(json.dumps(data))
 
     return edit
+
+
+def write_summary(text: str) -> Callable[[RunDir], None]:
+    return lambda run: (run.path / "summary.json").write_text(text)
+
+
+def read_run_summary(run: RunDir) -> object:
+    return read_summary(run.path / "summary.json")
 
 
 def damage_shard_line(run: RunDir) -> None:
@@ -332,6 +341,36 @@ CASES = [
         "cli: report a missing folder",
         lambda ws, url: cli("report", "runs/nothing"),
         ("RunDirError: runs/nothing: no such directory; pass a run directory such as runs/<run-id> (exit 2)"),
+    ),
+    Case(
+        "cli: report in an unknown format",
+        lambda ws, url: cli("report", f"runs/{RUN_ID}", "--format", "md,pdf"),
+        "UsageError: --format: cannot read 'md,pdf': 'pdf' is not one of md, html, csv, all; e.g. md,html,csv (exit 2)",
+    ),
+    Case(
+        "cli: gate a missing run",
+        lambda ws, url: cli("gate", "runs/nothing", "--baseline", f"runs/{RUN_ID}"),
+        "RunDirError: runs/nothing: no such directory; pass a run directory such as runs/<run-id> (exit 2)",
+    ),
+    Case(
+        "cli: gate against a folder that is not a run",
+        lambda ws, url: cli("gate", f"runs/{RUN_ID}", "--baseline", "notes"),
+        "RunDirError: notes: no manifest.json; is this a run directory? (exit 2)",
+    ),
+    Case(
+        "cli: gate without a baseline",
+        lambda ws, url: cli("gate", f"runs/{RUN_ID}", "--junit", "gate.xml"),
+        "UsageError: Missing option '--baseline'. (exit 2)",
+    ),
+    Case(
+        "cli: gate a negative drop",
+        lambda ws, url: cli("gate", f"runs/{RUN_ID}", "--baseline", f"runs/{RUN_ID}", "--max-drop", "-1"),
+        "UsageError: Invalid value for '--max-drop': Input should be greater than or equal to 0 (exit 2)",
+    ),
+    Case(
+        "cli: schema of an unknown file",
+        lambda ws, url: cli("schema", "plots"),
+        "UsageError: Invalid value for 'name': Value error, 'plots' is not one of 'run', 'summary'. (exit 2)",
     ),
     Case(
         "cli: orphans without region",
@@ -536,6 +575,17 @@ CASES = [
             "RunDirError: {copy}/manifest.json: not valid JSON (Expecting property name "
             "enclosed in double quotes: line 1 column 2 (char 1))"
         ),
+    ),
+    Case(
+        "summary: unknown key",
+        edited_run(write_summary('{"schema_version": 1, "generated_at": "x", "runs": [], "x": 1}'), read_run_summary),
+        "AnalysisError: {copy}/summary.json: x: unknown key",
+    ),
+    Case(
+        "summary: unknown schema version",
+        edited_run(write_summary('{"schema_version": 3, "runs": []}'), read_run_summary),
+        "AnalysisError: {copy}/summary.json: schema_version 3 is not supported (this rigbench reads summary version "
+        "1); re-render it with `rigbench report RUN`",
     ),
     # server responses (a real HTTP server on 127.0.0.1)
     Case("server: HTTP 500", request("/500"), 'http_500: {"error": "slot crashed"}'),

@@ -1,0 +1,120 @@
+"""``steps.csv`` and ``requests.csv``: a report's figures and records for spreadsheets and pandas.
+
+``steps.csv`` is long ("tidy"): one row per run x step x figure, with the figure's value, its 95%
+interval (``low``, ``high``), ``n`` and ``method``, so one filter or pivot gives any table and no
+column layout has to change when a figure is added. It holds every figure of summary.json's steps
+(read from the same ``StepFigures.to_dict``, so the two files cannot disagree): a percentile
+figure is named ``<figure>_<p50|p90|p99>``, a count per kind ``<figure>_<kind>`` (``errors_timeout``),
+a plain number has no interval, n or method. $/Mtok is one ``usd_per_mtok`` row per step and price,
+with the price's label in ``price``.
+
+``requests.csv`` is one row per request record of every run, with the RequestRecord fields as
+the analysis reads them (``timings`` flattened to ``timings_<key>``; ``/tokenize`` counts of cut
+requests merged into ``streamed_tokens``), whole-number fields kept whole (empty when absent),
+floats written in full (pandas reads back the exact bits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Union, get_args, get_origin
+
+import pandas as pd
+
+from analysis.load import TIMING_KEYS
+from analysis.report_model import RunSection
+from core.rundir import RequestRecord, ServerTimings
+
+STEPS_CSV = "steps.csv"
+REQUESTS_CSV = "requests.csv"
+STEP_KEYS = ("run_id", "label", "step", "users", "rate", "context_tokens")
+FIGURE_COLUMNS = ("figure", "price", "value", "low", "high", "n", "method")
+IDENTITY = {"index", "users", "rate", "context_tokens"}
+
+
+def _is_estimate(value: object) -> bool:
+    return isinstance(value, dict) and {"value", "low", "high", "n", "method"} <= set(value)
+
+
+def _figure_rows(name: str, value: object) -> list[dict]:
+    """One figure of ``StepFigures.to_dict`` as rows: an estimate, a dict of them or of numbers, a number."""
+    if _is_estimate(value):
+        return [{"figure": name, **value}]
+    if isinstance(value, dict):
+        return [row for key, item in value.items() for row in _figure_rows(f"{name}_{key}", item)]
+    if isinstance(value, bool | int | float) or value is None:
+        return [{"figure": name, "value": None if value is None else float(value)}]
+    return []
+
+
+def step_frame(sections: list[RunSection]) -> pd.DataFrame:
+    """Every figure of every step of every run, one row each (see the module's docstring)."""
+    rows = []
+    for section in sections:
+        run_id = section.figures.run.manifest.run_id
+        for step, costs in zip(section.figures.steps, section.cost_rows, strict=True):
+            keys = {
+                "run_id": run_id,
+                "label": section.label,
+                "step": step.index,
+                "users": step.users,
+                "rate": step.rate,
+                "context_tokens": step.context_tokens,
+            }
+            for name, value in step.to_dict().items():
+                if name not in IDENTITY:
+                    rows += [{**keys, **row} for row in _figure_rows(name, value)]
+            for label, cost in zip(section.cost_labels, costs, strict=True):
+                rows.append({**keys, "figure": "usd_per_mtok", "price": label, **cost.to_dict()})
+    frame = pd.DataFrame(rows, columns=[*STEP_KEYS, *FIGURE_COLUMNS])
+    frame["n"] = frame["n"].astype("Int64")
+    for column in ("value", "low", "high", "rate"):
+        frame[column] = frame[column].astype(float)
+    return frame
+
+
+def _whole(annotation: object) -> bool:
+    """An ``int`` or ``int | None`` field: written without a decimal point."""
+    if annotation is int:
+        return True
+    return get_origin(annotation) in (Union, UnionType) and set(get_args(annotation)) == {int, NoneType}
+
+
+def record_columns() -> list[tuple[str, bool]]:
+    """(column, whole number) in RequestRecord's field order, ``timings`` flattened as load.py does."""
+    columns = []
+    for name, field in RequestRecord.model_fields.items():
+        if name == "schema_version":
+            continue
+        if name == "timings":
+            fields = ServerTimings.model_fields
+            columns += [(f"timings_{key}", _whole(fields[key].annotation)) for key in TIMING_KEYS]
+        else:
+            columns.append((name, _whole(field.annotation)))
+    return columns
+
+
+def request_frame(sections: list[RunSection]) -> pd.DataFrame:
+    """Every request record of every run, ``run_id`` and ``label`` first."""
+    columns = record_columns()
+    frames = []
+    for section in sections:
+        records = section.figures.run.records
+        frame = pd.DataFrame({name: records[name] for name, _ in columns})
+        frame.insert(0, "label", section.label)
+        frame.insert(0, "run_id", section.figures.run.manifest.run_id)
+        frames.append(frame)
+    joined = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "label"])
+    for name, whole in columns:
+        if whole and name in joined:
+            joined[name] = joined[name].astype("Int64")
+    return joined
+
+
+def write_csv(sections: list[RunSection], out: Path) -> list[Path]:
+    """``out/steps.csv`` and ``out/requests.csv``."""
+    steps, requests = out / STEPS_CSV, out / REQUESTS_CSV
+    step_frame(sections).to_csv(steps, index=False)
+    request_frame(sections).to_csv(requests, index=False)
+    return [steps, requests]
