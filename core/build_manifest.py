@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LlamaCppError
-from core.rundir.models import BuildInfo
+from core.rundir.models import BuildInfo, PatchInfo
 from core.validation import describe_validation_error
 
 
@@ -27,6 +27,7 @@ class BuildManifest(BaseModel):
     backend: Literal["cpu", "cuda"]
     cuda_arch: str | None = None
     cmake_options: list[str]
+    patches: list[PatchInfo] = Field(default_factory=list, description="applied to the source, in order")
     targets: list[str]
     binaries: dict[str, str]
     build_seconds: float
@@ -63,6 +64,7 @@ class BuildManifest(BaseModel):
             backend=self.backend,
             cuda_arch=self.cuda_arch,
             cmake_options=self.cmake_options,
+            patches=self.patches,
             build_seconds=self.build_seconds,
             key=self.key,
         )

@@ -61,6 +61,10 @@ class LlamaCppSource(StrictModel):
     url: str | None = None
     commit: str | None = None
     cmake_options: list[str] = Field(default_factory=list)
+    patches: list[str] = Field(
+        default_factory=list,
+        description="patches kept in the project (llamacpp/patches/<name>.patch), applied in order before building",
+    )
 
     @model_validator(mode="after")
     def _git_needs_url_and_commit(self) -> LlamaCppSource:

@@ -16,6 +16,20 @@ from llamacpp import build_script
 
 BUILD_SCRIPT = Path(build_script.__file__).resolve()
 BACKENDS = ("auto", "cpu", "cuda")
+PATCHES = Path(__file__).resolve().parent / "patches"  # llama.cpp patches a profile may name
+
+
+def patch_files(names: list[str]) -> list[Path]:
+    """The patch files a profile's ``llama_cpp.patches`` names, in order; an unknown name is refused
+    with the ones the project has."""
+    files = []
+    for name in names:
+        path = PATCHES / f"{name}.patch"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in PATCHES.glob("*.patch"))) or "none"
+            raise LlamaCppError(f"llama_cpp.patches: no patch {name!r} in {PATCHES} (the project has: {known})")
+        files.append(path)
+    return files
 
 
 def build_llama_cpp(
@@ -27,13 +41,16 @@ def build_llama_cpp(
     extra_options: list[str] | None = None,
     cache: Path | None = None,
     jobs: int | None = None,
+    patches: list[str] | None = None,
 ) -> BuildManifest:
-    """Build llama.cpp for this machine (a cache hit after the first time) and return its manifest."""
+    """Build llama.cpp for this machine (a cache hit after the first time) and return its manifest;
+    ``patches`` are names of the project's patches (``patch_files``)."""
     if backend not in BACKENDS:
         raise LlamaCppError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    files = patch_files(patches or [])
     try:
         manifest = build_script.build(
-            cache or cache_root(), source, backend, arch, targets, extra_options, jobs
+            cache or cache_root(), source, backend, arch, targets, extra_options, jobs, files
         )
     except build_script.BuildError as error:
         raise LlamaCppError(f"llama.cpp build: {error}") from None

@@ -9,9 +9,13 @@ read through ``core.build_manifest.BuildManifest``. It keeps its own ``file_sha2
 same reason.
 
 Builds are cached under ``<cache>/builds/<key>/`` where the key hashes the source's sha256,
-the backend, the GPU architecture and the CMake options; a finished build leaves a
+the backend, the GPU architecture, the CMake options and the patches; a finished build leaves a
 ``build_manifest.json`` beside its binaries, and a second call with the same key returns it
 without touching CMake.
+
+Patches (``--patch FILE``, in order) are applied with ``patch -p1`` to a copy of the source
+tree, made once per set of patches; each one's name and sha256 go into the key and the
+manifest, so a changed patch is a new build and an unchanged one reuses the old.
 """
 
 from __future__ import annotations
@@ -140,6 +144,41 @@ def fetch_source(source: dict, cache: Path) -> tuple[Path, str]:
     return extract_sdist(archive, sha256, cache), f"sha256:{sha256}"
 
 
+def patch_infos(patches: list[Path]) -> list[dict]:
+    """Each patch's file name and sha256, in the order they are applied."""
+    return [{"name": patch.name, "sha256": file_sha256(patch)} for patch in patches]
+
+
+def apply_patches(tree: Path, patches: list[Path], source_id: str, cache: Path) -> Path:
+    """A copy of ``tree`` with ``patches`` applied in order, made once per source and set of patches."""
+    if not patches:
+        return tree
+    if shutil.which("patch") is None:
+        raise BuildError("patch: the profile names patches, and the `patch` command is missing "
+                         "(apt-get install patch)")
+    infos = patch_infos(patches)
+    digest = hashlib.sha256(json.dumps([source_id, infos], sort_keys=True).encode()).hexdigest()[:16]
+    root = cache / "src" / f"patched-{digest}"
+    patched = root / "llama.cpp"
+    marker = root / ".complete"
+    if marker.exists():
+        return patched
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    shutil.copytree(tree, patched, symlinks=True)
+    for patch in patches:
+        for check in (True, False):  # a dry run first, so a patch that does not apply changes nothing
+            command = ["patch", "-p1", "--forward", "--batch", "-i", str(patch.resolve()), "-d", str(patched)]
+            result = subprocess.run(command + (["--dry-run"] if check else []), capture_output=True, text=True)
+            if result.returncode != 0:
+                shutil.rmtree(root)
+                said = " ".join((result.stdout + result.stderr).split())[:300]
+                raise BuildError(f"patch {patch.name} does not apply to llama.cpp {source_id}: {said}")
+    marker.write_text(json.dumps(infos))
+    return patched
+
+
 def detect_cuda_arch() -> str | None:
     """The first GPU's compute capability as CMake wants it ("90"), or None without CUDA.
 
@@ -179,10 +218,14 @@ def cmake_options(backend: str, arch: str | None, extra: list[str]) -> list[str]
     return options + list(extra)
 
 
-def build_key(source_id: str, backend: str, arch: str | None, options: list[str], targets: list[str]) -> str:
-    """Hash of everything that changes the binaries; the cache folder's name."""
+def build_key(source_id: str, backend: str, arch: str | None, options: list[str], targets: list[str],
+              patches: list[dict] | None = None) -> str:
+    """Hash of everything that changes the binaries; the cache folder's name (a build without
+    patches keeps the key it had before patches existed)."""
+    fields = {"patches": patches} if patches else {}
     payload = json.dumps(
         {
+            **fields,
             "source": source_id,
             "backend": backend,
             "arch": arch,
@@ -219,11 +262,17 @@ def build(
     targets: list[str] | None = None,
     extra_options: list[str] | None = None,
     jobs: int | None = None,
+    patches: list[Path] | None = None,
 ) -> dict:
     """Build (or reuse) llama.cpp under ``cache`` and return the build manifest as a dict."""
     cache = Path(cache)
     source = dict(source or {})
     targets = list(targets or DEFAULT_TARGETS)
+    patches = [Path(patch) for patch in patches or []]
+    for patch in patches:
+        if not patch.is_file():
+            raise BuildError(f"patch: {patch} is not a file")
+    infos = patch_infos(patches)
     tree, source_id = fetch_source(source, cache)
     if backend == "auto":
         arch = arch or detect_cuda_arch()
@@ -233,7 +282,7 @@ def build(
         if not arch:
             raise BuildError("configure: backend cuda asked for, but no NVIDIA GPU with nvcc was found")
     options = cmake_options(backend, arch, list(extra_options or []))
-    key = build_key(source_id, backend, arch, options, targets)
+    key = build_key(source_id, backend, arch, options, targets, infos)
     out = cache / "builds" / key
     manifest_path = out / "build_manifest.json"
     if manifest_path.exists():
@@ -241,6 +290,7 @@ def build(
         if all(Path(p).exists() for p in manifest["binaries"].values()):
             manifest["cached"] = True
             return manifest
+    tree = apply_patches(tree, patches, source_id, cache)
     out.mkdir(parents=True, exist_ok=True)
     build_dir = out / "cmake"
     log = out / "build.log"
@@ -264,6 +314,7 @@ def build(
         "backend": backend,
         "cuda_arch": arch,
         "cmake_options": options,
+        "patches": infos,
         "targets": targets,
         "binaries": binaries,
         "build_seconds": seconds,
@@ -287,10 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--option", action="append", dest="options", default=[], help="extra -D option")
     parser.add_argument("--cache", type=Path, required=True, help="cache folder (builds/, sources/, src/ go under it)")
     parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--patch", action="append", dest="patches", default=[], type=Path,
+                        help="patch file applied to the source with patch -p1 before building (repeatable, in order)")
     args = parser.parse_args(argv)
     try:
         manifest = build(
-            args.cache, json.loads(args.source), args.backend, args.arch, args.targets, args.options, args.jobs
+            args.cache, json.loads(args.source), args.backend, args.arch, args.targets, args.options, args.jobs,
+            args.patches,
         )
     except BuildError as error:
         print(f"build failed: {error}", file=sys.stderr)

@@ -71,6 +71,9 @@ def add_arguments(parser: Any) -> None:
     add("--min-requests-for-error-rate", type=int, default=10, help="requests before the error rate is judged")
     add("--parallel-slots", type=int, default=0, help="server slots (0: ask the server's /slots)")
     add("--timeline", action="store_true", default=False, help="also keep every chunk's arrival time")
+    add("--pin-slots", action="store_true", default=False,
+        help="user i asks for server slot i (llama-server's id_slot; closed loop, one process): an experiment's "
+             "bound for the server's slot choice, not real traffic")
     add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
     add("--no-preflight", action="store_true", default=False,
         help="skip the check of /health and one streamed reply before the load (rigbench sweep has done it)")
@@ -117,4 +120,5 @@ def settings_from(options: Any) -> LoadSettings:
         prompts=options.prompts,
         context_tokens=options.context_tokens,
         processes=max(1, options.processes or 1),
+        pin_slots=options.pin_slots,
     )

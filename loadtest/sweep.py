@@ -103,6 +103,8 @@ def locust_command(
         command.append("--cache-prompt")
     if settings.ignore_eos:
         command.append("--ignore-eos")
+    if settings.pin_slots:
+        command.append("--pin-slots")
     if timeline:
         command.append("--timeline")
     if settings.processes > 1:

@@ -63,6 +63,7 @@ class LoadContext:
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
         self.user_counter = itertools.count()
+        self.pinned: set[int] = set()  # slots taken by this process's users (--pin-slots)
         self.writer: RecordWriter | None = None
         self.storage_error: str | None = None
         self.timeline = None
@@ -160,14 +161,23 @@ class StreamingChatUser(User):
         STALL_WATCH.watch(self.client)
         self.prompts = rotation(self.context.prompts, offset=next(self.context.user_counter))
         self.request_options = request_options(options)
+        self.slot: int | None = None
+        if options.pin_slots:
+            # the lowest slot no live user holds: N users hold slots 0..N-1 at every step
+            self.slot = min(set(range(len(self.context.pinned) + 1)) - self.context.pinned)
+            self.context.pinned.add(self.slot)
 
     def on_stop(self) -> None:
         self.client.close()
+        if self.slot is not None:
+            self.context.pinned.discard(self.slot)
 
     @task
     def chat(self) -> None:
         prompt = next(self.prompts).with_context(self.context.context_text)
         payload = build_payload(list(prompt.messages), **self.request_options)
+        if self.slot is not None:
+            payload["id_slot"] = self.slot
         meta = self.context.meta_for(time.time(), prompt.category)
         result = stream_chat(
             self.client, payload, meta, on_abort=lambda stopped: self.context.keep(stopped, self.environment)

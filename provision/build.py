@@ -51,9 +51,12 @@ def parse_build_manifest(text: str, source: str) -> BuildManifest:
 
 
 def build_command(paths: RigPaths, profile: RigProfile, backend: str, arch: str | None, cache: str,
-                  jobs: int | None) -> str:
+                  jobs: int | None, patches: list[str] = ()) -> str:
+    """``patches``: the patch files' paths on the rig, in order."""
     parts = ["python3", paths.helper(BUILD_SCRIPT_NAME), "--source", json.dumps(profile.llama_cpp.spec()),
              "--backend", backend, "--cache", cache]
+    for patch in patches:
+        parts += ["--patch", patch]
     if arch:
         parts += ["--arch", arch]
     if jobs:
@@ -70,12 +73,14 @@ def list_devices(c: Connection, server: str) -> str:
 @rig_step("build")
 def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, *, build_script: Path,
           cache: str | None = None, backend: str = "auto", jobs: int | None = None,
-          timeout: int = BUILD_TIMEOUT_S) -> BuildManifest:
-    """Build (or reuse) llama.cpp on the rig for its GPU with ``build_script``; return the manifest,
+          timeout: int = BUILD_TIMEOUT_S, patch_files: list[Path] = ()) -> BuildManifest:
+    """Build (or reuse) llama.cpp on the rig for its GPU with ``build_script``, applying
+    ``patch_files`` (the profile's patches, uploaded beside the script); return the manifest,
     also kept on the rig."""
     paths = paths or RigPaths()
     upload_helpers(c, paths)
     upload_helper(c, paths, build_script, BUILD_SCRIPT_NAME)
+    patches = [upload_helper(c, paths, patch) for patch in patch_files]
     arch = gpu_arch(c) if backend in ("auto", "cuda") else None
     if backend == "auto":
         backend = "cuda" if arch else "cpu"
@@ -84,7 +89,7 @@ def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, *, 
     cache = cache or paths.cache
     print(f"[build] {backend}{' sm_' + arch if arch else ''} in {cache} (progress below; cached builds return at once)",
           flush=True)
-    command = build_command(paths, profile, backend, arch, cache, jobs)
+    command = build_command(paths, profile, backend, arch, cache, jobs, patches)
     result = run(c, f"mkdir -p {shlex.quote(cache)} && {command}", timeout=timeout, hide=False)
     manifest = parse_manifest(result.stdout)
     server = manifest.binaries["llama-server"]

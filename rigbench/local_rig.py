@@ -63,6 +63,7 @@ class LocalRigOptions:
     context_tokens: int = 0
     server_overrides: list[str] = field(default_factory=list)
     label: str | None = None
+    pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -149,7 +150,8 @@ def prepare_server(options: LocalRigOptions, console: Console, port: int | None 
     cache = cache_root()
     console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
     built = build_llama_cpp(
-        profile.llama_cpp.spec(), options.backend, extra_options=profile.llama_cpp.cmake_options, cache=cache
+        profile.llama_cpp.spec(), options.backend, extra_options=profile.llama_cpp.cmake_options, cache=cache,
+        patches=profile.llama_cpp.patches,
     )
     how = "cached" if built.cached else f"built in {built.build_seconds} s"
     console.print(f"llama.cpp {built.backend} build {built.key} ({how})")
@@ -210,6 +212,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         processes=options.processes or 1,
         context_tokens=options.context_tokens,
         arm=options.label,
+        pin_slots=options.pin_slots,
     )
     manifest = new_manifest(
         f"{profile.name}-{options.label}" if options.label else profile.name,

@@ -152,10 +152,11 @@ def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
 
 def build(rig: Rig, cache: str, backend: str) -> None:
     """Build llama.cpp on the rig for its GPU (cached); keep the build manifest."""
-    from llamacpp.build import BUILD_SCRIPT
+    from llamacpp.build import BUILD_SCRIPT, patch_files
     from provision.build import build as build_step
 
-    build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend)
+    build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend,
+               patch_files=patch_files(rig.profile.llama_cpp.patches))
 
 
 def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:

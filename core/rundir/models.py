@@ -48,11 +48,19 @@ class RigInfo(Strict):
     machine: MachineInfo = Field(default_factory=MachineInfo)
 
 
+class PatchInfo(Strict):
+    """A patch applied to the llama.cpp source before it was built."""
+
+    name: str = Field(description="the patch file's name")
+    sha256: str
+
+
 class BuildInfo(Strict):
     source: str
     backend: str
     cuda_arch: str | None = None
     cmake_options: list[str] = Field(default_factory=list)
+    patches: list[PatchInfo] = Field(default_factory=list, description="applied to the source, in order")
     build_seconds: float | None = None
     key: str | None = None
 
@@ -126,6 +134,8 @@ class LoadSettings(Strict):
     context_tokens: int = 0
     processes: int = 1
     arm: str | None = None
+    pin_slots: bool = Field(False, description="user i asks for server slot i (llama-server's id_slot): an "
+                            "experiment's upper bound for the server's slot choice, not real traffic")
 
     @property
     def open_loop(self) -> bool:
@@ -143,6 +153,9 @@ class LoadSettings(Strict):
             kind = "rate" if self.open_loop else "user"
             windows = len(self.measure_seconds)
             raise ValueError(f"measure_seconds has {windows} windows for {self.step_count} {kind} steps")
+        if self.pin_slots and (self.open_loop or self.processes != 1):
+            # users are numbered within one process, and an open loop has no users to number
+            raise ValueError("pin_slots needs a closed loop (user steps) and one load process")
         return self
 
     def remaining(self, first_step: int) -> LoadSettings:

@@ -21,5 +21,6 @@ def register(app: typer.Typer) -> None:
         """Build llama-server, llama-bench, llama-quantize and llama-batched-bench for this machine (cached);
         print the build manifest."""
         chosen = load_profile(profile)
-        manifest = build_llama_cpp(chosen.llama_cpp.spec(), backend, extra_options=chosen.llama_cpp.cmake_options)
+        manifest = build_llama_cpp(chosen.llama_cpp.spec(), backend, extra_options=chosen.llama_cpp.cmake_options,
+                                   patches=chosen.llama_cpp.patches)
         typer.echo(manifest.model_dump_json(indent=2))

@@ -90,6 +90,10 @@ def register(app: typer.Typer) -> None:
             60.0, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
         ),
         timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
+        pin_slots: bool = typer.Option(
+            False, "--pin-slots", help="user i asks for server slot i (llama-server's id_slot; --steps, "
+            "--processes 1): an experiment's bound for the server's own slot choice, not real traffic",
+        ),
         progress: bool = typer.Option(True, "--progress/--no-progress"),
         interruption_marker: Path = typer.Option(
             None,
@@ -121,6 +125,8 @@ def register(app: typer.Typer) -> None:
         user_steps, rate_steps = parse_load_steps(steps, rates)
         arrival = parse_arrival(arrival)
         load_processes = parse_processes(processes)
+        if pin_slots and (rate_steps or load_processes != 1):
+            raise UsageError("--pin-slots: users are numbered within one load process; give --steps and --processes 1")
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
         measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
         load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
@@ -158,6 +164,7 @@ def register(app: typer.Typer) -> None:
                     context_tokens=context,
                     processes=load_processes,
                     arm=arm_name,
+                    pin_slots=pin_slots,
                 )
                 run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
                 for earlier in runs:

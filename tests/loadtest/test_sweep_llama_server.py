@@ -138,3 +138,23 @@ def test_long_context_with_load_processes_records_each_step_once(llama_server, t
     # both windows follow one clock (the shape's last reset): step 1 starts where step 0 ends
     first, second = result.steps
     assert second.started_at == pytest.approx(first.started_at + 0.5 + 1.0, abs=1e-6)
+
+
+def test_pinned_users_ask_for_slots_zero_to_n_minus_one(llama_server, tmp_path: Path) -> None:
+    """--pin-slots: user i sends id_slot i, so 3 users on a 4-slot server use slots 0, 1 and 2 only
+    (llama-server logs each choice by id)."""
+    profile = load_profile("tiny")
+    settings = LoadSettings(user_steps=[3], warmup_seconds=0.5, measure_seconds=2.0, max_tokens=8, ignore_eos=True,
+                            pin_slots=True)
+    run = RunDir.create(tmp_path, new_manifest("pinned", profile.name, load=settings,
+                                               server=server_at(llama_server.base_url, llama_server.args, 4)))
+    logged = llama_server.log_path.stat().st_size
+    result = run_sweep(run, llama_server.base_url, progress=False)
+    assert result.status == "complete", result.status_detail
+    with open(llama_server.log_path, errors="replace") as log:
+        log.seek(logged)
+        chosen = {int(line.split("selected slot by id (")[1].split(")")[0]) for line in log
+                  if "selected slot by id (" in line}
+    assert chosen == {0, 1, 2}
+    with pytest.raises(ValueError, match="pin_slots needs a closed loop"):
+        LoadSettings(rate_steps=[1.0], warmup_seconds=0, measure_seconds=1, max_tokens=8, pin_slots=True)

@@ -30,6 +30,16 @@ def test_build_reuses_the_cache_and_keeps_the_manifest(rig, rig_paths, llama_bui
     assert kept["key"] == llama_build.key and "Available devices" in kept["devices"]
 
 
+def test_a_profiles_patch_goes_to_the_rig_and_one_that_does_not_apply_fails_before_cmake(
+        rig, rig_paths, build_cache, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.patch"
+    bad.write_text("--- a/README.md\n+++ b/README.md\n@@ -1,1 +1,1 @@\n-no such line here\n+a new line\n")
+    with pytest.raises(ProvisionError) as error:
+        build(rig, load_profile("tiny"), rig_paths, build_script=BUILD_SCRIPT, cache=build_cache, patch_files=[bad])
+    assert "patch bad.patch does not apply to llama.cpp sha256:b0a2feb64c6f" in str(error.value)
+    assert Path(rig_paths.helper("bad.patch")).read_text() == bad.read_text()
+
+
 def test_serve_status_logs_stop_twice_each(built_rig, capsys) -> None:
     rig, paths, profile, manifest = built_rig
     port = free_port()
