@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison, compare_runs
 from analysis.cost import gpu_description
 from analysis.figures import StepFigures
@@ -223,6 +224,9 @@ def _describe_run(section: RunSection) -> str:
     chain = section.figures.run.chain
     if chain:
         parts.insert(1, f"resumed sweep joined from {len(chain)} linked runs ({' + '.join(chain)})")
+    if manifest.build is not None and manifest.build.patches:
+        patched = ", ".join(f"{patch.name} ({patch.sha256[:12]})" for patch in manifest.build.patches)
+        parts.append(f"llama.cpp, patched: {patched}")
     if manifest.model is not None:
         parts.append(f"model {manifest.model.label or manifest.model.name} ({manifest.model.sha256[:12]})")
     parts.append(f"drafter {manifest.drafter.name}" if manifest.drafter is not None else "no drafter")
@@ -294,6 +298,7 @@ def render(
         lines += ["### Cost", ""]
         lines += cost_section(section)
         lines += ["", *roofline_section(section.roofline, load_header(section.figures.open_loop))]
+        lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
@@ -340,11 +345,15 @@ def build_sections(
     reference_types: list[str] | None = None,
     book: PriceBook | None = None,
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
+    ceilings: list[Path] | None = None,
 ) -> list[RunSection]:
+    """``ceilings``: llama-batched-bench reports to set beside the runs (``--ceiling``), besides
+    those found in each run's folders (``analysis.ceiling``)."""
     if not run_dirs:
         raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
     book = book or PriceBook.default()
-    return [build_section(Path(path), book, reference_types, decode_bytes) for path in run_dirs]
+    named = [explicit_ceiling(path) for path in ceilings or []]
+    return [build_section(Path(path), book, reference_types, decode_bytes, named) for path in run_dirs]
 
 
 def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:

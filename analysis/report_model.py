@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.ceiling import BatchedCeiling, ceiling_for
 from analysis.cost import (
     PriceChoice,
     dollars_per_mtok_estimate,
@@ -42,6 +43,7 @@ class RunSection:
     run_costs: list[RunCost]
     warnings: list[str] = field(default_factory=list)
     roofline: RunRoofline | None = None
+    ceiling: BatchedCeiling | None = None  # the card's batched decode speed, when a bench result matches
 
     @property
     def label(self) -> str:
@@ -57,8 +59,10 @@ def build_section(
     book: PriceBook,
     reference_types: list[str] | None = None,
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
+    ceilings: list[BatchedCeiling] | None = None,
 ) -> RunSection:
-    """``decode_bytes``: model summaries by sha256, for a run whose manifest records none (its roofline)."""
+    """``decode_bytes``: model summaries by sha256, for a run whose manifest records none (its roofline);
+    ``ceilings``: llama-batched-bench results named by hand, besides those found beside the run."""
     run = load_run(path)
     figures = run_figures(run)
     model = run.manifest.model
@@ -75,4 +79,5 @@ def build_section(
     ]
     seconds, basis = run_uptime_seconds(figures, warnings)
     run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
-    return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode))
+    return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode),
+                      ceiling_for(run, ceilings))

@@ -28,11 +28,16 @@ def register(app: typer.Typer) -> None:
         ),
         formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
         gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
+        ceiling: list[Path] = typer.Option(
+            [], "--ceiling", help="a llama-batched-bench report (JSON) of the same model and card, set beside the "
+            "served curve (ones in the run's folder or the two above it are found without it; repeatable)",
+        ),
     ) -> None:
         """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots."""
         from analysis.report import build_sections, default_out_dir, parse_formats, write_files
 
         chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
-        sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf))
+        sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf),
+                                  ceilings=ceiling)
         for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen):
             typer.echo(str(path))

@@ -47,7 +47,10 @@ def same(committed: object, rendered: object, where: str = "") -> list[str]:
 def test_a_committed_run_renders_its_committed_report(name: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))  # the bundled prices only
     source = RUNS / name
-    copy = shutil.copytree(source, tmp_path / source.name, ignore=shutil.ignore_patterns("plots"))
+    # the run in a study folder like its own, with the study's batched ceilings beside it (the report reads them)
+    copy = shutil.copytree(source, tmp_path / "study" / "runs" / source.name, ignore=shutil.ignore_patterns("plots"))
+    for ceiling in source.parents[1].glob("batched-bench-*.json"):
+        shutil.copy(ceiling, tmp_path / "study" / ceiling.name)
     report = write_report([copy], decode_bytes=decode_bytes_for_runs([copy], []))  # as `rigbench report` does
     assert report.read_text() == (source / "report.md").read_text()
     committed = json.loads((source / "summary.json").read_text())
