@@ -15,7 +15,11 @@ later one fails. Phases (``--phases`` picks some):
 - ``sweep``: the many-users profile as shipped, 1..64 users, then with the drafter at 1, 2 and
   3 drafted tokens (a drafter that is always right, and one that is almost never right);
 - ``second``: the second preset without and with its drafter;
-- ``longctx``: 0, 32768 and 120000 tokens ahead of each prompt, one user, single-user profile.
+- ``longctx``: 0, 32768 and 120000 tokens ahead of each prompt, one user, single-user profile;
+- ``slots``: the server's slot choice at partial load: the many-users line swept 1..64 users with
+  one KV stream per slot and with a unified cache, each from the stock and from the patched
+  build (``llamacpp/patches/server-lowest-free-slot.patch``), and with user i pinned to slot i
+  (the bound a slot choice can reach); llama-batched-bench at the same counts is the ceiling.
 
 Random weights make random text, so replies have a fixed length (256 tokens: the synthetic
 vocabulary cannot end a reply); the target is written with ``favour`` so greedy decoding
@@ -58,7 +62,7 @@ from rigbench.studies.study_report import differing_replies, greedy_reference
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: children run from here with ``python -m``
 
-PHASES = ("models", "bench", "autotune", "greedy", "sweep", "second", "longctx")
+PHASES = ("models", "bench", "autotune", "greedy", "sweep", "second", "longctx", "slots")
 FAVOUR = 0.3
 PROFILE = "gemma4-e2b"  # one user, long context, the drafter: the published serving line
 MANY_PROFILE = "gemma4-e2b-many"  # 64 users
@@ -74,6 +78,17 @@ MANY_USER_TRIALS: dict[str, list[str]] = {
 # Trials at one user only, on the single-user profile.
 ONE_USER_TRIALS: dict[str, list[str]] = {"profile": []}
 BATCHED_PARALLEL = [1, 2, 4, 8, 16, 32, 64]
+SLOT_STEPS = [1, 2, 4, 8, 16, 24, 32, 48, 64]
+SLOT_PATCH = "server-lowest-free-slot"
+SLOT_MAX_TOKENS = 128  # requests short enough that every window holds whole ones at 64 users
+# (label, patched build, flags over the many-users line, users pinned to slots)
+SLOT_ARMS: tuple[tuple[str, bool, list[str], bool], ...] = (
+    ("per-slot-kv", False, [], False),
+    ("per-slot-kv-patched", True, [], False),
+    ("per-slot-kv-pinned", False, [], True),
+    ("unified-kv", False, ["-kvu"], False),
+    ("unified-kv-patched", True, ["-kvu"], False),
+)
 DRY_RUN_MAX_TOKENS = 16
 RUN_OVERHEAD_SECONDS = 20  # server start, load processes, report (10-25 s on an H200)
 MIN_PHASE_SECONDS = 30
@@ -435,6 +450,39 @@ def longctx(study: Study) -> None:
         ))
 
 
+def slot_profile(study: Study, patched: bool) -> Path:
+    """The many-users profile with or without the slot patch, written beside the study's runs."""
+    block = f'[llama_cpp]\npatches = ["{SLOT_PATCH}"]\n'
+    text = Path(load_profile(MANY_PROFILE).source_path or "").read_text().replace(block, "")
+    if "[llama_cpp]" in text:
+        raise RuntimeError(f"{MANY_PROFILE} has llama_cpp settings besides the slot patch: the study cannot vary it")
+    path = study.out / f"{MANY_PROFILE}-{'patched' if patched else 'stock'}.toml"
+    path.write_text(f"{text}\n{block}" if patched else text)
+    return path
+
+
+def slots(study: Study) -> None:
+    """Sweeps at partial load: stock and patched slot choice, per-slot and unified KV, and pinned users."""
+    preset = study.presets[0]
+    many = merge_server_args(load_profile(MANY_PROFILE).server.args, study.placement)
+    steps = SLOT_STEPS if study.scale >= 1 else [1, 2, 4]
+    for name, extra in (("per-slot-kv", []), ("unified-kv", ["-kvu"])):
+        threads = ["-t", "1", "-tb", "1"] if study.placement else []
+        report = run_batched_bench(study.binary("llama-batched-bench"), study.target(preset),
+                                   [*batched_bench_args(many), *extra, *threads], steps, gen_tokens=SLOT_MAX_TOKENS)
+        (study.out / f"batched-bench-{preset}-{name}-slots.json").write_text(report.to_json())
+        study.log(f"llama-batched-bench {preset} {name} at {steps}: {report.summary}")
+    profiles = {patched: str(slot_profile(study, patched)) for patched in (False, True)}
+    for label, patched, flags, pinned in SLOT_ARMS:
+        options = study.rig_options(
+            f"{preset}-{label}", preset, flags, profile=profiles[patched],
+            user_steps=steps, pin_slots=pinned, max_tokens=SLOT_MAX_TOKENS if study.scale >= 1 else DRY_RUN_MAX_TOKENS,
+            warmup_seconds=study.window(2), processes=1 if pinned else study.processes,
+        )
+        # 128-token replies take ~4.5 s at 64 users on an H200: 6 s at 1 user, 1 s more per doubling
+        study.local_run(replace(options, measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -449,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     study = Study(args.out, args.presets.split(","), args.scale, args.processes, args.backend, args.deadline)
     wanted = args.phases.split(",")
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
-             "sweep": sweep, "second": second, "longctx": longctx}
+             "sweep": sweep, "second": second, "longctx": longctx, "slots": slots}
     (args.out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
     if "models" not in wanted:
         study.phase("build", lambda: use_cached_build(study))
