@@ -403,6 +403,11 @@ CASES = [
             "separated by commas, e.g. 1,2,4,8 (exit 2)"
         ),
     ),
+    Case(
+        "cli: sweep pinned slots with two load processes",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "4", "--pin-slots", "--processes", "2"),
+        "UsageError: --pin-slots: users are numbered within one load process; give --steps and --processes 1 (exit 2)",
+    ),
     # the first hour's mistakes, each refused before anything exists
     Case(
         "cli: sweep url without scheme",
