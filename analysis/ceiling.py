@@ -32,6 +32,7 @@ SEARCH_DEPTH = 3  # the run's folder, its parent and the one above (OUT/runs/<ru
 @dataclass
 class BatchedCeiling:
     path: Path
+    model_file: str | None  # the name of the GGUF it ran (-m)
     unified: bool
     decode_tok_s: dict[int, float]  # sequences -> llama-batched-bench's decode tok/s
 
@@ -54,7 +55,8 @@ def read_ceiling(path: Path) -> BatchedCeiling | None:
     decode = {int(key[3:]): value for key, value in report.summary.items() if key.startswith("tg@")}
     if not decode:
         return None
-    return BatchedCeiling(path, any(flag in report.command for flag in UNIFIED_FLAGS), decode)
+    return BatchedCeiling(path, _model_file(report.command), any(flag in report.command for flag in UNIFIED_FLAGS),
+                          decode)
 
 
 def explicit_ceiling(path: Path) -> BatchedCeiling:
@@ -77,8 +79,7 @@ def ceiling_for(run: LoadedRun, named: list[BatchedCeiling] | None = None) -> Ba
     for folder in folders:
         found += [c for c in map(read_ceiling, sorted(folder.glob("batched-bench-*.json"))) if c is not None]
     for ceiling in found:
-        report = json.loads(ceiling.path.read_text())
-        if _model_file(report["command"]) == manifest.model.name and ceiling.unified == unified:
+        if ceiling.model_file == manifest.model.name and ceiling.unified == unified:
             return ceiling
     return None
 
