@@ -36,6 +36,12 @@ class BuildManifest(BaseModel):
     built_at: str
     cached: bool = Field(False, description="this call reused a finished build")
     devices: str | None = Field(None, description="llama-server --list-devices, where the build was checked")
+    restored_from: str | None = Field(
+        None, description="the s3:// URI this call restored the build from instead of compiling it"
+    )
+    uploaded_to: str | None = Field(
+        None, description="the s3:// URI this call uploaded the build to, for the next rigs to restore"
+    )
 
     @classmethod
     def parse(cls, data: dict | str, source: str) -> BuildManifest:

@@ -10,6 +10,7 @@
     ├── LoadTestError     the load generator could not run or stopped the sweep
     │   └── RunIncomplete a run was made but did not complete (failed or interrupted; records kept)
     ├── QualityError      an eval could not ask its questions (the server stopped answering)
+    ├── CloudError        the cloud loop refused its input, or a rig of it did not finish
     └── AnalysisError     records or prices cannot give the asked figure
 
 Every message says what was found, what was expected and what to do; the CLI prints it
@@ -54,6 +55,10 @@ class LoadTestError(RigbenchError):
 
 class RunIncomplete(LoadTestError):
     exit_code = 1
+
+
+class CloudError(RigbenchError):
+    pass
 
 
 class QualityError(RigbenchError):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InfraError
+from infra.ec2_calls import ec2_call
 from infra.stack_config import PROJECT
 
 PROJECT_TAG = "project"
@@ -102,24 +103,7 @@ def default_client_factory(endpoint_url: str | None = None) -> Ec2ClientFactory:
 
 
 def _aws_call(region: str, action: str, call: Callable[[], Any]) -> Any:
-    """Run one EC2 call, turning botocore's failures into one clear InfraError."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    try:
-        return call()
-    except NoCredentialsError:
-        raise InfraError(
-            f"{action} in {region}: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-            "AWS_SECRET_ACCESS_KEY (or run `aws configure`)"
-        ) from None
-    except ClientError as error:
-        info = error.response.get("Error", {})
-        raise InfraError(
-            f"{action} in {region} refused: {info.get('Code', 'error')}: {info.get('Message', error)}; "
-            "check the region and that your credentials allow ec2:DescribeInstances/TerminateInstances"
-        ) from None
-    except BotoCoreError as error:
-        raise InfraError(f"{action} in {region} failed: {error}") from None
+    return ec2_call(region, action, call, f"ec2:{action}")
 
 
 def list_rig_instances(region: str, client: Any) -> list[RigInstance]:

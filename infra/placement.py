@@ -4,16 +4,22 @@ Spot prices differ per AZ and move, and not every AZ offers every GPU type, so `
 asks EC2 which AZs offer the type and picks the one with the lowest current spot price. The
 look-ups are synchronous invokes made while the program starts, so a type the region or the
 chosen AZ does not offer stops the preview before any resource is declared.
+
+The cheapest AZ is often the one without spare capacity, so ``az: best`` picks the AZ with the
+highest spot placement score instead (``infra/spot_placement.py``, through boto3: the AWS
+provider has no invoke for GetSpotPlacementScores).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi_aws as aws
 
 from core.errors import InfraError
-from infra.stack_config import PROJECT, RigConfig
+from infra.spot_placement import ZoneOption, rank_zones
+from infra.stack_config import AZ_CHOICES, PROJECT, RigConfig
 
 SPOT_PRODUCT = "Linux/UNIX"
 
@@ -27,6 +33,31 @@ class Placement:
     subnet_id: str
     spot_price_usd_per_hour: float | None
     spot_prices_seen: dict[str, float]
+    spot_placement_scores: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def spot_placement_score(self) -> int | None:
+        """The chosen AZ's placement score (None unless ``az: best`` ranked the AZs for spot)."""
+        return self.spot_placement_scores.get(self.availability_zone)
+
+
+def make_ec2_client(region: str | None, profile: str | None) -> Any:
+    """A boto3 EC2 client with the program's region and profile (tests replace this function)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return boto3.Session(profile_name=profile, region_name=region).client("ec2")
+    except BotoCoreError as error:
+        raise InfraError(
+            f"config key aws:region (or aws:profile): cannot make an EC2 client for az: best ({error}); "
+            "expected `pulumi config set aws:region us-east-1` and a working AWS profile"
+        ) from None
+
+
+def stack_ec2_client() -> Any:
+    """An EC2 client for the stack's region (aws:region, else AWS_REGION) and profile (aws:profile)."""
+    return make_ec2_client(aws.config.region, aws.config.profile)
 
 
 def offered_azs(instance_type: str) -> list[str]:
@@ -85,14 +116,16 @@ def choose_placement(config: RigConfig) -> Placement:
             "(aws:region); expected a region that offers it, e.g. us-east-1 or us-west-2. "
             "Change aws:region or instanceType."
         )
-    if config.az != "cheapest" and config.az not in offered:
+    if config.az not in AZ_CHOICES and config.az not in offered:
         raise InfraError(
             f"config key {PROJECT}:az: {config.az} does not offer {config.instance_type}; "
-            f"accepted values: cheapest, {', '.join(offered)}"
+            f"accepted values: best, cheapest, {', '.join(offered)}"
         )
-    candidates = offered if config.az == "cheapest" else [config.az]
+    if config.az == "best" and config.market == "spot":
+        return best_placement(config, offered)
+    candidates = offered if config.az in AZ_CHOICES else [config.az]
     prices = spot_prices(config.instance_type, candidates) if config.market == "spot" else {}
-    if config.az != "cheapest":
+    if config.az not in AZ_CHOICES:
         az = config.az
     elif prices:
         az = cheapest_az(prices)
@@ -105,11 +138,7 @@ def choose_placement(config: RigConfig) -> Placement:
         # On-demand costs the same in every AZ of a region: take the first that offers the type.
         az = offered[0]
     spot_price = prices.get(az)
-    if config.spot_max_price is not None and spot_price is not None and spot_price > config.spot_max_price:
-        raise InfraError(
-            f"config key {PROJECT}:spotMaxPrice: {config.spot_max_price} USD/h is below the current spot price "
-            f"{spot_price} USD/h in {az}; expected a higher cap, or unset spotMaxPrice (cap = on-demand price)"
-        )
+    check_spot_max_price(config, az, spot_price)
     vpc_id, subnet_id = default_vpc_subnet(az)
     return Placement(
         availability_zone=az,
@@ -118,3 +147,40 @@ def choose_placement(config: RigConfig) -> Placement:
         spot_price_usd_per_hour=spot_price,
         spot_prices_seen=prices,
     )
+
+
+def best_placement(config: RigConfig, offered: list[str]) -> Placement:
+    """The offering AZ with the highest spot placement score (under spotMaxPrice, when one is set)."""
+    ranked = [o for o in rank_zones(stack_ec2_client(), config.instance_type, 1, "best") if o.zone in offered]
+    if not ranked:
+        raise InfraError(
+            f"config key {PROJECT}:az: best found no zone offering {config.instance_type} in "
+            f"{', '.join(offered)}; set az to one of them"
+        )
+    # Above the cap in every AZ: the cheapest AZ makes the refusal say which cap would do.
+    cheapest = min(ranked, key=lambda o: o.spot_usd_per_hour if o.spot_usd_per_hour is not None else float("inf"))
+    chosen = next((o for o in ranked if _under_cap(config, o)), cheapest)
+    check_spot_max_price(config, chosen.zone, chosen.spot_usd_per_hour)
+    vpc_id, subnet_id = default_vpc_subnet(chosen.zone)
+    return Placement(
+        availability_zone=chosen.zone,
+        vpc_id=vpc_id,
+        subnet_id=subnet_id,
+        spot_price_usd_per_hour=chosen.spot_usd_per_hour,
+        spot_prices_seen={o.zone: o.spot_usd_per_hour for o in ranked if o.spot_usd_per_hour is not None},
+        spot_placement_scores={o.zone: o.score for o in ranked if o.score is not None},
+    )
+
+
+def check_spot_max_price(config: RigConfig, az: str, spot_price: float | None) -> None:
+    """Refuse a spotMaxPrice below the AZ's current price: EC2 would refuse the launch (SpotMaxPriceTooLow)."""
+    if config.spot_max_price is not None and spot_price is not None and spot_price > config.spot_max_price:
+        raise InfraError(
+            f"config key {PROJECT}:spotMaxPrice: {config.spot_max_price} USD/h is below the current spot price "
+            f"{spot_price} USD/h in {az}; expected a higher cap, or unset spotMaxPrice (cap = on-demand price)"
+        )
+
+
+def _under_cap(config: RigConfig, option: ZoneOption) -> bool:
+    price = option.spot_usd_per_hour
+    return config.spot_max_price is None or price is None or price <= config.spot_max_price

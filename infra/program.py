@@ -13,12 +13,14 @@ import pulumi
 import pulumi_aws as aws
 
 from core.errors import InfraError
+from core.rig_setup import SETUP_MARKER
 from infra.gpu_rig import GpuRig, GpuRigArgs
 from infra.placement import Placement, choose_placement
 from infra.stack_config import PROJECT, RigConfig, load_rig_config, read_public_key
 from infra.user_data import UserDataSettings, render_user_data
 
 RIG_NAME = "rig"
+BUILD_CACHE_NAME = "build-cache"
 
 
 def resolve_ami(config: RigConfig) -> str:
@@ -50,6 +52,29 @@ def ssh_command(config: RigConfig, host: pulumi.Input[str]) -> pulumi.Output[str
     """A command the user can paste: the private key beside the public key file, if it is named so."""
     key = f"-i {config.private_key_hint} " if config.private_key_hint else ""
     return pulumi.Output.concat("ssh ", key, "-o StrictHostKeyChecking=accept-new ", config.ssh_user, "@", host)
+
+
+def build_cache_bucket(config: RigConfig, stack: str) -> pulumi.Input[str] | None:
+    """The shared llama.cpp build cache's bucket name, or None without one. With
+    ``buildCacheBucketCreate`` this stack declares it, private and retained on delete: the cache
+    outlives the rig (and this stack), which is what makes it worth having."""
+    if not config.build_cache_bucket:
+        return None
+    if not config.build_cache_bucket_create:
+        return config.build_cache_bucket
+    tags = {"project": PROJECT, "stack": stack, "owner": config.owner}
+    bucket = aws.s3.Bucket(BUILD_CACHE_NAME, bucket=config.build_cache_bucket, tags=tags,
+                           opts=pulumi.ResourceOptions(retain_on_delete=True))
+    aws.s3.BucketPublicAccessBlock(
+        f"{BUILD_CACHE_NAME}-private",
+        bucket=bucket.id,
+        block_public_acls=True,
+        block_public_policy=True,
+        ignore_public_acls=True,
+        restrict_public_buckets=True,
+        opts=pulumi.ResourceOptions(retain_on_delete=True),
+    )
+    return bucket.bucket
 
 
 def deploy(now: datetime | None = None) -> dict[str, pulumi.Input]:
@@ -103,9 +128,15 @@ def deploy(now: datetime | None = None) -> dict[str, pulumi.Input]:
         "launchTime": rig.launch_time,
         "ttlHours": config.ttl_hours,
         "onDemandUsdPerHour": gpu.on_demand_usd_per_hour,
+        "setupMarker": SETUP_MARKER,
     }
     if config.market == "spot":
         outputs["spotPriceAtLaunch"] = placement.spot_price_usd_per_hour
+    bucket = build_cache_bucket(config, pulumi.get_stack())
+    if bucket is not None:
+        outputs["buildCacheBucket"] = bucket
+    if config.market == "spot" and config.az == "best":
+        outputs["spotPlacementScore"] = placement.spot_placement_score
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

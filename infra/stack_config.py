@@ -29,8 +29,15 @@ TTL_HOURS_RANGE = (1, 72)
 ROOT_VOLUME_GB_RANGE = (75, 4096)
 # The key types EC2's ImportKeyPair accepts (no ECDSA, no DSA).
 PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
+# best: the highest spot placement score; cheapest: the lowest spot price (both among offering AZs).
+AZ_CHOICES = ("best", "cheapest")
 AZ_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$")
 AMI_ID_PATTERN = re.compile(r"^ami-[0-9a-f]{8,17}$")
+# S3's general purpose bucket naming rules.
+BUCKET_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+BUCKET_NAME_RULE = "3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"
 
 
 class RigConfig(BaseModel):
@@ -53,6 +60,8 @@ class RigConfig(BaseModel):
     owner: str = Field(min_length=1)
     ssh_user: str = Field("ubuntu", alias="sshUser", pattern=r"^[a-z_][a-z0-9_-]*$")
     nvme_path: str = Field("/opt/dlami/nvme", alias="nvmePath", pattern=r"^/[A-Za-z0-9_./-]+$")
+    build_cache_bucket: str | None = Field(None, alias="buildCacheBucket")
+    build_cache_bucket_create: bool = Field(False, alias="buildCacheBucketCreate")
 
     @field_validator("instance_type")
     @classmethod
@@ -65,8 +74,10 @@ class RigConfig(BaseModel):
     @field_validator("az")
     @classmethod
     def _az_shape(cls, value: str) -> str:
-        if value != "cheapest" and not AZ_PATTERN.match(value):
-            raise ValueError(f"{value!r} is neither 'cheapest' nor an availability zone name such as 'us-east-1d'")
+        if value not in AZ_CHOICES and not AZ_PATTERN.match(value):
+            raise ValueError(
+                f"{value!r} is neither 'best', 'cheapest' nor an availability zone name such as 'us-east-1d'"
+            )
         return value
 
     @field_validator("ami_id")
@@ -75,6 +86,16 @@ class RigConfig(BaseModel):
         if value and not AMI_ID_PATTERN.match(value):
             raise ValueError(f"{value!r} is not an AMI id such as 'ami-0123456789abcdef0'")
         return value or None
+
+    @field_validator("build_cache_bucket")
+    @classmethod
+    def _bucket_name_shape(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = bucket_name_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not an S3 bucket name: {problem}")
+        return value
 
     @field_validator("ami_ssm_parameter")
     @classmethod
@@ -117,6 +138,11 @@ class RigConfig(BaseModel):
             )
         if self.public_key and self.public_key_path:
             raise ValueError("publicKey/publicKeyPath: both are set; expected only one of them")
+        if self.build_cache_bucket_create and not self.build_cache_bucket:
+            raise ValueError(
+                "buildCacheBucketCreate/buildCacheBucket: buildCacheBucketCreate is true but buildCacheBucket is not "
+                "set; expected the bucket's name, e.g. `pulumi config set buildCacheBucket my-rigbench-builds`"
+            )
         return self
 
     @property
@@ -137,6 +163,21 @@ class RigConfig(BaseModel):
         if self.public_key_path and self.public_key_path.endswith(".pub"):
             return self.public_key_path[: -len(".pub")]
         return None
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What breaks S3's bucket naming rules in ``name``, or None."""
+    if not BUCKET_NAME_PATTERN.match(name):
+        return f"expected {BUCKET_NAME_RULE}"
+    if ".." in name or ".-" in name or "-." in name:
+        return "a dot next to another dot or a hyphen"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name):
+        return "formatted like an IP address"
+    reserved = [p for p in BUCKET_RESERVED_PREFIXES if name.startswith(p)]
+    reserved += [s for s in BUCKET_RESERVED_SUFFIXES if name.endswith(s)]
+    if reserved:
+        return f"{reserved[0]!r} is reserved by S3"
+    return None
 
 
 def config_keys() -> list[str]:
@@ -226,7 +267,7 @@ def _accepted_values(key: str) -> str:
     accepted = {
         "instanceType": ", ".join(known_instance_type_names()),
         "market": "spot, on-demand",
-        "az": "cheapest, or an availability zone of the region such as us-east-1d",
+        "az": "best, cheapest, or an availability zone of the region such as us-east-1d",
         "ttlHours": f"an integer from {TTL_HOURS_RANGE[0]} to {TTL_HOURS_RANGE[1]}",
         "rootVolumeGb": f"an integer from {ROOT_VOLUME_GB_RANGE[0]} to {ROOT_VOLUME_GB_RANGE[1]}",
         "allowOpenSsh": "true, false",
@@ -234,6 +275,8 @@ def _accepted_values(key: str) -> str:
         "allowedCidrs": "a list of CIDRs such as 203.0.113.7/32",
         "owner": "a non-empty name, e.g. your user name",
         "amiId": "an AMI id such as ami-0123456789abcdef0",
+        "buildCacheBucket": "an S3 bucket name such as my-rigbench-builds",
+        "buildCacheBucketCreate": "true, false",
     }
     return accepted.get(key, "")
 

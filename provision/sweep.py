@@ -19,6 +19,7 @@ from fabric import Connection
 
 from core.errors import ProvisionError
 from core.profile import RigProfile
+from core.rundir import RunDir
 from provision.connection import describe_host, privileged, rig_step, run
 from provision.rig_paths import RigPaths
 from provision.run_metadata import annotate_runs, rig_facts
@@ -146,6 +147,18 @@ def copy_tree(sftp, remote: str, local: Path) -> int:
     return copied
 
 
+def rig_annotations(local: Path) -> dict:
+    """What an earlier copy of the run wrote into its manifest here (the rig's build, model digests, GPU,
+    instance and price), so copying the rig's own manifest again does not take it away."""
+    if not (local / RunDir.MANIFEST).is_file():
+        return {}
+    manifest = RunDir(local).read_manifest()
+    if manifest.rig.kind != "aws" and manifest.build is None:
+        return {}
+    fields = {"rig": manifest.rig, "build": manifest.build, "model": manifest.model}
+    return fields | ({"drafter": manifest.drafter} if manifest.drafter is not None else {})
+
+
 @rig_step("fetch")
 def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str = "runs",
           run_ids: list[str] | None = None) -> list[Path]:
@@ -164,7 +177,10 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
                              f"runs there: {', '.join(sorted(available)) or 'none'}")
     copied = []
     for run_id in wanted:
+        annotated = rig_annotations(local_runs / run_id)
         count = copy_tree(sftp, f"{paths.runs}/{run_id}", local_runs / run_id)
+        if annotated:
+            RunDir(local_runs / run_id).update_manifest(**annotated)
         copied.append(local_runs / run_id)
         print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
     try:

@@ -35,6 +35,8 @@ from provision.rig_paths import DEFAULT_WORK, RigPaths
 if TYPE_CHECKING:
     from fabric import Connection
 
+    from core.build_manifest import BuildManifest
+
 DEFAULT_PROFILE = os.environ.get("RIGBENCH_PROFILE", "gemma4-e2b")
 API_KEY_VARIABLE = "RIGBENCH_API_KEY"
 SWEEP_STEPS = "1,2,4,8,16,32,64"
@@ -150,13 +152,20 @@ def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
     toolkit_step(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
 
 
-def build(rig: Rig, cache: str, backend: str) -> None:
-    """Build llama.cpp on the rig for its GPU (cached); keep the build manifest."""
+def build(rig: Rig, cache: str, backend: str, cache_bucket: str = "") -> BuildManifest:
+    """Build llama.cpp on the rig for its GPU (cached, and shared through S3 with a cache bucket); keep the
+    build manifest."""
     from llamacpp.build import BUILD_SCRIPT, patch_files
     from provision.build import build as build_step
 
-    build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None, backend=backend,
-               patch_files=patch_files(rig.profile.llama_cpp.patches))
+    bucket = cache_bucket or (rig.stack_outputs or {}).get("buildCacheBucket") or ""
+    store = None
+    if bucket:
+        from provision.build_cache import S3BuildCache
+
+        store = S3BuildCache(bucket)
+    return build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None,
+                      backend=backend, patch_files=patch_files(rig.profile.llama_cpp.patches), cache_store=store)
 
 
 def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
@@ -195,9 +204,19 @@ def up(rig: Rig, server_port: int, cache: str) -> None:
     from provision.serve import serve as serve_step
 
     toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
-    build(rig, cache=cache, backend="auto")
+    build(rig, cache=cache, backend="auto", cache_bucket=(rig.stack_outputs or {}).get("buildCacheBucket") or "")
     download(rig)
     serve_step(rig.c, rig.profile, rig.paths, port=server_port)
+
+
+def setup(rig: Rig, timeout: int, marker: str) -> dict:
+    """Wait until a new rig answers over SSH and its own set-up (the stack's user data) has finished."""
+    from provision.setup_marker import DEFAULT_SETUP_MARKER, wait_for_setup
+
+    marker = marker or (rig.stack_outputs or {}).get("setupMarker") or DEFAULT_SETUP_MARKER
+    found = wait_for_setup(rig.c, marker, timeout=timeout)
+    print(json.dumps(found), flush=True)
+    return found
 
 
 def stop(rig: Rig) -> None:
@@ -221,12 +240,13 @@ def logs(rig: Rig, lines: int) -> None:
     logs_step(rig.c, rig.paths, lines=lines)
 
 
-def bench(rig: Rig, repetitions: int) -> None:
+def bench(rig: Rig, repetitions: int) -> dict:
     """llama-bench pp512/tg128 at the profile's settings, saved as JSON in the rig's results."""
     from provision.llama_bench import bench as bench_step
 
     report, _ = bench_step(rig.c, rig.profile, rig.paths, repetitions=repetitions)
     print(json.dumps(report.summary), flush=True)
+    return report.summary
 
 
 def tunnel(rig: Rig, local_port: int, server_port: int) -> None:
@@ -244,7 +264,7 @@ def project(rig: Rig) -> None:
 
 
 def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, warmup: float, measure: str,
-          runs_dir: str, rigbench: str, sweep_args: str) -> None:
+          runs_dir: str, rigbench: str, sweep_args: str) -> list[Path]:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
     from provision.sweep import sweep as sweep_step
 
@@ -254,18 +274,20 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     parse_arrival(arrival)
     if arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {arrival_seed}")
-    for path in sweep_step(rig.c, rig.profile, rig.paths, steps=steps or SWEEP_STEPS, rates=rates or None,
-                           arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
-                           local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
-                           extra=shlex.split(sweep_args)):
+    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or SWEEP_STEPS, rates=rates or None,
+                        arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
+                        local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
+                        extra=shlex.split(sweep_args))
+    for path in copied:
         print(path, flush=True)
+    return copied
 
 
-def fetch(rig: Rig, runs_dir: str) -> None:
+def fetch(rig: Rig, runs_dir: str) -> list[Path]:
     """Copy every run directory and bench result from the rig into local runs/."""
     from provision.sweep import fetch as fetch_step
 
-    fetch_step(rig.c, rig.paths, runs_dir)
+    return fetch_step(rig.c, rig.paths, runs_dir)
 
 
 def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
@@ -293,8 +315,12 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("cuda_package", CUDA_PACKAGE, "CUDA toolkit package when nvcc is missing"),
         StepOption("require_gpu", False, "fail when the machine has no NVIDIA GPU"),
     ), uses_work=False),
-    ProvisionStep("build", build, (CACHE_OPTION, StepOption("backend", "auto", "auto, cpu or cuda")),
-                  needs_profile=True),
+    ProvisionStep("build", build, (
+        CACHE_OPTION,
+        StepOption("backend", "auto", "auto, cpu or cuda"),
+        StepOption("cache_bucket", "", "S3 bucket of built llama.cpp, keyed by the build key "
+                                       "(default: the stack's buildCacheBucket output)"),
+    ), needs_profile=True),
     ProvisionStep("download", download, needs_profile=True),
     ProvisionStep("serve", serve, (
         SERVER_PORT_OPTION,
@@ -304,6 +330,11 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("supervisor", "auto", "auto, systemd or process"),
     ), needs_profile=True),
     ProvisionStep("up", up, (SERVER_PORT_OPTION, CACHE_OPTION), needs_profile=True),
+    ProvisionStep("setup", setup, (
+        StepOption("timeout", 900, "seconds to wait for SSH and the set-up marker"),
+        StepOption("marker", "", "the marker file (default: the stack's setupMarker output, else "
+                   "/var/lib/rigbench/setup-complete.json)"),
+    ), uses_work=False),
     ProvisionStep("stop", stop),
     ProvisionStep("status", status),
     ProvisionStep("logs", logs, (StepOption("lines", 50, "how many lines", short="-n"),)),

@@ -8,9 +8,12 @@ Without ``--host`` the rig comes from ``pulumi stack output`` (``provision.stack
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import TypeAdapter
 
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
@@ -38,9 +41,20 @@ def step_command(step: ProvisionStep, rig_of: Any) -> Any:
     signature = signature.replace(parameters=[*signature.parameters.values(), *old])
 
     def body(ctx: typer.Context, **options: Any) -> None:
-        step.execute(rig_of(ctx), **options)
+        result = step.execute(rig_of(ctx), **options)
+        if ctx.obj.get("result") is not None:
+            write_result(ctx.obj["result"], result)
 
     return command_function(step.name, step.help, signature, body)
+
+
+def write_result(path: Path, result: Any) -> None:
+    """The step's result as JSON (a build manifest, the runs copied, a bench summary), for a caller that
+    composes steps (the cloud loop) and should not parse progress lines."""
+    payload = TypeAdapter(Any).dump_python(result, mode="json")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=2) + "\n")
+    partial.replace(path)
 
 
 def register(app: typer.Typer) -> None:
@@ -61,10 +75,11 @@ def register(app: typer.Typer) -> None:
         work: str = typer.Option(None, "--work", help="NVMe work folder (default: the stack's nvmePath)"),
         profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help=PROFILE_HELP),
         strict: bool = typer.Option(False, "--strict", help="refuse a host key that is not pinned yet"),
+        result: Path = typer.Option(None, "--result", help="also write the step's result as JSON to this file"),
     ) -> None:
         # Resolved on first use, so `rigbench provision STEP --help` needs no stack.
         ctx.obj = {"target": dict(host=host, user=user, port=port, key=key, stack=stack, work=work, strict=strict),
-                   "profile": profile}
+                   "profile": profile, "result": result}
 
     def rig_of(ctx: typer.Context) -> Rig:
         from provision.stack import RigTarget, resolve_target  # Fabric: loaded when a step runs

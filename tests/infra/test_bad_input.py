@@ -103,7 +103,7 @@ def test_type_not_offered_in_the_region_is_refused(use_stack, base_config, fake)
 def test_az_that_does_not_offer_the_type_is_refused(use_stack, base_config, fake):
     message = refused(use_stack, {**base_config, "az": "us-east-1c"})
     assert "config key rigbench:az: us-east-1c does not offer g6.xlarge" in message
-    assert "accepted values: cheapest, us-east-1a, us-east-1b, us-east-1d" in message
+    assert "accepted values: best, cheapest, us-east-1a, us-east-1b, us-east-1d" in message
 
 
 def test_spot_without_any_published_price_is_refused(use_stack, base_config, fake):

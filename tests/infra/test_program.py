@@ -153,6 +153,7 @@ def test_outputs(fake, run_program, base_config, public_key_file):
         "launchTime": fake.LAUNCH_TIME,
         "ttlHours": 8,
         "onDemandUsdPerHour": 0.9776,
+        "setupMarker": "/var/lib/rigbench/setup-complete.json",
         "spotPriceAtLaunch": 0.3921,
     }
 
