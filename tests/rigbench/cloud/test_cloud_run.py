@@ -1,0 +1,194 @@
+"""``rigbench cloud run`` end to end against stand-ins: a fake ``pulumi`` whose stacks are rigs in
+their own network namespaces (a real sshd each), moto's S3 server as the build cache, and the real
+provision steps, sweeps, fetch, report and plan. Every path checks the fake's state at the end:
+nothing may be left "running"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from core.cache import cache_root
+from core.network import free_port
+from core.profile import load_profile
+from llamacpp.build import BUILD_SCRIPT
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+BUCKET = "rigbench-test-builds"
+A, B = "g6-xlarge", "g6-2xlarge"
+# Short replies and windows: two rigs, their servers and their sweeps share this machine's two cores.
+FAST_SWEEP = ["--profile", "tiny", "--study", "sweep", "--steps", "1,2", "--warmup", "1", "--measure", "5",
+              "--sweep-args", "--max-tokens 8", "--users", "2", "--min-tok-s", "1", "--ttft-p90", "10"]
+
+
+@pytest.fixture()
+def build_bucket(netns_rigs, monkeypatch, tmp_path, llama_build):
+    """moto's S3 on the rigs' side of the host, holding the CPU build of the pinned llama.cpp, so each rig
+    restores its build from S3 instead of compiling for eight minutes."""
+    from moto.server import ThreadedMotoServer
+
+    rigs = netns_rigs(2)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://{rigs[0].host_address}:{port}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    monkeypatch.setenv("NO_PROXY", "*")
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    packed = subprocess.run(
+        [sys.executable, str(BUILD_SCRIPT), "--cache", str(cache_root()), "--backend", "cpu", "--source",
+         json.dumps(load_profile("tiny").llama_cpp.spec()), "--pack", str(tmp_path / "build.tar.gz")],
+        capture_output=True, text=True, check=True, timeout=300)
+    facts = json.loads(packed.stdout.strip().splitlines()[-1])
+    s3.put_object(Bucket=BUCKET, Key=f"llama.cpp/builds/{facts['key']}.tar.gz",
+                  Body=(tmp_path / "build.tar.gz").read_bytes(), Metadata={"sha256": facts["sha256"]})
+    try:
+        yield rigs, s3
+    finally:
+        server.stop()
+
+
+def world_of(rigs, **extra) -> dict:
+    stacks = {}
+    for name, rig in zip((A, B), rigs, strict=False):
+        entry = rig.world_stack()
+        entry["outputs"]["buildCacheBucket"] = BUCKET
+        stacks[name] = entry
+    return {"default_zone": "us-east-1a", "up_delay_s": 0.2, "setup_delay_s": 1.0, "stacks": stacks, **extra}
+
+
+def on_demand_stacks(project_dir) -> None:
+    """On-demand in a fixed zone: the loop asks EC2 nothing (no spot ranking) and prices from its table."""
+    for name, instance_type in ((A, "g6.xlarge"), (B, "g6.2xlarge")):
+        project_dir.write_stack(name, {"instanceType": instance_type, "market": "on-demand", "az": "us-east-1a",
+                                       "buildCacheBucket": BUCKET})
+
+
+def cloud_run(tmp_path: Path, project_dir, *arguments: str, env: dict | None = None, wait: bool = True,
+              timeout: float = 600):
+    command = [str(BIN / "rigbench"), "cloud", "run", "--yes", "--runs-dir", str(tmp_path / "runs"),
+               "--project-dir", os.fspath(project_dir), "--rigbench", str(BIN / "rigbench"), "--setup-timeout", "60",
+               *arguments]
+    environment = {**(env or os.environ), "RIGBENCH_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    if not wait:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=environment)
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout)
+
+
+def the_record(tmp_path: Path) -> tuple[Path, dict]:
+    folders = sorted((tmp_path / "runs").glob("cloud-*"))
+    assert len(folders) == 1, folders
+    return folders[0], json.loads((folders[0] / "cloud-run.json").read_text())
+
+
+def assert_nothing_running(fake_pulumi, rigs) -> None:
+    assert fake_pulumi.running() == [], "a stack still holds resources"
+    for rig in rigs:
+        assert not [pid for pid in rig.pids() if "llama-server" in Path(f"/proc/{pid}/cmdline").read_text(
+            errors="replace")], f"{rig.name}: llama-server outlived its destroyed stack"
+
+
+def test_two_rigs_from_nothing_to_a_cross_run_report_and_torn_down(build_bucket, fake_pulumi, project_dir,
+                                                                    tmp_path: Path) -> None:
+    rigs, s3 = build_bucket
+    fake_pulumi.write_world(world_of(rigs))
+    on_demand_stacks(project_dir)
+    result = cloud_run(tmp_path, project_dir, "--stack", A, "--stack", B, *FAST_SWEEP)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    folder, record = the_record(tmp_path)
+    for name in (A, B):
+        rig = record["rigs"][name]
+        assert rig["status"] == "finished" and rig["up"] is False and rig["destroyed_at"], rig
+        assert rig["instance_type"] == {A: "g6.xlarge", B: "g6.2xlarge"}[name]
+        assert [p for p, phase in rig["phases"].items() if not phase["ok"]] == []
+        assert list(rig["phases"]) == ["up", "setup", "toolkit", "build", "download", "serve", "sweep", "fetch",
+                                       "destroy"]
+        assert rig["phases"]["build"]["detail"].startswith(f"restored from s3://{BUCKET}/llama.cpp/builds/")
+        assert rig["phases"]["setup"]["seconds"] >= 0.5, "the set-up marker comes a second after up"
+        assert len(rig["runs"]) == 1
+        manifest = json.loads((folder / rig["runs"][0] / "manifest.json").read_text())
+        assert manifest["rig"]["instance_type"] == rig["instance_type"]
+        assert (folder / "rigs" / name / "log.txt").stat().st_size > 0
+        assert [h["command"] for h in fake_pulumi.state(name)["history"]] == ["up", "destroy"]
+    assert record["estimate"] and all(rig["usd"] > 0 for rig in record["estimate"])
+    report = (folder / record["report"]).read_text()
+    assert all(record["rigs"][name]["runs"][0].split("/")[-1] in report for name in (A, B))
+    assert (folder / "report" / "report.html").is_file()
+    plan = (folder / "plan.md").read_text()
+    assert "| g6.xlarge 2" in plan and "| g6.2xlarge 2" in plan, "each run is labelled with its rig's type"
+    assert "hypothetical" not in plan and "recommended: g6." in plan
+    assert "hours" in result.stdout and "cost $" in result.stdout
+    assert_nothing_running(fake_pulumi, rigs)
+
+
+def test_sigterm_mid_sweep_destroys_the_rig_and_resume_finishes_it(build_bucket, fake_pulumi, project_dir,
+                                                                  tmp_path: Path) -> None:
+    rigs, _ = build_bucket
+    fake_pulumi.write_world(world_of(rigs[:1]))
+    on_demand_stacks(project_dir)
+    options = [*FAST_SWEEP, "--steps", "1", "--measure", "6"]  # the signal lands in the sweep's window
+    process = cloud_run(tmp_path, project_dir, "--stack", A, *options, wait=False)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        records = list((tmp_path / "runs").glob("cloud-*/cloud-run.json"))
+        if records and "sweep" in json.loads(records[0].read_text())["rigs"][A]["phases"]:
+            break
+        assert process.poll() is None, process.stdout.read()
+        time.sleep(0.5)
+    time.sleep(3)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 1, output
+    folder, record = the_record(tmp_path)
+    rig = record["rigs"][A]
+    assert rig["status"] == "cancelled" and rig["up"] is False, rig
+    assert rig["phases"]["sweep"]["ok"] is False and rig["phases"]["destroy"]["ok"] is True
+    assert "SIGTERM: stopping every rig" in output
+    assert_nothing_running(fake_pulumi, rigs)
+
+    fake_pulumi.write_world(world_of(rigs[:1]))
+    resumed = cloud_run(tmp_path, project_dir, "--resume", folder.name)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    _, record = the_record(tmp_path)
+    rig = record["rigs"][A]
+    assert rig["status"] == "finished" and rig["phases"]["sweep"]["ok"] and len(rig["runs"]) >= 1
+    assert [h["command"] for h in fake_pulumi.state(A)["history"]] == ["up", "destroy", "up", "destroy"]
+    assert_nothing_running(fake_pulumi, rigs)
+
+
+def test_a_failed_provision_step_and_a_failed_sweep_both_end_destroyed(build_bucket, fake_pulumi, project_dir,
+                                                                       tmp_path: Path) -> None:
+    rigs, _ = build_bucket
+    fake_pulumi.write_world(world_of(rigs))
+    on_demand_stacks(project_dir)
+    models = rigs[0].work / "rigbench" / "models"  # rig A's disk: a file where its models folder goes
+    models.parent.mkdir(parents=True)
+    models.write_text("not a folder")
+    sweep = [*FAST_SWEEP[:FAST_SWEEP.index("--sweep-args")], "--sweep-args", "--no-such-option"]
+    result = cloud_run(tmp_path, project_dir, "--stack", A, "--stack", B, *sweep)
+    assert result.returncode == 1, result.stdout[-3000:]
+    _, record = the_record(tmp_path)
+    failed = {name: rig["error"].splitlines()[0] for name, rig in record["rigs"].items()}
+    assert failed[A].startswith("download exited 2") and failed[B].startswith("sweep exited 2"), failed
+    for name, rig in record["rigs"].items():
+        assert rig["status"] == "failed" and rig["up"] is False and rig["phases"]["destroy"]["ok"], rig
+        assert [h["command"] for h in fake_pulumi.state(name)["history"]] == ["up", "destroy"]
+    assert "sweep" not in record["rigs"][A]["phases"] and record["rigs"][B]["phases"]["serve"]["ok"]
+    assert record["report"] is None, "no run came home: no report"
+    assert_nothing_running(fake_pulumi, rigs)
