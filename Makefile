@@ -23,10 +23,13 @@ build-tools:
 llama: $(STAMP) build-tools
 	$(VENV)/bin/rigbench build --backend cpu > /dev/null
 
-# openssh-server for the provision tests (a private sshd on 127.0.0.1).
+# openssh-server for the provision tests (a private sshd on 127.0.0.1), and iproute2 for the cloud
+# loop's tests (each stand-in rig is a network namespace with its own sshd).
 sshd:
 	@command -v sshd >/dev/null || test -x /usr/sbin/sshd || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server)
+	@command -v ip >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2)
 
 # Chromium for the report tests (report.html opened and screenshotted in a headless browser).
 browser:
