@@ -374,7 +374,7 @@ def build(
         binaries[target] = str(found)
     manifest = {
         "key": key,
-        "source": source_id,
+        "source": fetched,
         "source_tree": str(tree),
         "backend": backend,
         "cuda_arch": arch,

@@ -84,3 +84,29 @@ def test_sdist_sha256_mismatch_is_refused(tmp_path, monkeypatch):
     finally:
         server.shutdown()
     assert not dest.exists() and not dest.with_suffix(".part").exists()
+
+
+def test_a_fresh_build_writes_a_manifest_the_build_model_reads(tmp_path, monkeypatch):
+    """The compile path end to end with cmake stood in for: the manifest it writes is valid JSON that
+    ``BuildManifest`` accepts, names the fetched source and is a cache hit the second time."""
+    from core.build_manifest import BuildManifest
+
+    tree = tmp_path / "src" / "llama.cpp"
+    tree.mkdir(parents=True)
+    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: (tree, "sha256:fetched"))
+    monkeypatch.setattr(lb, "source_id", lambda source: "sha256:fetched")
+    steps = []
+
+    def fake_cmake(name, command, log, cwd=None):
+        steps.append(name)
+        if name == "compile":
+            build_dir = lb.Path(command[command.index("--build") + 1])
+            (build_dir / "bin").mkdir(parents=True)
+            (build_dir / "bin" / "llama-server").write_text("")
+
+    monkeypatch.setattr(lb, "run_step", fake_cmake)
+    manifest = lb.build(tmp_path, backend="cpu", targets=["llama-server"])
+    assert steps == ["configure", "compile"] and manifest["cached"] is False
+    parsed = BuildManifest.parse((tmp_path / "builds" / manifest["key"] / "build_manifest.json").read_text(), "test")
+    assert parsed.source == "sha256:fetched" and parsed.key == manifest["key"]
+    assert lb.build(tmp_path, backend="cpu", targets=["llama-server"])["cached"] is True
