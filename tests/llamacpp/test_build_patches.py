@@ -66,7 +66,7 @@ def test_the_build_key_follows_the_patches_content_and_order(tmp_path: Path) -> 
 def test_a_cached_patched_build_is_reused_and_its_manifest_names_the_patches(tmp_path: Path, monkeypatch) -> None:
     tree = small_tree(tmp_path)
     patch = write_patch(tmp_path / "lowest.patch", "lru", "lowest")
-    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: (tree, "sha256:abc"))
+    monkeypatch.setattr(lb, "fetch_source", lambda source, cache: tree)
     options = lb.cmake_options("cpu", None, [])
     infos = lb.patch_infos([patch])
     out = tmp_path / "builds" / lb.build_key("sha256:abc", "cpu", None, options, ["llama-server"], infos)
@@ -74,7 +74,7 @@ def test_a_cached_patched_build_is_reused_and_its_manifest_names_the_patches(tmp
     (out / "cmake" / "bin" / "llama-server").write_text("")
     binary = str(out / "cmake" / "bin" / "llama-server")
     (out / "build_manifest.json").write_text(json.dumps({"binaries": {"llama-server": binary}, "patches": infos}))
-    manifest = lb.build(tmp_path, backend="cpu", targets=["llama-server"], patches=[patch])
+    manifest = lb.build(tmp_path, {"sha256": "abc"}, backend="cpu", targets=["llama-server"], patches=[patch])
     assert manifest["cached"] is True and manifest["patches"][0]["name"] == "lowest.patch"
     with pytest.raises(lb.BuildError, match="patch: .*missing.patch is not a file"):
         lb.build(tmp_path, backend="cpu", targets=["llama-server"], patches=[tmp_path / "missing.patch"])
