@@ -15,7 +15,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,20 +27,23 @@ TAIL_LINES = 12
 class PhaseOutcome:
     returncode: int
     seconds: float
-    tail: str
+    output: str  # everything the phase printed (an error code may sit far above its last lines)
     cancelled: bool = False
     timed_out: bool = False
+
+    @property
+    def tail(self) -> str:
+        return "\n".join(line for line in self.output.splitlines()[-TAIL_LINES:] if line.strip())
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.cancelled and not self.timed_out
 
 
-def last_lines(path: Path, since: int, count: int = TAIL_LINES) -> str:
+def output_since(path: Path, since: int) -> str:
     with open(path, "rb") as handle:
         handle.seek(since)
-        lines = deque(handle.read().decode(errors="replace").splitlines(), maxlen=count)
-    return "\n".join(line for line in lines if line.strip())
+        return handle.read().decode(errors="replace")
 
 
 def run_phase(argv: list[str], log: Path, cancel: threading.Event | None, timeout: float, cwd: Path | None = None,
@@ -66,7 +68,7 @@ def run_phase(argv: list[str], log: Path, cancel: threading.Event | None, timeou
             break
         time.sleep(POLL_S)
     returncode = process.wait()
-    return PhaseOutcome(returncode, time.monotonic() - started, last_lines(log, since), cancelled, timed_out)
+    return PhaseOutcome(returncode, time.monotonic() - started, output_since(log, since), cancelled, timed_out)
 
 
 def stop(process: subprocess.Popen, first: int) -> None:

@@ -10,10 +10,7 @@ next attempt: it may have created the key pair and security group without the in
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,13 +25,13 @@ from rigbench.cloud.phase_runner import PhaseOutcome, run_phase
 from rigbench.cloud.record import RIG_PHASES, AttemptRecord, CloudRunFolder, PhaseRecord, RigRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import StackSettings, write_attempt_config
+from rigbench.own_command import rigbench_program
 
 UP_TIMEOUT_S = 1800
 DESTROY_TIMEOUT_S = 1800
 DESTROY_TRIES = 3
 PHASE_TIMEOUT_S = {"setup": 1200, "toolkit": 1800, "build": 3600, "download": 7200, "serve": 900, "project": 1800,
                    "bench": 3600, "sweep": 6 * 3600, "fetch": 1800}
-FAILURE_LINES = 40
 
 
 class RigFailed(CloudError):
@@ -45,10 +42,20 @@ class Cancelled(CloudError):
     pass
 
 
-def rigbench_executable() -> str:
-    """The rigbench of this interpreter (its virtualenv), so phases run the same code as the loop."""
-    beside = Path(sys.executable).with_name("rigbench")
-    return str(beside) if beside.exists() else shutil.which("rigbench") or "rigbench"
+def describe(name: str, result: object) -> str | None:
+    """One line of what a phase found, from the step's result (where the build came from, runs copied)."""
+    if name == "build" and isinstance(result, dict):
+        if result.get("restored_from"):
+            return f"restored from {result['restored_from']}"
+        if result.get("cached"):
+            return "cached on the rig"
+        uploaded = f", uploaded to {result['uploaded_to']}" if result.get("uploaded_to") else ""
+        return f"built in {result.get('build_seconds')} s{uploaded}"
+    if name in ("sweep", "fetch") and isinstance(result, list):
+        return f"{len(result)} run(s)"
+    if name == "bench" and isinstance(result, dict):
+        return ", ".join(f"{key} {value}" for key, value in list(result.items())[:4])
+    return None
 
 
 class RigDriver:
@@ -88,10 +95,10 @@ class RigDriver:
             for name in RIG_PHASES[1:]:
                 if name == "project" and self.settings.rig_rigbench:
                     continue
-                self.phase(name, self.provision_options(name))
+                self.phase(name)
             for name in studies:
-                self.phase(name, self.provision_options(name), redo=True)
-            self.phase("fetch", self.provision_options("fetch"), redo=True)
+                self.phase(name)
+            self.phase("fetch")
             rec.status = "finished"
         except Cancelled:
             rec.status, rec.error = "cancelled", "stopped by a signal"
@@ -112,7 +119,7 @@ class RigDriver:
         if self.rec.status == "finished" or not self.rec.up or not started or self.done("fetch"):
             return
         try:
-            self.phase("fetch", self.provision_options("fetch"), cancel=False)
+            self.phase("fetch", cancel=False)
         except RigbenchError as error:
             self.event(self.rec.stack, f"fetch before destroy failed: {str(error).splitlines()[0]}")
 
@@ -176,8 +183,7 @@ class RigDriver:
                               UP_TIMEOUT_S, signal.SIGINT, "up")
         attempt.seconds, attempt.ok = round(outcome.seconds, 1), outcome.ok
         if not outcome.ok:
-            text = self.phase_output(outcome)
-            attempt.failure_code = retryable_failure(text)
+            attempt.failure_code = retryable_failure(outcome.output)
             attempt.failure = outcome.tail
             self.event(self.rec.stack, f"up #{number} failed: {attempt.failure_code or outcome.tail.splitlines()[-1:]}")
         self.save()
@@ -231,13 +237,12 @@ class RigDriver:
 
     # ---------------------------------------------------------------- phases on the rig
 
-    def phase(self, name: str, options: list[str], redo: bool = False, cancel: bool = True) -> None:
-        """Run a provision step as a phase, unless an earlier loop finished it on this same rig
-        (``cancel=False``: a phase the loop's stop does not interrupt, the fetch before destroy)."""
-        if self.done(name) and not redo:
+    def phase(self, name: str, cancel: bool = True) -> None:
+        """Run a provision step as a phase, unless an earlier loop finished it on this same rig (a
+        study whose runs came home is not run again); fetch copies again whenever it is reached.
+        ``cancel=False``: a phase the loop's stop does not interrupt (the fetch before destroy)."""
+        if self.done(name) and name != "fetch":
             return
-        if self.done(name) and redo and name != "fetch":
-            return  # a study whose runs came home is not run again
         if cancel and self.cancel.is_set():
             raise Cancelled(f"cancelled before {name}")
         record = self.rec.phases[name] = PhaseRecord(name=name, started_at=time.time())
@@ -245,13 +250,16 @@ class RigDriver:
         self.event(self.rec.stack, name)
         result_file = self.rig_folder / f"{name}.result.json"
         result_file.unlink(missing_ok=True)
-        outcome = run_phase(self.provision_argv(name, options, result_file), self.log,
+        outcome = run_phase(self.provision_argv(name, self.provision_options(name), result_file), self.log,
                             self.cancel if cancel else None, PHASE_TIMEOUT_S.get(name, 3600), cwd=self.project,
                             title=name)
         record.seconds, record.ok = round(outcome.seconds, 1), outcome.ok
         result = json.loads(result_file.read_text()) if outcome.ok and result_file.is_file() else None
         if outcome.ok:
-            record.detail = self.describe(name, result)
+            if name in ("sweep", "fetch") and isinstance(result, list):
+                runs = [self.folder.relative(path) for path in result]
+                self.rec.runs = list(dict.fromkeys([*self.rec.runs, *runs]))
+            record.detail = describe(name, result)
         else:
             record.error = outcome.tail
         self.save()
@@ -262,22 +270,6 @@ class RigDriver:
             raise RigFailed(f"{name} {reason}; last lines:\n{outcome.tail}")
         self.event(self.rec.stack, f"{name} ok {outcome.seconds:.0f} s" + (f" ({record.detail})" if record.detail
                                                                           else ""))
-
-    def describe(self, name: str, result: object) -> str | None:
-        if name == "build" and isinstance(result, dict):
-            if result.get("restored_from"):
-                return f"restored from {result['restored_from']}"
-            if result.get("cached"):
-                return "cached on the rig"
-            uploaded = f", uploaded to {result['uploaded_to']}" if result.get("uploaded_to") else ""
-            return f"built in {result.get('build_seconds')} s{uploaded}"
-        if name in ("sweep", "fetch") and isinstance(result, list):
-            runs = [self.folder.relative(path) for path in result]
-            self.rec.runs = list(dict.fromkeys([*self.rec.runs, *runs]))
-            return f"{len(runs)} run(s)"
-        if name == "bench" and isinstance(result, dict):
-            return ", ".join(f"{key} {value}" for key, value in list(result.items())[:4])
-        return None
 
     def provision_options(self, name: str) -> list[str]:
         settings = self.settings
@@ -294,7 +286,7 @@ class RigDriver:
 
     def provision_argv(self, step: str, options: list[str], result_file: Path) -> list[str]:
         key = ["--key", self.stack.private_key] if self.stack.private_key else []
-        return [rigbench_executable(), "provision", "--stack", self.rec.stack, *key, "--profile",
+        return [*rigbench_program(), "provision", "--stack", self.rec.stack, *key, "--profile",
                 self.settings.profile, "--result", str(result_file), step, *options]
 
     # ---------------------------------------------------------------- pulumi
@@ -303,19 +295,13 @@ class RigDriver:
                title: str) -> PhaseOutcome:
         executable = pulumi_executable(CloudError)
         return run_phase([executable, *arguments, "--stack", self.rec.stack, *QUIET_FLAGS], self.log, cancel,
-                         timeout, cwd=self.project, stop_signal=stop_signal, title=title, env=dict(os.environ))
+                         timeout, cwd=self.project, stop_signal=stop_signal, title=title)
 
     def outputs(self) -> dict:
         found = pulumi_json(["stack", "output", "--json", "--stack", self.rec.stack], CloudError, cwd=self.project)
         if not isinstance(found, dict):
             raise RigFailed(f"`pulumi stack output --json --stack {self.rec.stack}` did not print an object")
         return found
-
-    def phase_output(self, outcome: PhaseOutcome) -> str:
-        """The whole output of the phase that just ended (an error code may sit above the tail)."""
-        lines = self.log.read_text(errors="replace").splitlines()
-        starts = [index for index, line in enumerate(lines) if line.startswith("===== ")]
-        return "\n".join(lines[starts[-1]:] if starts else lines[-FAILURE_LINES:])
 
     # ---------------------------------------------------------------- resume
 

@@ -55,6 +55,7 @@ import psutil
 from tabulate import tabulate
 
 from core.cache import cache_root
+from rigbench.own_command import rigbench_program
 
 ROOT = Path(__file__).resolve().parents[2]  # children (the truth server, rigbench) run from here
 MODEL = "ground-truth"
@@ -454,8 +455,7 @@ class Durations:
 
 
 def rigbench_command(base_url: str, load: Load, durations: Durations, runs_dir: Path) -> list[str]:
-    executable = Path(sys.executable).with_name("rigbench")
-    program = [str(executable)] if executable.exists() else [sys.executable, "-m", "rigbench.cli"]
+    program = rigbench_program()
     offered = ["--steps", str(load.users)] if load.rate is None else [
         "--rates", f"{load.rate:g}", "--arrival", "poisson", "--arrival-seed", "1"]
     return [
