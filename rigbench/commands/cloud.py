@@ -16,7 +16,6 @@ EXIT_CODES = (
     "Exit codes: 0 every rig finished and was destroyed (or kept with --keep); 1 a rig failed or the loop was "
     "stopped (each stack was destroyed; the record says what ran); 2 refused before anything was created."
 )
-STUDY_CHOICES = ("sweep", "bench")
 
 
 def ranking_for(region: str | None):
@@ -86,11 +85,11 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.text import Text
 
-        from core.lists import parse_choices, parse_counts, parse_seconds, seconds_per_step
+        from core.lists import parse_choices, parse_counts, parse_windows
         from core.profile import load_profile
         from core.pulumi_cli import pulumi_executable
         from rigbench.cloud.loop import CloudLoop, check_budget, loop_folder, new_record, plan_loop
-        from rigbench.cloud.record import CloudRunFolder
+        from rigbench.cloud.record import STUDIES, CloudRunFolder
         from rigbench.cloud.settings import CloudSettings
         from rigbench.cloud.stacks import check_stacks, read_settings
 
@@ -106,9 +105,8 @@ def register(app: typer.Typer) -> None:
         else:
             if fallback_market not in ("", "on-demand"):
                 raise CloudError(f"--fallback-market: expected on-demand, found {fallback_market!r}")
-            studies = parse_choices(study, "--study", STUDY_CHOICES, example="sweep,bench")
-            parse_counts(steps, "--steps")
-            seconds_per_step(parse_seconds(measure, "--measure"), len(parse_counts(steps, "--steps")))
+            studies = parse_choices(study, "--study", STUDIES, example="sweep,bench")
+            parse_windows(measure, parse_counts(steps, "--steps"))
             from core.instance_types import get_instance_type
 
             for name in fallback_type:
