@@ -155,3 +155,9 @@ def parse_windows(text: str, steps: list[int] | list[float], option: str = "--me
     windows = parse_seconds(text, option)
     seconds_per_step(windows, len(steps), option, kind)
     return windows
+
+
+def check_pin_slots(pin_slots: bool, open_loop: bool, processes: int) -> None:
+    """``--pin-slots`` numbers users within one load process; an open loop has no users to number."""
+    if pin_slots and (open_loop or processes != 1):
+        raise UsageError("--pin-slots: users are numbered within one load process; give --steps and --processes 1")

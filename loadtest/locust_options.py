@@ -25,6 +25,7 @@ from core.lists import (
     MEASURE_HELP,
     RATES_HELP,
     STEPS_HELP,
+    check_pin_slots,
     parse_arrival,
     parse_load_steps,
     parse_seconds,
@@ -106,8 +107,7 @@ def settings_from(options: Any) -> LoadSettings:
     seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
     if options.arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {options.arrival_seed}")
-    if options.pin_slots and (rate_steps or (options.processes or 1) > 1):
-        raise UsageError("--pin-slots: users are numbered within one load process; give --steps and --processes 1")
+    check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
     return LoadSettings(
         user_steps=user_steps,
         rate_steps=rate_steps,

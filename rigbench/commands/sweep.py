@@ -18,6 +18,7 @@ from core.lists import (
     MEASURE_HELP,
     RATES_HELP,
     STEPS_HELP,
+    check_pin_slots,
     parse_arrival,
     parse_counts,
     parse_load_steps,
@@ -125,8 +126,7 @@ def register(app: typer.Typer) -> None:
         user_steps, rate_steps = parse_load_steps(steps, rates)
         arrival = parse_arrival(arrival)
         load_processes = parse_processes(processes)
-        if pin_slots and (rate_steps or load_processes != 1):
-            raise UsageError("--pin-slots: users are numbered within one load process; give --steps and --processes 1")
+        check_pin_slots(pin_slots, bool(rate_steps), load_processes)
         contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
         measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
         load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
