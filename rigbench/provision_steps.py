@@ -204,7 +204,7 @@ def up(rig: Rig, server_port: int, cache: str) -> None:
     from provision.serve import serve as serve_step
 
     toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
-    build(rig, cache=cache, backend="auto", cache_bucket=(rig.stack_outputs or {}).get("buildCacheBucket") or "")
+    build(rig, cache=cache, backend="auto")  # the stack's buildCacheBucket, when it has one
     download(rig)
     serve_step(rig.c, rig.profile, rig.paths, port=server_port)
 
