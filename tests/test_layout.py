@@ -130,16 +130,38 @@ def test_the_circle_finder_finds_one() -> None:
     assert strongly_connected({"a": {"b"}, "b": {"c", "a"}, "c": set()}) == [["a", "b"]]
 
 
-@pytest.mark.parametrize("name", sorted(STANDALONE))
-def test_standalone_files_import_only_the_standard_library(name: str) -> None:
+def required_imports(source: str) -> set[str]:
+    """The top-level modules a file imports, less those it imports inside ``try: … except ImportError``
+    (the file runs without them: the build script asks pip for its default index only where pip is)."""
+    tree = ast.parse(source)
+    optional: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(handler.type, ast.Name) and handler.type.id in ("ImportError", "ModuleNotFoundError")
+            for handler in node.handlers
+        ):
+            optional.update(id(inner) for statement in node.body for inner in ast.walk(statement))
     modules = set()
-    for node in ast.walk(ast.parse((ROOT / name).read_text())):
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
         if isinstance(node, ast.Import):
             modules.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             modules.add(node.module.split(".")[0])
-    outside = sorted(modules - set(sys.stdlib_module_names) - {"__future__"})
+    return modules - {"__future__"}
+
+
+@pytest.mark.parametrize("name", sorted(STANDALONE))
+def test_standalone_files_import_only_the_standard_library(name: str) -> None:
+    outside = sorted(required_imports((ROOT / name).read_text()) - set(sys.stdlib_module_names))
     assert not outside, f"{name} must run alone on a bare rig, with the standard library only: {outside}"
+
+
+def test_only_an_import_guarded_by_import_error_is_optional() -> None:
+    source = ("import json\nimport httpx\ntry:\n    import pip\nexcept ImportError:\n    pip = None\n"
+              "try:\n    import gguf\nexcept ValueError:\n    pass\n")
+    assert required_imports(source) == {"json", "httpx", "gguf"}
 
 
 def test_no_shipped_module_edits_sys_path() -> None:

@@ -96,7 +96,7 @@ def test_a_fresh_build_writes_a_manifest_the_build_model_reads(tmp_path, monkeyp
     monkeypatch.setattr(lb, "fetch_source", lambda source, cache: tree)
     steps = []
 
-    def fake_cmake(name, command, log, cwd=None):
+    def fake_cmake(name, command, log, cwd=None, env=None):
         steps.append(name)
         if name == "compile":
             build_dir = lb.Path(command[command.index("--build") + 1])

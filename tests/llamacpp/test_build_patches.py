@@ -1,4 +1,4 @@
-"""Patches in builds: applied to a copy of the source once per set, part of the build key,
+"""Patches in builds: applied to the build's own copy of the source, part of the build key,
 refused in one line when they do not apply; the project's slot patch applies to the pinned source."""
 
 from __future__ import annotations
@@ -29,25 +29,31 @@ def write_patch(path: Path, old: str, new: str) -> Path:
     return path
 
 
-def test_a_patch_is_applied_to_a_copy_of_the_source_once(tmp_path: Path) -> None:
+def test_a_patch_is_applied_to_the_builds_own_copy_of_the_source_once(tmp_path: Path) -> None:
     tree = small_tree(tmp_path)
     patch = write_patch(tmp_path / "lowest.patch", "lru", "lowest")
-    patched = lb.apply_patches(tree, [patch], "sha256:abc", tmp_path)
-    assert (patched / "tools" / "pick.cpp").read_text() == "int pick() {\n    return lowest();\n}\n"
+    folder = tmp_path / "builds" / "key"
+    staged = lb.stage_source(tree, [patch], "sha256:abc", folder)
+    assert staged == folder / "llama.cpp"
+    assert (staged / "tools" / "pick.cpp").read_text() == "int pick() {\n    return lowest();\n}\n"
     assert "lru" in (tree / "tools" / "pick.cpp").read_text(), "the shared source stays as it was"
-    (patched / "tools" / "pick.cpp").write_text("touched")
-    assert lb.apply_patches(tree, [patch], "sha256:abc", tmp_path) == patched
-    assert (patched / "tools" / "pick.cpp").read_text() == "touched", "a finished patched tree is reused"
-    assert lb.apply_patches(tree, [], "sha256:abc", tmp_path) == tree
+    (staged / "tools" / "pick.cpp").write_text("touched")
+    assert lb.stage_source(tree, [patch], "sha256:abc", folder) == staged
+    assert (staged / "tools" / "pick.cpp").read_text() == "touched", "a finished staged tree is reused"
+    unpatched = lb.stage_source(tree, [], "sha256:abc", folder)
+    assert (unpatched / "tools" / "pick.cpp").read_text() == "int pick() {\n    return lru();\n}\n", \
+        "a folder staged with other patches is staged again"
 
 
 def test_a_patch_that_does_not_apply_names_the_patch_and_the_source_and_leaves_nothing(tmp_path: Path) -> None:
     tree = small_tree(tmp_path)
     wrong = write_patch(tmp_path / "wrong.patch", "fifo", "lowest")
+    folder = tmp_path / "builds" / "key"
     with pytest.raises(lb.BuildError, match=r"^patch wrong.patch does not apply to llama.cpp sha256:abc: ") as error:
-        lb.apply_patches(tree, [wrong], "sha256:abc", tmp_path)
+        lb.stage_source(tree, [wrong], "sha256:abc", folder)
     assert "FAILED" in str(error.value) and "\n" not in str(error.value)
-    assert not list((tmp_path / "src").glob("patched-*")), "no half-patched tree is left to be reused"
+    assert not (folder / "llama.cpp").exists() and not (folder / "source.json").exists(), \
+        "no half-patched tree is left to be reused"
 
 
 def test_the_build_key_follows_the_patches_content_and_order(tmp_path: Path) -> None:
@@ -91,6 +97,6 @@ def test_a_profile_names_the_projects_patches_and_an_unknown_one_is_refused() ->
 def test_the_slot_patch_applies_to_the_pinned_source(llama_build, tmp_path: Path) -> None:
     """On the very tree the cached CPU build was made from (no CMake here: the build is the integration test's)."""
     tree = Path(llama_build.source_tree)
-    patched = lb.apply_patches(tree, [SLOT_PATCH], llama_build.source, tmp_path)
+    patched = lb.stage_source(tree, [SLOT_PATCH], llama_build.source, tmp_path / "build")
     text = (patched / "tools" / "server" / "server-context.cpp").read_text()
     assert "take the lowest-numbered free slot" in text and "selected slot by LRU" not in text
