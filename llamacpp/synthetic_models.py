@@ -59,6 +59,9 @@ PRESETS: dict[str, LlamaShape] = {
     "tiny": LlamaShape(),
     # A bigger CPU model, for sweeps where the server should be the bottleneck.
     "small": LlamaShape(n_vocab=8192, n_embd=256, n_layer=4, n_head=8, n_head_kv=4, n_ff=768, n_ctx=8192),
+    # 212 MB of F16 weights, past a CPU's caches: every graph evaluation reads them from memory, so
+    # one micro-batch of four tokens costs well under four of one (the slot-layout probe on a CPU).
+    "wide": LlamaShape(n_vocab=8192, n_embd=1024, n_layer=8, n_head=16, n_head_kv=8, n_ff=2816, n_ctx=8192),
     # A GPU probe: ~2.05 B parameters with Gemma's 262,144-token vocabulary, whose sampling cost shows.
     "probe-2b": LlamaShape(
         n_vocab=262144, n_embd=2048, n_layer=20, n_head=16, n_head_kv=8, n_ff=8192, n_ctx=131072

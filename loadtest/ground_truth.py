@@ -39,6 +39,7 @@ import itertools
 import json
 import math
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -407,10 +408,17 @@ class GroundTruthApp:
 
 
 async def serve(config: GroundTruthConfig, host: str, port: int, log_path: Path | None) -> None:
+    """Serve until SIGTERM or SIGINT. The signal is taken between two steps of the event loop, so a
+    reply whose last bytes went out is logged before the server stops (a client that read them may
+    stop the server at once and read the log), and a reply cut short is logged ``server_stopped``."""
     app = GroundTruthApp(config, log_path)
     server = await asyncio.start_server(app.handle, host, port, backlog=1024)
-    async with server:
-        await server.serve_forever()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    server.close()  # not wait_closed(): it would wait for idle kept-alive connections; asyncio.run cancels the rest
 
 
 def read_truth_log(path: Path) -> dict[str, dict]:

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from core.errors import LoadTestError, RunDirError, RunIncomplete
 from core.lists import format_seconds, seconds_per_step
+from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.signals import sigterm_as_keyboard_interrupt
 from loadtest.ceiling import load_ceiling
@@ -108,7 +109,11 @@ def locust_command(
     if timeline:
         command.append("--timeline")
     if settings.processes > 1:
-        command += ["--processes", str(settings.processes)]
+        # the master's port for its workers: a free one on loopback, not Locust's fixed 5557 on every
+        # interface (two multi-process sweeps at once on one machine would fight over it)
+        port = str(free_port())
+        command += ["--processes", str(settings.processes), "--master-bind-host", "127.0.0.1",
+                    "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port]
     if interruption_marker is not None:
         command += ["--interruption-marker", str(interruption_marker)]
     return command

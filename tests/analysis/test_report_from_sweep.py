@@ -21,6 +21,7 @@ ITL_MS = 10.0  # 100 tok/s per user
 TOKENS = 24
 
 
+@pytest.mark.timing
 def test_report_figures_match_the_ground_truth_server(tmp_path: Path) -> None:
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1.0, measure_seconds=3.0, max_tokens=TOKENS)
     config = GroundTruthConfig(ttft_ms=TTFT_MS, itl_ms=ITL_MS, tokens=TOKENS, model="default", slots=4)

@@ -117,7 +117,7 @@ def stream_chat(base_url: str, max_tokens: int) -> tuple[int, dict, dict]:
 @pytest.mark.parametrize("temperature_args", [[], ["--temp", "0"]])
 def test_tiny_gemma4_streams_one_chunk_per_token(llama_server_binary, tmp_path, temperature_args):
     model = write_gemma4_gguf(tmp_path / "tiny.gguf")
-    args = ["-m", str(model), "-c", "2048", "-t", "2", "--parallel", "1", *temperature_args]
+    args = ["-m", str(model), "-c", "2048", "-t", "1", "--parallel", "1", *temperature_args]
     with LocalServer(llama_server_binary, args, log_path=tmp_path / "server.log") as server:
         chunks, usage, timings = stream_chat(server.base_url, 96)
     assert usage["completion_tokens"] == 96 == chunks == timings["predicted_n"]
@@ -130,7 +130,7 @@ def test_tiny_drafter_drafts_with_spec_type_draft_mtp(llama_server_binary, tmp_p
     drafter = write_gemma4_assistant_gguf(tmp_path / "tiny-assistant.gguf", favour=favour)
     assert GGUFReader(str(drafter)).fields["general.architecture"].contents() == "gemma4-assistant"
     args = ["-m", str(model), "-md", str(drafter), "--spec-type", "draft-mtp", "--spec-draft-n-max", "2",
-            "-c", "2048", "-t", "2", "--parallel", "1"]
+            "-c", "2048", "-t", "1", "--parallel", "1"]
     with LocalServer(llama_server_binary, args, log_path=tmp_path / "server.log") as server:
         chunks, usage, timings = stream_chat(server.base_url, 64)
     assert usage["completion_tokens"] == 64 == chunks
@@ -156,7 +156,7 @@ def test_llama_quantize_q4_0_size_matches_prediction_and_still_streams(llama_bui
     assert types["blk.0.ffn_down.weight"] == "Q4_0"
     predicted = predicted_q4_0_bytes(gemma4_tensors(shape), header.stat().st_size, source_big=np.float32)
     assert quantized.stat().st_size == pytest.approx(predicted, rel=0.005)
-    args = ["-m", str(quantized), "-c", "2048", "-t", "2", "--parallel", "1"]
+    args = ["-m", str(quantized), "-c", "2048", "-t", "1", "--parallel", "1"]
     with LocalServer(llama_server_binary, args, log_path=tmp_path / "server.log") as server:
         chunks, usage, _ = stream_chat(server.base_url, 48)
     assert usage["completion_tokens"] == 48 == chunks
@@ -171,7 +171,7 @@ def test_real_layer_layout_loads_with_its_drafter(llama_server_binary, tmp_path,
     model = write_gemma4_gguf(tmp_path / "target.gguf", preset, shape=target)
     assistant = write_gemma4_assistant_gguf(tmp_path / "assistant.gguf", preset, target=target, drafter=drafter)
     args = ["-m", str(model), "-md", str(assistant), "--spec-type", "draft-mtp", "--spec-draft-n-max", "2",
-            "-c", "4096", "-t", "2", "--parallel", "1"]
+            "-c", "4096", "-t", "1", "--parallel", "1"]
     log = tmp_path / "server.log"
     with LocalServer(llama_server_binary, args, log_path=log) as server:
         chunks, usage, timings = stream_chat(server.base_url, 32)

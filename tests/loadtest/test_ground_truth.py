@@ -54,6 +54,7 @@ def test_jitter_spreads_gaps_but_keeps_their_mean() -> None:
     assert app.chunk_plan(2001, request_index=7) == plan, "seeded: the same request gets the same gaps"
 
 
+@pytest.mark.timing
 def test_queue_lets_only_slots_stream_and_logs_the_arrival(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=100, itl_ms=1, tokens=2, slots=2, queue=True, model="m")
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server, ThreadPoolExecutor(4) as pool:

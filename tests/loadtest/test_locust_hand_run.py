@@ -33,6 +33,7 @@ def only_run(runs: Path) -> RunDir:
     return RunDir(found[0])
 
 
+@pytest.mark.timing
 def test_a_headless_hand_run_counts_each_request_once(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     config = GroundTruthConfig(ttft_ms=20, itl_ms=5, tokens=16, model="default", slots=4)

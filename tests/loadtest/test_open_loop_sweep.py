@@ -35,6 +35,7 @@ def scheduled(run: RunDir) -> np.ndarray:
                                                          manifest.load.arrival_seed)
 
 
+@pytest.mark.timing
 def test_a_rate_sweep_sends_its_schedule_and_records_intended_starts(tmp_path: Path) -> None:
     with GroundTruthServer(CONFIG, tmp_path / "truth.jsonl") as server:
         run = sweep(tmp_path, server.base_url, "--rates", "5,10", "--warmup", "0.5", "--measure", "3")
@@ -62,6 +63,7 @@ def test_a_rate_sweep_sends_its_schedule_and_records_intended_starts(tmp_path: P
     assert np.all(lags > -0.001) and np.median(lags) < LATE_START_S, np.percentile(lags, [50, 90, 100])
 
 
+@pytest.mark.timing
 def test_two_processes_share_a_constant_schedule_that_merges_whole(tmp_path: Path) -> None:
     with GroundTruthServer(CONFIG, tmp_path / "truth.jsonl") as server:
         run = sweep(tmp_path, server.base_url, "--rates", "8", "--arrival", "constant", "--processes", "2",

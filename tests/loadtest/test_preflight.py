@@ -160,6 +160,7 @@ def test_a_reply_that_does_not_stream_whole_is_one_line(servers: dict[str, str],
     assert str(refused.value) == REPLY[mode].replace("{url}", servers[mode])
 
 
+@pytest.mark.timing
 @pytest.mark.integration
 def test_nothing_listening_is_said_at_once(tmp_path) -> None:
     url = dead_url()

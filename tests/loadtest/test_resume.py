@@ -36,6 +36,7 @@ def write_marker_after_first_step(run: RunDir, marker: Path, stop: threading.Eve
         time.sleep(0.05)
 
 
+@pytest.mark.timing
 def test_marker_interrupts_the_sweep_and_resume_finishes_it_in_a_linked_run(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=10, itl_ms=10, model="default", tokens=40)  # ~0.4 s a request
     settings = LoadSettings(user_steps=[1, 2, 3], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=40)

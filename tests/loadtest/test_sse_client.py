@@ -226,6 +226,7 @@ def test_a_keep_alive_connection_closed_between_requests_is_retried_once(serve) 
     assert server.requests == 3 and server.connections == 3
 
 
+@pytest.mark.timing
 def test_the_read_timeout_bounds_each_wait_not_the_stream(serve) -> None:
     slow = [head()] + [b"%x\r\n%s\r\n" % (len(p), p) for p in (sse(GOOD[:1])[:-14], sse(GOOD[1:]))] + [b"0\r\n\r\n"]
 
@@ -242,6 +243,7 @@ def test_the_read_timeout_bounds_each_wait_not_the_stream(serve) -> None:
     assert time.monotonic() - started < 2.5
 
 
+@pytest.mark.timing
 def test_a_watched_client_waits_without_a_timer_and_the_watchdog_ends_a_stall(serve) -> None:
     """With ``watched`` the socket has no timeout; ``abort_if_stalled`` (the load processes' watchdog)
     ends a wait past the read timeout with the same error, and leaves a shorter one alone."""

@@ -47,6 +47,7 @@ def test_request_body_asks_for_usage_and_llama_extensions() -> None:
     assert "ignore_eos" not in plain and plain["cache_prompt"] is True
 
 
+@pytest.mark.timing
 def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(faulty_server) -> None:
     server, log = faulty_server
     with make_client(server.base_url, read_timeout=1.0) as client:
@@ -77,6 +78,7 @@ def test_each_fault_becomes_its_error_kind_and_good_requests_match_the_truth(fau
     assert 0.9 < stalled.t_end - stalled.t_start < 3.0 and stalled.content_chunks == 1
 
 
+@pytest.mark.timing
 def test_a_request_given_a_start_time_is_built_first_and_sent_at_that_time(tmp_path: Path) -> None:
     """An open loop's scheduled start: the request goes out at ``not_before``, never before it,
     and the server receives it after it."""

@@ -47,6 +47,7 @@ def test_a_self_test_that_measured_nothing_gives_no_figures(tmp_path: Path) -> N
     assert "so nothing was measured" in RunDir(run_path).read_manifest().status_detail
 
 
+@pytest.mark.timing
 def test_fidelity_at_eight_users_is_within_the_benchmark_tolerances(tmp_path: Path) -> None:
     """Timing on a shared 2-core machine can be disturbed by other processes, so one
     disturbed run is repeated once; two misses in a row fail."""
@@ -110,6 +111,7 @@ def test_errors_are_recorded_and_the_threshold_fails_the_run_keeping_records(tmp
     assert all(r.http_status == 500 for r in records if r.error_kind)
 
 
+@pytest.mark.timing
 def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=2)
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=1, max_tokens=8)
@@ -223,3 +225,27 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
     assert all(r.content_chunks > 0 and r.t_first_token <= r.t_last_token <= r.t_end for r in records)
     boundaries = [(t.step, t.boundary) for t in run.read_telemetry()]
     assert boundaries[-3:] == [(1, "start"), (1, "measure"), (1, "end")]
+
+
+def test_two_multi_process_sweeps_at_once_each_keep_their_own_workers(tmp_path: Path) -> None:
+    """Each multi-process sweep's Locust master listens on a free loopback port of its own (Locust's
+    default, 5557 on every interface, is one port that a second sweep on the machine cannot bind)."""
+    import threading
+
+    config = GroundTruthConfig(ttft_ms=10, itl_ms=5, model="default", tokens=16)
+    settings = LoadSettings(user_steps=[2], warmup_seconds=0.5, measure_seconds=3.0, max_tokens=16, processes=2)
+    ended: dict[str, object] = {}
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        runs = {name: new_run(tmp_path / name, settings, server.port, slots=8) for name in ("a", "b")}
+
+        def sweep(name: str) -> None:
+            ended[name] = run_sweep(runs[name], server.base_url, progress=False)
+
+        threads = [threading.Thread(target=sweep, args=(name,)) for name in runs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    for name, run in runs.items():
+        assert ended[name].status == "complete", ended[name].status_detail
+        assert len({record.shard for record in run.read_records()}) == 2, "both workers of each sweep wrote"

@@ -26,7 +26,9 @@ def test_bench_saves_pp_and_tg_as_json_on_the_rig(built_rig) -> None:
     saved = json.loads(Path(path).read_text())
     assert saved["summary"] == report.summary and saved["command"][-2:] == ["-o", "json"]
     assert saved["profile"] == "tiny" and saved["backend"] == "cpu" and saved["build_key"]
-    assert saved["command"][saved["command"].index("-t"):saved["command"].index("-t") + 2] == ["-t", "2"]
+    threads = profile.server.args[profile.server.args.index("-t"):profile.server.args.index("-t") + 2]
+    assert saved["command"][saved["command"].index("-t"):saved["command"].index("-t") + 2] == threads, \
+        "llama-bench runs with the profile's threads"
 
 
 def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Path) -> None:

@@ -196,6 +196,13 @@ def test_fab_cli_pins_per_stack_and_strict_refuses_an_unpinned_rig(sshd, tmp_pat
     assert again.returncode == 0, again.stderr
 
 
+def interruptible() -> None:
+    """In the child before exec: SIGINT back to its default, so the program installs its Ctrl-C handling."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_fab_tunnel_forwards_until_interrupted(sshd, tmp_path: Path) -> None:
     import signal
     import threading
@@ -220,8 +227,9 @@ def test_fab_tunnel_forwards_until_interrupted(sshd, tmp_path: Path) -> None:
     local_port = free_port()
     command = [str(BIN / "fab"), "-H", f"{sshd.user}@{sshd.host}:{sshd.port}", "-i", str(sshd.key),
                "tunnel", "--local-port", str(local_port), "--server-port", str(rig_server.server_address[1])]
+    # Ctrl-C reaches it even where pytest was started with SIGINT ignored (a shell's `cmd &`)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=environment(tmp_path), cwd=REPO)
+                               env=environment(tmp_path), cwd=REPO, preexec_fn=interruptible)
     try:
         first_line = process.stdout.readline()
         assert first_line.startswith(f"[tunnel] http://127.0.0.1:{local_port} -> rig 127.0.0.1:"), first_line
@@ -230,6 +238,9 @@ def test_fab_tunnel_forwards_until_interrupted(sshd, tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{local_port}/health", timeout=10).json() == {"status": "ok"}
     finally:
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=20)
-        rig_server.shutdown()
+        try:
+            out, err = process.communicate(timeout=20)
+        finally:
+            process.kill()  # nothing is left running if Ctrl-C did not end it
+            rig_server.shutdown()
     assert "[tunnel] closed" in out, err

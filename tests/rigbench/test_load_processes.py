@@ -39,6 +39,7 @@ def test_a_local_server_takes_its_cores() -> None:
     assert server_cores_here("http://10.0.0.7:8080", None) == 0
 
 
+@pytest.mark.timing
 @pytest.mark.integration
 def test_auto_probes_one_users_rate_against_the_saved_ceiling(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))

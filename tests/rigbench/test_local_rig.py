@@ -12,9 +12,9 @@ from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_ri
 
 @pytest.mark.integration
 def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
-    # 64 users queue behind the tiny profile's 4 slots: a request started in a 1.5 s window at the
-    # last step may not end inside it (one that outlives the sweep is stopped), so that window is longer
-    windows = [1.5] * (len(DEFAULT_USER_STEPS) - 1) + [4.0]
+    # 32 and 64 users queue behind the tiny profile's 4 slots: a request started in a 1.5 s window at
+    # those steps may not end inside it (one that outlives the sweep is stopped), so their windows are longer
+    windows = [1.5] * (len(DEFAULT_USER_STEPS) - 2) + [3.0, 4.0]
     report = run_local_rig(
         LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu")
     )
@@ -57,7 +57,7 @@ def test_a_synthetic_model_is_labelled_and_held_to_fixed_replies(tmp_path, llama
     profile.write_text(
         'description = "a real-model profile"\n'
         '[model]\nrepo = "example/real"\nfile = "real.gguf"\nsha256 = "unknown"\n'
-        '[server]\nargs = "-c 1024 --parallel 2 -t 2 --metrics"\n'
+        '[server]\nargs = "-c 1024 --parallel 2 -t 1 --metrics"\n'
         '[request]\nmax_tokens = 8\ntemperature = 0.0\n'
     )
     report = run_local_rig(LocalRigOptions(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -18,8 +20,10 @@ RIGBENCH = str(Path(sys.executable).with_name("rigbench"))
 
 def test_serve_runs_until_ctrl_c_and_a_sweep_can_use_it(tmp_path: Path, llama_build) -> None:
     port = free_port()
+    # Ctrl-C reaches it even where pytest was started with SIGINT ignored (a shell's `cmd &`)
     process = subprocess.Popen([RIGBENCH, "serve", "--port", str(port), "--backend", "cpu"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), start_new_session=True)
     try:
         url = process.stdout.readline().strip()
         assert url == f"http://127.0.0.1:{port}", process.stderr.read() if process.poll() is not None else url
@@ -30,7 +34,11 @@ def test_serve_runs_until_ctrl_c_and_a_sweep_can_use_it(tmp_path: Path, llama_bu
         assert swept.returncode == 0, swept.stderr
     finally:
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing is left if Ctrl-C did not end it
+                os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, stderr
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health", timeout=2)

@@ -192,6 +192,7 @@ def test_marker_appears_only_after_the_delay_and_destroy_removes_it(fake_pulumi,
     assert not marker.exists()
 
 
+@pytest.mark.timing
 def test_stacks_update_in_parallel_but_one_stack_is_locked(fake_pulumi, project_dir, tmp_path) -> None:
     fake_pulumi.write_world(world(tmp_path, up_delay_s=1.0))
     started = time.monotonic()

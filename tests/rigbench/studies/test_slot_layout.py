@@ -28,14 +28,16 @@ def test_too_few_slots_for_the_users_is_a_flag_error_before_anything_is_built(ca
     assert "--users/--parallel: spread needs at least twice as many slots as users" in capsys.readouterr().err
 
 
+@pytest.mark.timing
 @pytest.mark.integration
 def test_spread_slots_cost_more_per_decode_call_with_per_slot_kv(tmp_path: Path) -> None:
-    probe = run_probe(tmp_path, users=4, slots=8, seconds=3.0, repeats=1, preset="small", threads=2, max_tokens=64)
+    # a model whose weights outgrow the caches: with "small" (8 MB) the gap was within the window's noise
+    probe = run_probe(tmp_path, users=4, slots=8, seconds=3.0, repeats=1, preset="wide", threads=2, max_tokens=64)
     cells = {(r["cache"], r["layout"]): r for r in probe["results"]}
     assert set(cells) == {(c, layout) for c in ("per-slot", "unified") for layout in ("consecutive", "spread")}
     assert cells[("per-slot", "spread")]["slots"] == [0, 2, 4, 6]
     assert all(r["tok_s"] > 0 for r in probe["results"])
-    # one micro-batch per run of consecutive slot ids: 4 graph evaluations against 1 (measured ~1.7x)
+    # one micro-batch per run of consecutive slot ids: 4 graph evaluations against 1 (1.5-2.1x measured here)
     spread, together = (cells[("per-slot", layout)]["ms_per_decode_call"] for layout in ("spread", "consecutive"))
     assert spread > 1.2 * together
     note = tmp_path / "note.md"
