@@ -540,11 +540,11 @@ def cmake_at_least(wanted: tuple[int, int]) -> bool:
 
 
 @contextlib.contextmanager
-def build_lock(out: Path):
-    """Hold ``<key>.lock`` beside the build folder: a second process asking for the same build waits,
-    then finds it finished (tests in parallel, or ``make demo`` beside ``make test``)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f"{out.name}.lock", "w") as handle:
+def file_lock(target: Path):
+    """Hold ``.<target's name>.lock`` beside ``target`` while making it: a second process making the same
+    thing waits, then finds it made (tests in parallel, or ``make demo`` beside ``make test``)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -604,7 +604,7 @@ def build(
     found = cached_build(out)
     if found:
         return found
-    with build_lock(out):
+    with file_lock(out):
         found = cached_build(out)  # another process finished it while this one waited
         if found:
             return found

