@@ -85,6 +85,8 @@ def run_batched_bench(
                 summary[f"pp@{row['pl']}"] = round(row["speed_pp"], 2)
             return BenchReport(command=command, summary=summary, results=rows)
     raise LlamaCppError(
-        f"llama-batched-bench gave no result for {missing} sequence(s) in {attempts} attempts (a test that "
-        f"does not fit the context is skipped silently); command: {' '.join(command)}"
+        f"llama-batched-bench gave no result for {missing} sequence(s) in {attempts} attempts: its result lines "
+        "come from llama.cpp's logger thread, which loses them when no core is free at exit (leave one: run it "
+        f"alone, with -t below the core count), and a test that does not fit the context is skipped silently; "
+        f"command: {' '.join(command)}"
     )

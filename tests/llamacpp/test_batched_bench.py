@@ -17,6 +17,7 @@ def test_serving_only_flags_are_left_out() -> None:
     assert batched_bench_args(["--parallel", "8", "-kvu", "-fa", "on"]) == ["-kvu", "-fa", "on"]
 
 
+@pytest.mark.timing  # llama-batched-bench prints its results only with a core free
 @pytest.mark.integration
 def test_batched_bench_reports_decode_speed_per_sequence_count(llama_build, tiny_model) -> None:
     # -t 1 leaves the second core to llama.cpp's logger thread (see run_batched_bench)

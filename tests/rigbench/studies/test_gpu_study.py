@@ -23,6 +23,7 @@ def test_divergence_names_the_token_where_texts_part_and_the_margin_there() -> N
     assert divergence(reference, {"text": "ab"})["token_index"] == 1  # a shorter text parts where it ends
 
 
+@pytest.mark.timing  # llama-batched-bench prints its results only with a core free
 @pytest.mark.integration
 def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build) -> None:
     out, cache = tmp_path / "study", tmp_path / "cache"
