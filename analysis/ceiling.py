@@ -35,6 +35,7 @@ class BatchedCeiling:
     model_file: str | None  # the name of the GGUF it ran (-m)
     unified: bool
     decode_tok_s: dict[int, float]  # sequences -> llama-batched-bench's decode tok/s
+    command: list[str]  # how llama-batched-bench was run (prompt and generated tokens, flags)
 
 
 def _model_file(command: list[str]) -> str | None:
@@ -56,7 +57,7 @@ def read_ceiling(path: Path) -> BatchedCeiling | None:
     if not decode:
         return None
     return BatchedCeiling(path, _model_file(report.command), any(flag in report.command for flag in UNIFIED_FLAGS),
-                          decode)
+                          decode, report.command)
 
 
 def explicit_ceiling(path: Path) -> BatchedCeiling:

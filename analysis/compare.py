@@ -14,16 +14,20 @@ ratios combine the two runs' intervals in log space. A ratio above 1 means B is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import intervals
-from analysis.figures import RunFigures, StepFigures, add_request_metrics, category_groups
+from analysis.figures import RunFigures, add_request_metrics, category_groups
 from analysis.intervals import Estimate
+from analysis.step import StepFigures
 from core.errors import AnalysisError
 
 
-@dataclass(frozen=True)
-class StepComparison:
+class StepComparison(BaseModel):
+    """B against A at one step: ratios B/A with their 95% intervals."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     users: int
     context_tokens: int
     categories: list[str]
@@ -32,22 +36,7 @@ class StepComparison:
     ttft_p90_ratio: Estimate
     rate_measure: str
     per_category: dict[str, Estimate]
-    rate: float | None = None  # the offered requests/s of a pair of open-loop steps
-
-    def to_dict(self) -> dict:
-        out = {
-            "users": self.users,
-            "context_tokens": self.context_tokens,
-            "categories": self.categories,
-            "per_user_ratio": self.per_user_ratio.to_dict(),
-            "aggregate_ratio": self.aggregate_ratio.to_dict(),
-            "ttft_p90_ratio": self.ttft_p90_ratio.to_dict(),
-            "rate_measure": self.rate_measure,
-            "per_category": {name: estimate.to_dict() for name, estimate in self.per_category.items()},
-        }
-        if self.rate is not None:
-            out["rate"] = self.rate
-        return out
+    rate: float | None = Field(None, exclude_if=lambda rate: rate is None)  # open-loop pairs only
 
 
 def _measured_ok(figures: RunFigures, step: StepFigures):

@@ -69,6 +69,7 @@ import pandas as pd
 from analysis import intervals
 from analysis.intervals import Estimate
 from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
+from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
 from core.rundir import TelemetrySnapshot
@@ -76,75 +77,6 @@ from core.rundir import TelemetrySnapshot
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
 PERCENTILES = (0.5, 0.9, 0.99)
-
-
-@dataclass
-class StepFigures:
-    """One step's figures. ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
-
-    index: int
-    users: int
-    context_tokens: int
-    window_start: float
-    window_end: float
-    requests: int
-    ok: int
-    errors: dict[str, int]
-    output_tokens: float
-    aggregate_tok_s: Estimate
-    request_rate: float
-    server_tok_s: Estimate
-    server_tok_s_mean: Estimate
-    client_tok_s: Estimate
-    geomean_tok_s: Estimate
-    ttft_s: dict[str, Estimate]
-    itl_s: dict[str, Estimate]
-    e2e_s: dict[str, Estimate]
-    draft_acceptance: Estimate
-    tokens_per_decode_step: float | None
-    server_counter_tok_s: float | None = None
-    completed_in_window: int = 0
-    tpot_s: dict[str, Estimate] = field(default_factory=dict)
-    rate: float | None = None
-    sent_rate: float | None = None
-    start_lag_s: dict[str, float | None] = field(default_factory=dict)
-    server_counter_granularity_tok_s: float | None = None
-    server_timings_tok_s: float | None = None
-    token_methods: dict[str, int] = field(default_factory=dict)
-    cut_counted_by_chunks: int = 0
-
-    @property
-    def window_seconds(self) -> float:
-        return self.window_end - self.window_start
-
-    @property
-    def open_loop(self) -> bool:
-        return self.rate is not None
-
-    @property
-    def load(self) -> float:
-        """The step's offered load: requests/s on an open-loop step, users on a closed-loop one."""
-        return self.rate if self.rate is not None else self.users
-
-    @property
-    def load_label(self) -> str:
-        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
-
-    @property
-    def error_count(self) -> int:
-        return sum(self.errors.values())
-
-    def to_dict(self) -> dict:
-        out: dict = {}
-        for key, value in self.__dict__.items():
-            if isinstance(value, Estimate):
-                out[key] = value.to_dict()
-            elif isinstance(value, dict) and value and isinstance(next(iter(value.values())), Estimate):
-                out[key] = {k: v.to_dict() for k, v in value.items()}
-            else:
-                out[key] = value
-        out["window_seconds"] = self.window_seconds
-        return out
 
 
 @dataclass
@@ -252,8 +184,10 @@ def _percentiles(values: np.ndarray) -> dict[str, Estimate]:
     return {f"p{round(q * 100)}": intervals.quantile(values, q) for q in PERCENTILES}
 
 
-def per_user_rate_column(measured_ok: pd.DataFrame) -> str:
-    """Server timings when every successful record has them, else the client's measure."""
+def geomean_rate_column(measured_ok: pd.DataFrame) -> str:
+    """The per-request rate the seeds' geometric mean is taken over: the server's own timings when
+    every successful record has them (as the seed articles read llama-server's timings), else the
+    client's measure. What a user sees per user is ``StepFigures.per_user_tok_s``, the client's first."""
     server = measured_ok["server_tok_s"]
     return "server_tok_s" if len(server) and server.notna().all() else "client_tok_s"
 
@@ -299,7 +233,7 @@ def step_figures(
     near_cut = (
         (frame["t_last_token"] >= start) & (frame["t_first_token"] < end) & (frame["output_tokens"] > 0) & ~frame["ok"]
     )
-    rate_column = per_user_rate_column(measured_ok)
+    rate_column = geomean_rate_column(measured_ok)
     draft = measured_ok[["timings_draft_n", "timings_draft_n_accepted", "timings_predicted_n"]].dropna()
     draft = draft[draft["timings_draft_n"] > 0]
     steps_taken = draft["timings_predicted_n"].sum() - draft["timings_draft_n_accepted"].sum()

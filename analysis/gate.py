@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from analysis import intervals
 from analysis.intervals import Estimate
 from analysis.report_model import RunSection
-from analysis.summary import RunSummary, StepSummary, run_summary
+from analysis.step import StepFigures
+from analysis.summary import RunSummary, run_summary
 from core.errors import AnalysisError
 from core.rundir import RunManifest
 
@@ -129,11 +130,11 @@ class GateResult:
         return not self.failures
 
 
-def error_rate(step: StepSummary) -> Estimate:
+def error_rate(step: StepFigures) -> Estimate:
     return intervals.proportion(step.error_count, step.requests)
 
 
-def per_step(read: Callable[[StepSummary], Estimate | None]) -> Callable[[GatedRun, int], Estimate | None]:
+def per_step(read: Callable[[StepFigures], Estimate | None]) -> Callable[[GatedRun, int], Estimate | None]:
     return lambda run, position: read(run.summary.steps[position])
 
 
@@ -235,11 +236,11 @@ def workload_differences(run: RunManifest, baseline: RunManifest) -> list[str]:
     ]
 
 
-def step_key(step: StepSummary) -> tuple[float, int]:
+def step_key(step: StepFigures) -> tuple[float, int]:
     return step.load, step.context_tokens
 
 
-def step_name(step: StepSummary) -> str:
+def step_name(step: StepFigures) -> str:
     return step.load_label + (f", context {step.context_tokens}" if step.context_tokens else "")
 
 

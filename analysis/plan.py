@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, replace
 
 from analysis.cost import PriceChoice, dollars_per_mtok
-from analysis.figures import RunFigures, StepFigures
+from analysis.figures import RunFigures
 from analysis.roofline import RunRoofline, StepRoofline
+from analysis.step import StepFigures
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class Plan:
 
 
 def conservative_per_user(step: StepFigures) -> float | None:
-    estimate = step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s
+    estimate = step.per_user_tok_s
     if estimate.value is None:
         return None
     return estimate.low if estimate.low is not None else estimate.value

@@ -83,10 +83,7 @@ def price_labels(sections: list[RunSection]) -> list[str]:
 
 
 def _per_user(section: RunSection) -> Points:
-    return [
-        (step.load, step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s)
-        for step in section.figures.steps
-    ]
+    return [(step.load, step.per_user_tok_s) for step in section.figures.steps]
 
 
 def _lines(sections: list[RunSection], name: str) -> list[Line]:
@@ -185,6 +182,20 @@ def _draw(path: Path, name: str, group: list[RunSection], open_loop: bool) -> No
         figure, axes = plt.subplots(figsize=SINGLE_SIZE, dpi=DPI, layout="constrained")
         _draw_on(axes, PLOTS[name], _lines(group, name), open_loop)
         _legend(figure, group, with_prices=name == "usd_per_mtok")
+        _save(figure, path)
+
+
+def draw_lines(path: Path, spec: PlotSpec, lines: list[tuple[str, Points]], open_loop: bool = False) -> None:
+    """One plot of labelled lines in the report's style (for figures that are not a run's own,
+    such as a study's arms side by side): the same axes, palette, markers, intervals and PNG."""
+    with plt.rc_context(STYLE):
+        figure, axes = plt.subplots(figsize=SINGLE_SIZE, dpi=DPI, layout="constrained")
+        _draw_on(axes, spec, [Line(run, 0, points) for run, (_, points) in enumerate(lines)], open_loop)
+        handles = [Line2D([], [], color=_colour(run), marker=_marker(run), linewidth=1.6, label=label)
+                   for run, (label, _) in enumerate(lines)]
+        if handles:
+            figure.legend(handles=handles, loc="outside lower center", ncols=1 if len(handles) < 3 else 2,
+                          frameon=False)
         _save(figure, path)
 
 

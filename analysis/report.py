@@ -19,7 +19,6 @@ from tabulate import tabulate
 from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison, compare_runs
 from analysis.cost import gpu_description
-from analysis.figures import StepFigures
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
@@ -28,6 +27,7 @@ from analysis.report_csv import write_csv
 from analysis.report_html import write_html
 from analysis.report_model import RunSection, build_section
 from analysis.roofline import roofline_section
+from analysis.step import StepFigures
 from analysis.summary import SUMMARY_FILE, Summary, build_summary, summary_text
 from core.errors import AnalysisError, UsageError
 from core.lists import format_seconds, parse_choices

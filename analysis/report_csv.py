@@ -62,7 +62,7 @@ def step_frame(sections: list[RunSection]) -> pd.DataFrame:
                 "rate": step.rate,
                 "context_tokens": step.context_tokens,
             }
-            for name, value in step.to_dict().items():
+            for name, value in step.model_dump().items():
                 if name not in IDENTITY:
                     rows += [{**keys, **row} for row in _figure_rows(name, value)]
             for label, cost in zip(section.cost_labels, costs, strict=True):

@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from analysis.figures import RunFigures, StepFigures
+from analysis.figures import RunFigures
+from analysis.step import StepFigures
 from core.gpus import find_gpu
 from core.instance_types import INSTANCE_TYPES
 from core.rundir import DecodeBytes, RunManifest
@@ -167,8 +168,7 @@ def step_batch(records: pd.DataFrame, step: StepFigures, slots: int | None) -> f
 
 
 def per_user_rate(step: StepFigures) -> float | None:
-    estimate = step.client_tok_s if step.client_tok_s.value is not None else step.server_tok_s
-    return estimate.value
+    return step.per_user_tok_s.value
 
 
 def run_roofline(figures: RunFigures, decode: DecodeBytes | None) -> RunRoofline:

@@ -9,10 +9,10 @@ is generated from them (``rigbench schema
 summary``; the committed copy is ``data/summary-v1.schema.json``, kept equal to them by a
 test).
 
-A step's figures are :class:`analysis.figures.StepFigures` as written to disk (each figure an
-:class:`analysis.intervals.Estimate`: value, 95% interval, n, method) plus its window length;
-keys added to the step after a file was written read back as their defaults, so the older
-files of this version stay readable.
+A step is :class:`analysis.step.StepFigures` itself (each figure an
+:class:`analysis.intervals.Estimate`: value, 95% interval, n, method), and a comparison step
+:class:`analysis.compare.StepComparison`: the models the report is made from are the ones the
+file holds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from analysis.compare import StepComparison
 from analysis.intervals import Estimate
 from analysis.prices import PriceQuote
 from analysis.report_model import RunSection
+from analysis.step import StepFigures
 from core.errors import AnalysisError
 from core.rundir import RunStatus
 from core.validation import describe_validation_error
@@ -39,60 +40,6 @@ SCHEMA_FILE = Path(__file__).resolve().parent / "data" / f"summary-v{SUMMARY_VER
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class StepSummary(Strict):
-    """One step of a run; ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
-
-    index: int
-    users: int
-    context_tokens: int
-    window_start: float
-    window_end: float
-    requests: int
-    ok: int
-    errors: dict[str, int]
-    output_tokens: float
-    aggregate_tok_s: Estimate
-    request_rate: float
-    server_tok_s: Estimate
-    server_tok_s_mean: Estimate
-    client_tok_s: Estimate
-    geomean_tok_s: Estimate
-    ttft_s: dict[str, Estimate]
-    itl_s: dict[str, Estimate]
-    e2e_s: dict[str, Estimate]
-    draft_acceptance: Estimate
-    tokens_per_decode_step: float | None
-    server_counter_tok_s: float | None = None
-    completed_in_window: int = 0
-    tpot_s: dict[str, Estimate] = Field(default_factory=dict)
-    rate: float | None = None
-    sent_rate: float | None = None
-    start_lag_s: dict[str, float | None] = Field(default_factory=dict)
-    server_counter_granularity_tok_s: float | None = None
-    server_timings_tok_s: float | None = None
-    token_methods: dict[str, int] = Field(default_factory=dict)
-    cut_counted_by_chunks: int = 0
-    window_seconds: float
-
-    @property
-    def load(self) -> float:
-        """The step's offered load: requests/s on an open-loop step, users on a closed-loop one."""
-        return self.rate if self.rate is not None else self.users
-
-    @property
-    def load_label(self) -> str:
-        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
-
-    @property
-    def error_count(self) -> int:
-        return sum(self.errors.values())
-
-    @property
-    def per_user_tok_s(self) -> Estimate:
-        """What a user sees: the client's median per-user tok/s, the server's when the client has none."""
-        return self.client_tok_s if self.client_tok_s.value is not None else self.server_tok_s
 
 
 class AppliedPrice(PriceQuote):
@@ -120,7 +67,7 @@ class RunSummary(Strict):
     path: str
     label: str
     status: RunStatus
-    steps: list[StepSummary]
+    steps: list[StepFigures]
     prices: list[AppliedPrice]
     usd_per_mtok: list[dict[str, Estimate]] = Field(description="per step, $/Mtok by price label")
     run_cost: list[RunCostSummary]
@@ -131,24 +78,10 @@ class RunSummary(Strict):
         return self.usd_per_mtok[step].get(label) if step < len(self.usd_per_mtok) else None
 
 
-class ComparisonStep(Strict):
-    """B against A at one step: ratios B/A with their 95% intervals (see ``analysis.compare``)."""
-
-    users: int
-    context_tokens: int
-    categories: list[str]
-    per_user_ratio: Estimate
-    aggregate_ratio: Estimate
-    ttft_p90_ratio: Estimate
-    rate_measure: str
-    per_category: dict[str, Estimate]
-    rate: float | None = Field(None, exclude_if=lambda rate: rate is None)  # open-loop pairs only
-
-
 class ComparisonSummary(Strict):
     a: str
     b: str
-    steps: list[ComparisonStep]
+    steps: list[StepComparison]
 
 
 class Summary(Strict):
@@ -168,7 +101,7 @@ def run_summary(section: RunSection) -> RunSummary:
             "path": str(run.path),
             "label": section.label,
             "status": run.manifest.status,
-            "steps": [step.to_dict() for step in section.figures.steps],
+            "steps": section.figures.steps,
             "prices": [{**choice.quote.model_dump(), "hypothetical": choice.hypothetical} for choice in section.prices],
             "usd_per_mtok": [dict(zip(section.cost_labels, row, strict=True)) for row in section.cost_rows],
             "run_cost": [
@@ -187,7 +120,7 @@ def build_summary(
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         runs=[run_summary(section) for section in sections],
         comparisons=[
-            ComparisonSummary(a=a, b=b, steps=[ComparisonStep.model_validate(row.to_dict()) for row in rows])
+            ComparisonSummary(a=a, b=b, steps=rows)
             for a, b, rows in comparisons
         ],
         plots=[str(plot) for plot in plots],

@@ -10,11 +10,11 @@ tuning loses nothing already measured.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from analysis.summary import read_summary
 from core.errors import RigbenchError
 from core.rundir import utc_now
 
@@ -51,21 +51,17 @@ class TrialResult(BaseModel):
 
 def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
     """One-user and largest-step figures from analysis' summary.json."""
-    from analysis.report import summary_value as value
-
-    summary = json.loads(summary_path.read_text())
-    steps = summary["runs"][0]["steps"]
+    steps = read_summary(summary_path).runs[0].steps
     if not steps:
         return {}
-    first = min(steps, key=lambda step: step["users"])
-    last = max(steps, key=lambda step: step["users"])
-
-    one_user_aggregate = value(first, "aggregate_tok_s")
-    top_aggregate = value(last, "aggregate_tok_s")
+    first = min(steps, key=lambda step: step.users)
+    last = max(steps, key=lambda step: step.users)
+    one_user_aggregate = first.aggregate_tok_s.value
+    top_aggregate = last.aggregate_tok_s.value
     return {
-        "one_user_server_tok_s": value(first, "server_tok_s") if first["users"] == 1 else None,
-        "one_user_client_tok_s": value(first, "client_tok_s") if first["users"] == 1 else None,
-        "max_users": last["users"],
+        "one_user_server_tok_s": first.server_tok_s.value if first.users == 1 else None,
+        "one_user_client_tok_s": first.client_tok_s.value if first.users == 1 else None,
+        "max_users": last.users,
         "aggregate_tok_s_at_max_users": top_aggregate,
         "scaling_vs_one_user": top_aggregate / one_user_aggregate if one_user_aggregate and top_aggregate else None,
     }

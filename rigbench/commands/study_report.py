@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
             "(autotune, long context); repeatable, first match wins"),
     ) -> None:
         """Write DIR/REPORT.md and DIR/plots/ (ceilings, autotune, greedy check, sweeps, drafter, long context)."""
-        from rigbench.studies.study_report import write_study_report
+        from analysis.study_report import write_study_report
 
         for folder in earlier:
             if not (folder / "build_manifest.json").exists():

@@ -58,7 +58,7 @@ from llamacpp.server import LocalServer
 from loadtest.schedule import make_stages, total_duration
 from rigbench.autotune import run_autotune
 from rigbench.local_rig import LocalRigOptions, run_local_rig
-from rigbench.studies.study_report import differing_replies, greedy_reference
+from analysis.study_report import differing_replies, greedy_reference
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: children run from here with ``python -m``
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from analysis.cost import dollars_per_mtok, dollars_per_mtok_estimate, price_choices
-from analysis.figures import StepFigures
 from analysis.intervals import Estimate
 from analysis.plan import Targets, capacity, crossing, rank
 from analysis.prices import PriceBook, PriceQuote
+from analysis.step import StepFigures
 from core.rundir import RigInfo
 
 

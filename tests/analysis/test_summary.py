@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -11,9 +10,19 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from analysis.figures import StepFigures
+from analysis.compare import StepComparison
 from analysis.report import build_sections, write_report
-from analysis.summary import SCHEMA_FILE, SUMMARY_VERSION, StepSummary, Summary, read_summary, run_summary, schema_text
+from analysis.step import StepFigures
+from analysis.summary import (
+    SCHEMA_FILE,
+    SUMMARY_VERSION,
+    ComparisonSummary,
+    RunSummary,
+    Summary,
+    read_summary,
+    run_summary,
+    schema_text,
+)
 from core.errors import AnalysisError
 from rigbench.cli import app
 
@@ -90,17 +99,21 @@ def test_every_committed_summary_reads_and_validates(path: Path) -> None:
     jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(json.loads(path.read_text()))
 
 
-def test_the_step_model_holds_every_figure_of_a_step() -> None:
-    """StepSummary is StepFigures on disk: the same names (plus the window's length), so neither drifts."""
-    assert set(StepSummary.model_fields) == {f.name for f in dataclasses.fields(StepFigures)} | {"window_seconds"}
+def test_summary_json_holds_the_figures_model_itself() -> None:
+    """One step model: what analysis computes is what summary.json stores and reads back."""
+    assert RunSummary.model_fields["steps"].annotation == list[StepFigures]
+    assert ComparisonSummary.model_fields["steps"].annotation == list[StepComparison]
 
 
-def test_a_figure_the_model_does_not_know_is_refused_on_write(monkeypatch) -> None:
+def test_a_figure_the_model_does_not_know_or_a_bad_value_is_refused_where_it_is_set(monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_PRICE_CACHE", "/nonexistent/prices.json")
     (section,) = build_sections([ONE_USER])
-    section.figures.steps[0].roofline = 0.4  # a new figure added to the step without the model
-    with pytest.raises(ValidationError, match=r"steps\.0\.roofline"):
-        run_summary(section)
+    step = section.figures.steps[0]
+    with pytest.raises(ValidationError, match=r"roofline\n  Object has no attribute 'roofline'"):
+        step.roofline = 0.4  # a new figure given to the step without the model
+    with pytest.raises(ValidationError, match=r"server_counter_tok_s\n  Input should be a valid number"):
+        step.server_counter_tok_s = "fast"
+    assert run_summary(section).steps[0] == step
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rigbench.studies.gpu_study import divergence
-from rigbench.studies.study_report import write_study_report
+from analysis.study_report import write_study_report
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -2,8 +2,11 @@
 wrote (ceilings, autotune trials, the greedy-text check, sweeps, drafter arms, long context).
 
 Why a generator rather than a hand-written page: every figure in it comes from the committed
-files beside it, so it can be rebuilt and checked (``rigbench study-report DIR``), and the
-published L4 figures of the same models are quoted beside ours only as ratios, for orientation.
+files beside it, so it can be rebuilt and checked (``rigbench study report DIR``), and the
+published L4 figures of the same models (``data/published-l4.json``, with their source) are
+quoted beside ours only as ratios, for orientation. Each arm's steps are read through the one
+summary reader (``analysis.summary``), the batched ceilings through ``analysis.ceiling``, and the
+plots are drawn in the report's own style (``analysis.plots``).
 """
 
 from __future__ import annotations
@@ -18,28 +21,23 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
-import matplotlib
+from pydantic import ValidationError
+from tabulate import tabulate
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from tabulate import tabulate  # noqa: E402
+from analysis.ceiling import read_ceiling
+from analysis.figures import counter_rate
+from analysis.intervals import Estimate
+from analysis.plots import PlotSpec, draw_lines
+from analysis.step import StepFigures
+from analysis.summary import read_summary
+from core.errors import AnalysisError
+from core.llama_bench import BenchReport
+from core.profile import RESERVED_SERVER_FLAGS, split_flags
+from core.rundir import RunDir
+from core.validation import describe_validation_error
 
-from analysis.report import summary_value as value  # noqa: E402
-from core.errors import AnalysisError  # noqa: E402
-from core.profile import RESERVED_SERVER_FLAGS, split_flags  # noqa: E402
-
-# Published L4 figures of the same models (real QAT weights): another card, quoted as ratios only.
-SEED_L4 = {
-    "card": "NVIDIA L4 (g6.2xlarge, llama.cpp 77c4540ce, real Gemma 4 QAT weights)",
-    "e2b_one_user": 133.4,
-    "e4b_drafter_one_user": 129.7,
-    "e2b_story_empty": 134.1,
-    "e2b_story_120k": 66.7,
-    "drafter_gain_code_3": 2.39,
-    "drafter_gain_story_3": 1.31,
-    "drafter_at_64": 0.87,
-    "e2b_file_bytes": 3_349_516_256,
-}
+PUBLISHED_L4_FILE = Path(__file__).resolve().parent / "data" / "published-l4.json"
+SEED_L4 = json.loads(PUBLISHED_L4_FILE.read_text())["figures"]
 CLIENT_SERVER_TOLERANCE = 0.02
 ARM = re.compile(
     r"^(?P<preset>[a-z0-9-]+?)-(?P<kind>best|profile|drafter(?P<n>\d)(?P<random>-random)?|ctx(?P<depth>\d+))$"
@@ -57,10 +55,18 @@ class Arm:
     random_drafter: bool
     depth: int | None
     server_args: list[str]
-    steps: list[dict] = field(default_factory=list)
+    steps: list[StepFigures] = field(default_factory=list)
 
-    def step(self, users: int) -> dict | None:
-        return next((s for s in self.steps if s["users"] == users), None)
+    def step(self, users: int) -> StepFigures | None:
+        return next((s for s in self.steps if s.users == users), None)
+
+
+def value(step: StepFigures | None, name: str) -> float | None:
+    """A step's figure by name: an estimate's value, or the plain number (None without the step)."""
+    if step is None:
+        return None
+    figure = getattr(step, name)
+    return figure.value if isinstance(figure, Estimate) else figure
 
 
 def fmt(number: float | None, digits: int = 1, suffix: str = "") -> str:
@@ -85,12 +91,12 @@ def read_json(path: Path, optional: bool = False):
 def load_arms(study: Path) -> list[Arm]:
     arms = []
     for manifest_path in sorted((study / "runs").glob("*/manifest.json")):
-        manifest = read_json(manifest_path)
-        match = ARM.match(manifest["load"].get("arm") or "")
-        if match is None or manifest["status"] != "complete":
+        manifest = RunDir(manifest_path.parent).read_manifest()
+        match = ARM.match((manifest.load.arm if manifest.load else None) or "")
+        if match is None or manifest.status != "complete":
             continue
-        summary = read_json(manifest_path.parent / "summary.json")
-        steps = {s["users"]: s for s in summary["runs"][0]["steps"]}  # one entry per user count
+        summary = read_summary(manifest_path.parent / "summary.json")
+        steps = {s.users: s for s in summary.runs[0].steps}  # one entry per user count
         arms.append(Arm(
             path=manifest_path.parent,
             preset=match["preset"],
@@ -98,7 +104,7 @@ def load_arms(study: Path) -> list[Arm]:
             draft_n=int(match["n"]) if match["n"] else None,
             random_drafter=bool(match["random"]),
             depth=int(match["depth"]) if match["depth"] else None,
-            server_args=manifest["server"]["args"],
+            server_args=manifest.server.args if manifest.server else [],
             steps=[steps[u] for u in sorted(steps)],
         ))
     return arms
@@ -110,7 +116,7 @@ def serving_flags(args: list[str]) -> str:
     return " ".join(token for group in split_flags(args) if group[0] not in RESERVED_SERVER_FLAGS for token in group)
 
 
-def ceiling_section(presets: list[str], benches: dict[str, dict | None], depth: dict,
+def ceiling_section(presets: list[str], benches: dict[str, BenchReport | None], depth: dict,
                     models: dict[str, int]) -> list[str]:
     rows = [[p, f"{models.get(f'{p}-q4_0.gguf', 0):,}", fmt(summary_of(b).get("pp512")),
              fmt(summary_of(b).get("tg128"))] for p, b in benches.items()]
@@ -125,16 +131,27 @@ def ceiling_section(presets: list[str], benches: dict[str, dict | None], depth: 
         cells = ", ".join(f"{k.split('@d')[1]} tokens ahead: {v:,.1f}" for k, v in depth.items())
         lines.append(f"tg128 of {presets[0]} at depth (llama-bench `-d`): {cells}.")
     if benches[presets[0]] is not None:
-        command = benches[presets[0]]["command"]
+        command = benches[presets[0]].command
         lines += ["", f"llama-bench flags (the profile's, translated): `{serving_flags(command[1:])}`", ""]
     else:
         lines += ["", f"(no llama-bench figures for {presets[0]} in this study)", ""]
     return lines
 
 
-def summary_of(bench: dict | None) -> dict:
+def summary_of(bench: BenchReport | None) -> dict[str, float]:
     """A llama-bench report's summary ({} when the study has no such file)."""
-    return bench["summary"] if bench is not None else {}
+    return bench.summary if bench is not None else {}
+
+
+def read_bench(path: Path) -> BenchReport | None:
+    """A llama-bench report the study wrote, validated; None when the study has no such file."""
+    data = read_json(path, optional=True)
+    if data is None:
+        return None
+    try:
+        return BenchReport.model_validate(data)
+    except ValidationError as error:
+        raise AnalysisError(describe_validation_error(error, path)) from None
 
 
 def source_line(source: str) -> list[str]:
@@ -238,16 +255,16 @@ def sweep_rows(arm: Arm) -> list[list[str]]:
     rows = []
     one = value(arm.step(1), "aggregate_tok_s")
     for s in arm.steps:
-        agg = s["aggregate_tok_s"]
-        server, client = value(s, "server_tok_s"), value(s, "client_tok_s")
+        agg = s.aggregate_tok_s
+        server, client = s.server_tok_s.value, s.client_tok_s.value
         diff = (client / server - 1) if server and client else None
         rows.append([
-            s["users"], f"{fmt(agg['value'])} [{fmt(agg.get('low'), 0)}, {fmt(agg.get('high'), 0)}]",
-            fmt(agg["value"] / one, 2) if one else "-", fmt(server), fmt(client),
+            s.users, f"{fmt(agg.value)} [{fmt(agg.low, 0)}, {fmt(agg.high, 0)}]",
+            fmt(agg.value / one, 2) if one and agg.value is not None else "-", fmt(server), fmt(client),
             fmt(diff * 100, 2, " %") if diff is not None else "-",
-            fmt((s.get("ttft_s") or {}).get("p50", {}).get("value"), 3),
-            fmt(value(s, "draft_acceptance"), 2), fmt(value(s, "tokens_per_decode_step"), 2),
-            s.get("completed_in_window", "-"),
+            fmt(s.ttft_s["p50"].value if "p50" in s.ttft_s else None, 3),
+            fmt(s.draft_acceptance.value, 2), fmt(s.tokens_per_decode_step, 2),
+            s.completed_in_window,
         ])
     return rows
 
@@ -260,9 +277,9 @@ def agreement_lines(arms: list[Arm]) -> list[str]:
     worst = []
     for arm in arms:
         for s in arm.steps:
-            server, client = value(s, "server_tok_s"), value(s, "client_tok_s")
+            server, client = s.server_tok_s.value, s.client_tok_s.value
             if server and client:
-                worst.append((abs(client / server - 1), arm, s["users"]))
+                worst.append((abs(client / server - 1), arm, s.users))
     if not worst:
         return []
     gap, arm, users = max(worst, key=lambda item: item[0])
@@ -290,9 +307,6 @@ DECODE_COUNTER = "llamacpp:n_decode_total"
 
 def decode_steps(run: Path) -> dict[int, float]:
     """users -> llama-server decode calls per second over each step's measured window."""
-    from analysis.figures import counter_rate
-    from core.rundir import RunDir
-
     run_dir = RunDir(run)
     telemetry = run_dir.read_telemetry()
     rates = {}
@@ -345,24 +359,25 @@ def batched_ceiling_section(study: Path, arms: list[Arm], decode_rates: dict[Pat
     same kernels, no sampling, no HTTP) beside what llama-server served to N users."""
     lines = []
     for preset in dict.fromkeys(a.preset for a in arms):
-        files = {p.name[len(f"batched-bench-{preset}-"):-len(".json")]: read_json(p)
+        found = {p.name[len(f"batched-bench-{preset}-"):-len(".json")]: read_ceiling(p)
                  for p in sorted(study.glob(f"batched-bench-{preset}-*.json"))}
+        files = {label: ceiling for label, ceiling in found.items() if ceiling is not None}
         if not files:
             continue
         base = next((a for a in arms if a.preset == preset and a.kind == "base" and a.depth is None), None)
         rates = decode_rates.get(base.path, {}) if base else {}
         labels = list(files)
-        counts = sorted({int(k.split("@")[1]) for f in files.values() for k in f["summary"] if k.startswith("tg@")})
+        counts = sorted({users for ceiling in files.values() for users in ceiling.decode_tok_s})
         rows = []
         for users in counts:
-            ceilings = [files[label]["summary"].get(f"tg@{users}") for label in labels]
+            ceilings = [files[label].decode_tok_s.get(users) for label in labels]
             served = value(base.step(users), "aggregate_tok_s") if base else None
             best = max((c for c in ceilings if c), default=None)
             rows.append([users, *(fmt(c) for c in ceilings), fmt(served),
                          fmt(served / best, 2) if served and best else "-",
                          fmt(users / best * 1000, 2) if best else "-",
                          fmt(1000 / rates[users], 2) if users in rates else "-"])
-        command = next(iter(files.values()))["command"]
+        command = next(iter(files.values())).command
         npp, ntg = (command[command.index(flag) + 1] if flag in command else "?" for flag in ("-npp", "-ntg"))
         lines += [f"### {preset}", "", tabulate(rows, [
             "users", *(f"batched-bench tg tok/s ({label})" for label in labels),
@@ -434,7 +449,7 @@ def long_context_section(arms: list[Arm], tg0: float | None, bench: dict, source
         rows.append([f"{arm.depth:,}", fmt(server), fmt(value(s, "client_tok_s")), fmt(ceiling),
                      fmt(server / ceiling, 2) if server and ceiling else "-",
                      fmt(server / base, 2) if server and base else "-",
-                     fmt((s.get("ttft_s") or {}).get("p50", {}).get("value"), 2),
+                     fmt(s.ttft_s["p50"].value if s and "p50" in s.ttft_s else None, 2),
                      fmt(value(s, "aggregate_tok_s"))])
     seed = SEED_L4["e2b_story_120k"] / SEED_L4["e2b_story_empty"]
     return [
@@ -476,38 +491,33 @@ def seed_section(arms: list[Arm]) -> list[str]:
             tabulate(rows, ["figure", "H200 (this study)", "L4 (seed)", "H200 / L4"], "github"), ""]
 
 
+STUDY_PLOTS = {
+    "sweep_aggregate.png": ("aggregate_tok_s", PlotSpec("Aggregate output throughput, every arm",
+                                                        "aggregate output tokens (tok/s)")),
+    "sweep_per_user.png": ("server_tok_s", PlotSpec("Per-user decode speed, every arm",
+                                                    "median per-user decode, server timings (tok/s)")),
+}
+
+
+def arm_label(arm: Arm) -> str:
+    return f"{arm.preset} " + ("no drafter" if arm.kind == "base" else f"drafter {arm.draft_n}"
+                               + (" (random)" if arm.random_drafter else ""))
+
+
 def draw_plots(arms: list[Arm], out: Path) -> list[str]:
+    """The sweep arms (no long-context runs) side by side, with each figure's 95% interval."""
     out.mkdir(exist_ok=True)
-    names = []
-    for key, ylabel, filename in [("aggregate_tok_s", "aggregate output tok/s", "sweep_aggregate.png"),
-                                  ("server_tok_s", "per-user decode tok/s (server)", "sweep_per_user.png")]:
-        figure, axes = plt.subplots(figsize=(6.4, 3.8), dpi=80)
-        for arm in arms:
-            if arm.depth is not None:
-                continue
-            points = [(s["users"], value(s, key)) for s in arm.steps if value(s, key)]
-            if points:
-                label = f"{arm.preset} " + ("no drafter" if arm.kind == "base" else f"drafter {arm.draft_n}"
-                                             + (" (random)" if arm.random_drafter else ""))
-                axes.plot(*zip(*points, strict=True), marker="o", label=label)
-        axes.set_xscale("log", base=2)
-        axes.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
-        axes.set_xlabel("concurrent users")
-        axes.set_ylabel(ylabel)
-        axes.grid(True, alpha=0.3)
-        if axes.get_lines():
-            axes.legend(fontsize=7)
-        figure.tight_layout()
-        figure.savefig(out / filename)
-        plt.close(figure)
-        names.append(filename)
-    return names
+    sweeps = [arm for arm in arms if arm.depth is None]
+    for filename, (name, spec) in STUDY_PLOTS.items():
+        lines = [(arm_label(arm), [(float(s.users), getattr(s, name)) for s in arm.steps]) for arm in sweeps]
+        draw_lines(out / filename, spec, [line for line in lines if line[1]])
+    return list(STUDY_PLOTS)
 
 
 def bench_ceilings(study: Path, preset: str) -> tuple[float | None, dict]:
     """(tg128, {tg128@dD: ...}) of a study's llama-bench files for one preset."""
-    tg0 = summary_of(read_json(study / f"bench-{preset}.json", optional=True)).get("tg128")
-    return tg0, summary_of(read_json(study / f"bench-{preset}-depth.json", optional=True))
+    tg0 = summary_of(read_bench(study / f"bench-{preset}.json")).get("tg128")
+    return tg0, summary_of(read_bench(study / f"bench-{preset}-depth.json"))
 
 
 def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) -> Path:
@@ -526,8 +536,8 @@ def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) ->
     if not presets:
         raise AnalysisError(f"{study}: no bench-*.json and no study runs to report on")
     devices = (study / "list_devices.txt").read_text().strip() if (study / "list_devices.txt").exists() else ""
-    benches = {p: read_json(study / f"bench-{p}.json", optional=True) for p in presets}
-    depth = summary_of(read_json(study / f"bench-{presets[0]}-depth.json", optional=True))
+    benches = {p: read_bench(study / f"bench-{p}.json") for p in presets}
+    depth = summary_of(read_bench(study / f"bench-{presets[0]}-depth.json"))
     tg0 = summary_of(benches[presets[0]]).get("tg128")
     plots = draw_plots(arms, study / "plots")
     decode_rates = {arm.path: decode_steps(arm.path) for arm in arms if arm.kind == "base" and arm.depth is None}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import AnalysisError
-from rigbench.studies.study_report import load_arms, write_study_report
+from analysis.study_report import load_arms, write_study_report
 
-STUDY = Path(__file__).resolve().parents[3] / "runs" / "gpu-h200-study-2026-11-30"
+STUDY = Path(__file__).resolve().parents[2] / "runs" / "gpu-h200-study-2026-11-30"
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_report_figures_come_from_the_study_files(study: Path) -> None:
     # long context: server decode at 120000 against llama-bench at the same depth, recomputed here
     ctx = next(a for a in arms if a.depth == 120000)
     depth = json.loads((study / "bench-e2b-depth.json").read_text())["summary"]["tg128@d120000"]
-    server = ctx.step(1)["server_tok_s"]["value"]
+    server = ctx.step(1).server_tok_s.value
     assert table_row(text, "120,000")[4] == f"{server / depth:,.2f}"
     assert "within the 2% required" in text
     # the drafter arms of that day sampled on the CPU, the run without the drafter on the GPU
@@ -68,7 +68,7 @@ def test_a_folder_that_is_not_a_study_is_named(tmp_path: Path) -> None:
 
 def test_decode_call_time_per_user_count_comes_from_the_server_counter(study: Path) -> None:
     from core.rundir import RunDir
-    from rigbench.studies.study_report import decode_steps, least_squares_slope
+    from analysis.study_report import decode_steps, least_squares_slope
 
     arm = next(a for a in load_arms(study) if a.kind == "base" and a.preset == "e2b")
     rates = decode_steps(arm.path)
@@ -117,7 +117,7 @@ def test_batched_ceiling_beside_the_served_aggregate_and_sections_from_an_earlie
     per_slot = json.loads((new / "batched-bench-e2b-per-slot-kv.json").read_text())["summary"]["tg@64"]
     unified = json.loads((new / "batched-bench-e2b-unified-kv.json").read_text())["summary"]["tg@64"]
     base = next(a for a in load_arms(new) if a.preset == "e2b" and a.kind == "base")
-    served = base.step(64)["aggregate_tok_s"]["value"]
+    served = base.step(64).aggregate_tok_s.value
     row = table_row(ceiling, "64")
     assert row[1:4] == [f"{per_slot:,.1f}", f"{unified:,.1f}", f"{served:,.1f}"]
     best = max(per_slot, unified)
@@ -128,11 +128,11 @@ def test_batched_ceiling_beside_the_served_aggregate_and_sections_from_an_earlie
     assert "From the earlier study `../old`" in long_ctx
     depth = json.loads((old / "bench-e2b-depth.json").read_text())["summary"]["tg128@d120000"]
     ctx = next(a for a in load_arms(old) if a.depth == 120000)
-    assert table_row(long_ctx, "120,000")[4] == f"{ctx.step(1)['server_tok_s']['value'] / depth:,.2f}"
+    assert table_row(long_ctx, "120,000")[4] == f"{ctx.step(1).server_tok_s.value / depth:,.2f}"
     assert "That study's automatic pick for its own sweeps" in section(text, "2.")
     seed = table_row(section(text, "7."), "drafter (3 tokens) at one user, vs none (ours: acceptance ~1 by design)")
     drafter3 = next(a for a in load_arms(new) if a.preset == "e2b" and a.draft_n == 3)
-    assert seed[1] == f"{drafter3.step(1)['server_tok_s']['value'] / base.step(1)['server_tok_s']['value']:.2f}"
+    assert seed[1] == f"{drafter3.step(1).server_tok_s.value / base.step(1).server_tok_s.value:.2f}"
     assert seed[2] == "2.39 code, 1.31 story"
 
 

@@ -1,0 +1,79 @@
+"""One step's figures: the one model that analysis computes, summary.json stores, and the report,
+CSV, HTML, plans, the gate, autotune and the study report read.
+
+``analysis.figures.step_figures`` builds it from a run's records (the definitions are there);
+``analysis.summary`` writes and reads it as a step of summary.json. The figures derived from
+others (the step's load, its window's length, what a user sees per user) are defined here once.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from analysis.intervals import Estimate
+
+
+class StepFigures(BaseModel):
+    """One step of a run; ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    index: int
+    users: int
+    context_tokens: int
+    window_start: float
+    window_end: float
+    requests: int
+    ok: int
+    errors: dict[str, int]
+    output_tokens: float
+    aggregate_tok_s: Estimate
+    request_rate: float
+    server_tok_s: Estimate
+    server_tok_s_mean: Estimate
+    client_tok_s: Estimate
+    geomean_tok_s: Estimate
+    ttft_s: dict[str, Estimate]
+    itl_s: dict[str, Estimate]
+    e2e_s: dict[str, Estimate]
+    draft_acceptance: Estimate
+    tokens_per_decode_step: float | None
+    server_counter_tok_s: float | None = None
+    completed_in_window: int = 0
+    tpot_s: dict[str, Estimate] = Field(default_factory=dict)
+    rate: float | None = None
+    sent_rate: float | None = None
+    start_lag_s: dict[str, float | None] = Field(default_factory=dict)
+    server_counter_granularity_tok_s: float | None = None
+    server_timings_tok_s: float | None = None
+    token_methods: dict[str, int] = Field(default_factory=dict)
+    cut_counted_by_chunks: int = 0
+    window_seconds: float = Field(0.0, description="window_end - window_start (filled in when left out)")
+
+    @model_validator(mode="after")
+    def _window_length(self) -> StepFigures:
+        if not self.window_seconds:
+            self.window_seconds = self.window_end - self.window_start
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None
+
+    @property
+    def load(self) -> float:
+        """The step's offered load: requests/s on an open-loop step, users on a closed-loop one."""
+        return self.rate if self.rate is not None else self.users
+
+    @property
+    def load_label(self) -> str:
+        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def per_user_tok_s(self) -> Estimate:
+        """What a user sees: the client's median per-user tok/s, the server's when the client has none."""
+        return self.client_tok_s if self.client_tok_s.value is not None else self.server_tok_s
