@@ -22,8 +22,9 @@ import httpx
 import psutil
 
 from core.rundir import RunDir, StepWindow, utc_now
-from loadtest.dispatch_tally import DISPATCH, MAX_IN_FLIGHT
+from loadtest.dispatch_tally import MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
+from loadtest.load_process import load_process
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Position, Stage, boundaries, locate
@@ -108,14 +109,15 @@ class SweepController:
     def _note_cap_waits(self) -> None:
         """An open loop whose arrivals waited for the in-flight cap says so in the manifest (the
         dispatchers' counts reach the master with their reports)."""
-        if self.run is None or not DISPATCH.cap_waits:
+        dispatch = load_process(self.environment).dispatch
+        if self.run is None or not dispatch.cap_waits:
             return
         manifest = self.run.read_manifest()
         warning = (
-            f"open loop: {DISPATCH.cap_waits} arrivals waited for a free place under the cap of {MAX_IN_FLIGHT} "
+            f"open loop: {dispatch.cap_waits} arrivals waited for a free place under the cap of {MAX_IN_FLIGHT} "
             "requests in flight per load process, so they started late; use --processes N or lower rates"
         )
-        DISPATCH.cap_waits = 0
+        dispatch.cap_waits = 0
         self.run.update_manifest(warnings=[*manifest.warnings, warning])
 
     # --- schedule --------------------------------------------------------------------

@@ -15,7 +15,7 @@ MAX_IN_FLIGHT = 4096  # requests streaming at once in one load process
 @dataclass
 class DispatchTally:
     """What a process's dispatcher met that the records cannot show: arrivals that waited for
-    the in-flight cap. Sent to the master with Locust's worker reports, like ``LIVE``."""
+    the in-flight cap. Sent to the master with Locust's worker reports, like the live tallies."""
 
     cap_waits: int = 0
     late_logged: bool = False
@@ -27,6 +27,3 @@ class DispatchTally:
 
     def merge(self, other: dict) -> None:
         self.cap_waits += int(other.get("cap_waits", 0))
-
-
-DISPATCH = DispatchTally()

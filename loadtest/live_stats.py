@@ -5,9 +5,10 @@ a sweep in the web UI wants each step's output tokens a second and time to first
 report is still the figure (it counts tokens in the measured window, with intervals); this is
 the live view, built from the same records as they end.
 
-Each load process tallies the records it wrote; a ``--processes``/worker process sends what it
-tallied since its last report to the master with Locust's own worker reports, and the master,
-which owns the web UI and the CSV files, merges them.
+Each load process tallies the records it wrote (its ``LiveStats`` hangs off its Locust
+environment: ``loadtest.load_process``); a ``--processes``/worker process sends what it tallied
+since its last report to the master with Locust's own worker reports, and the master, which owns
+the web UI and the CSV files, merges them.
 """
 
 from __future__ import annotations
@@ -127,6 +128,3 @@ class LiveStats:
         writer.writeheader()
         writer.writerows(self.rows())
         return buffer.getvalue()
-
-
-LIVE = LiveStats()  # this process's tallies (a master also holds its workers' merged ones)

@@ -2,18 +2,18 @@
 
 ``--steps`` (or ``--rates``, ``--arrival`` and ``--arrival-seed``), ``--warmup``, ``--measure``,
 ``--run-dir``, ``--runs-dir``, ``--context-tokens`` and ``--model-name`` mean what they mean in
-every rigbench command. The spellings the locustfile used before (``--rigbench-steps``,
-``--model``, ...) still work, hidden from ``--help`` and from the web UI, and say once what they
-are now. Locust prints ``--help`` before it loads a
-locustfile, so these options are listed by ``rigbench sweep --help`` (which passes the same ones).
+every rigbench command. Locust prints ``--help`` before it loads a locustfile, so these options
+are listed by ``rigbench sweep --help`` (which passes the same ones).
 
-Nothing here imports Locust: the options are read from the namespace Locust parsed.
+Every ``LoadSettings`` field but the arm is read from an option here (``--processes`` is Locust's
+own), and where ``LoadSettings`` has a default the option takes it, so a hand run's manifest says
+what a sweep with the same options says. Nothing here imports Locust: the options are read from
+the namespace Locust parsed.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from core.errors import UsageError
@@ -25,6 +25,10 @@ from core.lists import (
     MEASURE_HELP,
     RATES_HELP,
     STEPS_HELP,
+    SWEEP_MAX_ERROR_RATE,
+    SWEEP_MEASURE,
+    SWEEP_READ_TIMEOUT_S,
+    SWEEP_WARMUP_SECONDS,
     check_pin_slots,
     parse_arrival,
     parse_load_steps,
@@ -34,45 +38,45 @@ from core.lists import (
 from core.rundir import LoadSettings
 from loadtest.schedule import Stage, stages_for
 
-log = logging.getLogger("rigbench.sweep")
-DEFAULT_STEPS = DEFAULT_USER_STEPS
 # The one Locust request entry a request makes (the error-rate rule reads it back).
 LOCUST_REQUEST_TYPE = "POST"
 LOCUST_REQUEST_NAME = "/v1/chat/completions (size: output tokens)"
-# old spelling -> (its destination, the option it is now, the new option's type: a bad value fails alike)
-RENAMED = {
-    "--rigbench-steps": ("old_rigbench_steps", "--steps", str),
-    "--rigbench-warmup": ("old_rigbench_warmup", "--warmup", float),
-    "--rigbench-measure": ("old_rigbench_measure", "--measure", str),
-    "--rigbench-run-dir": ("old_rigbench_run_dir", "--run-dir", str),
-    "--model": ("old_model", "--model-name", str),
-}
+
+
+def setting_default(field: str) -> Any:
+    """``LoadSettings``'s own default of ``field``."""
+    return LoadSettings.model_fields[field].default
 
 
 def add_arguments(parser: Any) -> None:
     """Register the options on Locust's parser (its ``init_command_line_parser`` event)."""
     add = parser.add_argument
-    add("--steps", default="", help=STEPS_HELP)
+    add("--steps", default="", help=STEPS_HELP)  # neither --steps nor --rates: DEFAULT_USER_STEPS
     add("--rates", default="", help=RATES_HELP)
-    add("--arrival", default="poisson", choices=list(ARRIVALS), help=ARRIVAL_HELP)
-    add("--arrival-seed", type=int, default=0, help=ARRIVAL_SEED_HELP)
-    add("--warmup", type=float, default=10.0, help="warm-up seconds per step")
-    add("--measure", default="30", help=MEASURE_HELP)
+    add("--arrival", default=setting_default("arrival"), choices=list(ARRIVALS), help=ARRIVAL_HELP)
+    add("--arrival-seed", type=int, default=setting_default("arrival_seed"), help=ARRIVAL_SEED_HELP)
+    add("--warmup", type=float, default=SWEEP_WARMUP_SECONDS, help="warm-up seconds per step")
+    add("--measure", default=SWEEP_MEASURE, help=MEASURE_HELP)
     add("--run-dir", default="", help="run directory to fill (default: a new one under --runs-dir)")
     add("--runs-dir", default="runs", help="where a new run directory goes")
     add("--model-name", default="default", help="model name sent in each request")
     add("--max-tokens", type=int, default=256, help="tokens per reply")
-    add("--temperature", type=float, default=0.0, help="sampling temperature of each request")
-    add("--cache-prompt", action="store_true", default=False, help="let llama-server reuse cached prompt prefixes")
-    add("--ignore-eos", action="store_true", default=False, help="every reply runs to --max-tokens")
-    add("--prompts", default="mixed", help="mixed, a category (code, chat, ...), or a JSONL file")
-    add("--context-tokens", type=int, default=0, help="document tokens ahead of each prompt")
-    add("--read-timeout", type=float, default=60.0, help="seconds a stream may stall")
-    add("--max-error-rate", type=float, default=0.5, help="stop the sweep above this share of failed requests")
+    add("--temperature", type=float, default=setting_default("temperature"),
+        help="sampling temperature of each request")
+    add("--cache-prompt", action="store_true", default=setting_default("cache_prompt"),
+        help="let llama-server reuse cached prompt prefixes")
+    add("--ignore-eos", action="store_true", default=setting_default("ignore_eos"),
+        help="every reply runs to --max-tokens")
+    add("--prompts", default=setting_default("prompts"), help="mixed, a category (code, chat, ...), or a JSONL file")
+    add("--context-tokens", type=int, default=setting_default("context_tokens"),
+        help="document tokens ahead of each prompt")
+    add("--read-timeout", type=float, default=SWEEP_READ_TIMEOUT_S, help="seconds a stream may stall")
+    add("--max-error-rate", type=float, default=SWEEP_MAX_ERROR_RATE,
+        help="stop the sweep above this share of failed requests")
     add("--min-requests-for-error-rate", type=int, default=10, help="requests before the error rate is judged")
     add("--parallel-slots", type=int, default=0, help="server slots (0: ask the server's /slots)")
     add("--timeline", action="store_true", default=False, help="also keep every chunk's arrival time")
-    add("--pin-slots", action="store_true", default=False,
+    add("--pin-slots", action="store_true", default=setting_default("pin_slots"),
         help="user i asks for server slot i (llama-server's id_slot; closed loop, one process): an experiment's "
              "bound for the server's slot choice, not real traffic")
     add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
@@ -81,19 +85,6 @@ def add_arguments(parser: Any) -> None:
     add("--rigbench-t0", type=float, default=0.0, include_in_web_ui=False, help=argparse.SUPPRESS)
     # how many load processes share an open-loop schedule: set by the master at each start, sent to workers
     add("--rigbench-load-processes", type=int, default=1, include_in_web_ui=False, help=argparse.SUPPRESS)
-    for old, (dest, _, kind) in RENAMED.items():
-        add(old, dest=dest, type=kind, default=None, include_in_web_ui=False, help=argparse.SUPPRESS)
-
-
-def adopt_old_spellings(options: Any) -> None:
-    """Move a value given with an old spelling to its new option, saying so once."""
-    for old, (dest, new, _) in RENAMED.items():
-        value = getattr(options, dest, None)
-        if value is None:
-            continue
-        log.warning("%s is now %s; the old spelling will go in a later release", old, new)
-        setattr(options, new.removeprefix("--").replace("-", "_"), value)
-        setattr(options, dest, None)
 
 
 def stages_from(options: Any) -> list[Stage]:
@@ -102,7 +93,8 @@ def stages_from(options: Any) -> list[Stage]:
 
 
 def settings_from(options: Any) -> LoadSettings:
-    user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None)
+    """The run's load settings from the parsed options (refused, naming the option, when malformed)."""
+    user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None, DEFAULT_USER_STEPS)
     measure = parse_seconds(options.measure, "--measure")
     seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
     if options.arrival_seed < 0:

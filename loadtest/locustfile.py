@@ -24,14 +24,15 @@ from typing import Any, NoReturn
 
 import gevent.lock
 from locust import events
+from locust.runners import WorkerRunner
 
 from core.errors import RigbenchError
 from core.rundir import RunDir, new_manifest, server_at
+from loadtest import web_ui
 from loadtest.controller import SweepController
-from loadtest.dispatch_tally import DISPATCH
 from loadtest.late_starts import note_late_starts
-from loadtest.live_stats import LIVE
-from loadtest.locust_options import add_arguments, adopt_old_spellings, settings_from, stages_from
+from loadtest.load_process import LoadProcess, load_process
+from loadtest.locust_options import add_arguments, settings_from, stages_from
 from loadtest.open_loop import OpenLoopDispatcher
 from loadtest.preflight import check_health, check_reply, check_url
 from loadtest.shapes import SweepShape, load_processes
@@ -44,6 +45,9 @@ SweepShape.open_loop_class = OpenLoopDispatcher
 
 log = logging.getLogger("rigbench.sweep")
 STEPS_CSV_SUFFIX = "_rigbench_steps.csv"
+# the controller's telemetry scrapes and the long context's /tokenize calls go through httpx, whose
+# INFO line per request would mix into Locust's own output
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 events.init_command_line_parser.add_listener(add_arguments)
 
@@ -71,64 +75,84 @@ def abandon_unstarted(run_dir: str, new_host: str) -> None:
                                         f"start named another host ({new_host}); that run is in its own folder")
 
 
-_controller: SweepController | None = None
-_reset_lock = gevent.lock.BoundedSemaphore()
-_checked_host = ""  # the host pre-flight last passed (the web UI may change it between starts)
-_hand_run = False  # this Locust made its own run directory (no rigbench sweep around it)
+def share_tallies(environment: Any, process: LoadProcess) -> None:
+    """The process's live and dispatch tallies travel to the master with Locust's worker reports
+    (a master merges them), and a new start or a stats reset begins the live ones afresh."""
+
+    def send(client_id: str, data: dict, **_: Any) -> None:
+        data["rigbench_steps"] = process.live.take()
+        data["rigbench_dispatch"] = process.dispatch.take()
+
+    def merge(client_id: str, data: dict, **_: Any) -> None:
+        process.live.merge(data.get("rigbench_steps") or {})
+        process.dispatch.merge(data.get("rigbench_dispatch") or {})
+
+    def forget(**_: Any) -> None:
+        # a second start from the web UI shows its own steps, not the last run's
+        process.live.steps.clear()
+
+    environment.events.report_to_master.add_listener(send)
+    environment.events.worker_report.add_listener(merge)
+    environment.events.reset_stats.add_listener(forget)
+    environment.events.test_start.add_listener(forget)
 
 
-def check_host(host: str, options: Any) -> str:
-    """The host as a server root, and (unless ``--no-preflight``) a server that answers there."""
-    global _checked_host
-    host = check_url(host, "--host")
-    if not options.no_preflight:
-        check_health(host)
-        check_reply(host, options.model_name)
-    _checked_host = host
-    return host
+class LocustSweep:
+    """The sweep a master (or local) Locust runs: checks its host, makes a hand run's directory,
+    and at every start reads the schedule again and hands it to a new controller."""
 
+    def __init__(self, environment: Any, process: LoadProcess):
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.process = process
+        self.shape = environment.shape_class
+        self.hand_run = not self.options.run_dir  # rigbench sweep passes the run directory it made
+        self.checked_host = ""  # the host pre-flight last passed (the web UI may change it between starts)
+        self.controller: SweepController | None = None
+        self.reset_lock = gevent.lock.BoundedSemaphore()
 
-@events.init.add_listener
-def on_init(environment: Any, **_: Any) -> None:
-    from locust.runners import WorkerRunner
+    def check_host(self, host: str) -> str:
+        """The host as a server root, and (unless ``--no-preflight``) a server that answers there."""
+        host = check_url(host, "--host")
+        if not self.options.no_preflight:
+            check_health(host)
+            check_reply(host, self.options.model_name)
+        self.checked_host = host
+        return host
 
-    options = environment.parsed_options
-    if options is None:
-        return
-    adopt_old_spellings(options)
-    if isinstance(environment.runner, WorkerRunner):
-        return
-    global _hand_run
-    shape = environment.shape_class
-    hand_run = _hand_run = not options.run_dir  # rigbench sweep passes the run directory it made
-    try:
-        stages = stages_from(options)
-        if not hand_run and not (Path(options.run_dir) / "manifest.json").is_file():
-            raise RigbenchError(f"--run-dir {options.run_dir}: no manifest.json there; leave --run-dir out and a "
-                                "new run directory is made under --runs-dir")
-        if environment.host:
-            environment.host = check_host(environment.host, options)
-        elif options.headless or not hand_run:
-            raise RigbenchError("--host: no server given; pass its root, e.g. --host http://127.0.0.1:8080")
-    except RigbenchError as error:
-        refuse(str(error))
-    if shape is not None:
-        shape.stages = stages
-    if environment.web_ui is not None:
-        from loadtest import web_ui
+    def prepare(self) -> None:
+        """Before any load: refuse what cannot run, in one line, and set the shape's schedule."""
+        environment, options = self.environment, self.options
+        try:
+            stages = stages_from(options)
+            if not self.hand_run and not (Path(options.run_dir) / "manifest.json").is_file():
+                raise RigbenchError(f"--run-dir {options.run_dir}: no manifest.json there; leave --run-dir out and "
+                                    "a new run directory is made under --runs-dir")
+            if environment.host:
+                environment.host = self.check_host(environment.host)
+            elif options.headless or not self.hand_run:
+                raise RigbenchError("--host: no server given; pass its root, e.g. --host http://127.0.0.1:8080")
+        except RigbenchError as error:
+            refuse(str(error))
+        if self.shape is not None:
+            self.shape.stages = stages
+        if environment.web_ui is not None:
+            web_ui.install(environment.web_ui, self.process.live)
+        if self.hand_run and environment.host:
+            # made now, before any user can start (a reset below yields while it asks the server)
+            options.run_dir = str(_new_run_dir(options, environment.host).path)
+        if self.shape is not None:
+            self.shape.on_reset = self.on_reset
+        environment.events.test_stop.add_listener(self.on_test_stop)
+        environment.events.quitting.add_listener(self.on_quitting)
 
-        web_ui.install(environment.web_ui)
-    if hand_run and environment.host:
-        # made now, before any user can start (a reset below yields while it asks the server)
-        options.run_dir = str(_new_run_dir(options, environment.host).path)
-
-    def on_reset(t0: float) -> None:
-        global _controller
-        # the schedule and the host are read again at each start: the web UI may have changed them
+    def on_reset(self, t0: float) -> None:
+        """A start: the schedule and the host are read again (the web UI may have changed them)."""
+        environment, options, shape = self.environment, self.options, self.shape
         try:
             current = stages_from(options)
-            if hand_run and environment.host != _checked_host:
-                environment.host = check_host(environment.host or "", options)
+            if self.hand_run and environment.host != self.checked_host:
+                environment.host = self.check_host(environment.host or "")
                 abandon_unstarted(options.run_dir, environment.host)
                 options.run_dir = ""
         except RigbenchError as error:
@@ -140,7 +164,7 @@ def on_init(environment: Any, **_: Any) -> None:
             return
         if shape is not None:
             shape.stages = current
-        if hand_run:
+        if self.hand_run:
             manifest = RunDir(options.run_dir).read_manifest() if options.run_dir else None
             if manifest is None or manifest.status != "running":
                 # a first start with a host typed in the web UI, or a second start: a fresh run directory
@@ -149,67 +173,39 @@ def on_init(environment: Any, **_: Any) -> None:
             elif manifest.load != settings_from(options):
                 # the web UI's parameters changed before the first start: the run says what it ran
                 RunDir(options.run_dir).update_manifest(load=settings_from(options))
-        with _reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
+        with self.reset_lock:  # the controller's set-up asks the server (yields): one reset at a time
             run = RunDir(options.run_dir)
             options.rigbench_t0 = t0
             options.rigbench_load_processes = load_processes(environment.runner)  # shares of an open loop
-            previous = _controller
+            previous = self.controller
             if previous is not None:
                 previous.stop()
-            _controller = SweepController(environment, current, run, replaces=previous)
-            _controller.start(t0)
+            self.controller = SweepController(environment, current, run, replaces=previous)
+            self.controller.start(t0)
 
-    if shape is not None:
-        shape.on_reset = on_reset
+    def on_test_stop(self, **_: Any) -> None:
+        """The web UI's stop, or the shape's end: the run gets its final status."""
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller.finish()
 
-
-@events.report_to_master.add_listener
-def send_step_tallies(client_id: str, data: dict, **_: Any) -> None:
-    data["rigbench_steps"] = LIVE.take()
-    data["rigbench_dispatch"] = DISPATCH.take()
-
-
-@events.worker_report.add_listener
-def merge_step_tallies(client_id: str, data: dict, **_: Any) -> None:
-    LIVE.merge(data.get("rigbench_steps") or {})
-    DISPATCH.merge(data.get("rigbench_dispatch") or {})
-
-
-@events.reset_stats.add_listener
-def forget_step_tallies(**_: Any) -> None:
-    LIVE.steps.clear()
+    def on_quitting(self, **_: Any) -> None:
+        """Locust exits: the run is finished, and with ``--csv`` the per-step figures go beside Locust's
+        own CSV files (written once, by the master, when the workers' last reports are in)."""
+        self.on_test_stop()
+        options, live = self.options, self.process.live
+        if self.hand_run and options.run_dir and options.rates:
+            with contextlib.suppress(RigbenchError, OSError):  # rigbench sweep judges its records itself
+                note_late_starts(RunDir(options.run_dir))
+        prefix = getattr(options, "csv_prefix", None)
+        if prefix and live.steps:
+            Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(live.csv_text())
 
 
-@events.test_start.add_listener
-def start_with_no_tallies(**_: Any) -> None:
-    LIVE.steps.clear()  # a second start from the web UI shows its own steps, not the last run's
-
-
-@events.test_stop.add_listener
-def on_test_stop(environment: Any, **_: Any) -> None:
-    """The web UI's stop, or the shape's end: the run gets its final status."""
-    from locust.runners import WorkerRunner
-
-    if isinstance(environment.runner, WorkerRunner):
-        return  # a worker's tallies went to the master with its reports
-    if _controller is not None:
-        _controller.stop()
-        _controller.finish()
-
-
-@events.quitting.add_listener
-def on_quitting(environment: Any, **_: Any) -> None:
-    """Locust exits: the run is finished, and with ``--csv`` the per-step figures go beside Locust's
-    own CSV files (written once, by the master, when the workers' last reports are in)."""
-    from locust.runners import WorkerRunner
-
-    if isinstance(environment.runner, WorkerRunner):
-        return
-    on_test_stop(environment)
-    options = environment.parsed_options
-    if _hand_run and options is not None and options.run_dir and options.rates:
-        with contextlib.suppress(RigbenchError, OSError):  # rigbench sweep judges its records itself
-            note_late_starts(RunDir(options.run_dir))
-    prefix = getattr(environment.parsed_options, "csv_prefix", None)
-    if prefix and LIVE.steps:
-        Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(LIVE.csv_text())
+@events.init.add_listener
+def on_init(environment: Any, **_: Any) -> None:
+    process = load_process(environment)
+    share_tallies(environment, process)
+    if environment.parsed_options is None or isinstance(environment.runner, WorkerRunner):
+        return  # a worker sends load; its tallies go to the master with its reports
+    LocustSweep(environment, process).prepare()

@@ -9,6 +9,7 @@ again with ``/tokenize`` so the D in the records is exact for that model, not es
 from __future__ import annotations
 
 import functools
+from pydoc_data.topics import topics
 
 import httpx
 
@@ -17,8 +18,6 @@ from core.errors import LoadTestError
 
 @functools.cache
 def document_text() -> str:
-    from pydoc_data.topics import topics
-
     return "\n\n".join(topics[name] for name in sorted(topics))
 
 

@@ -10,7 +10,8 @@ Which share of the schedule a process sends: process ``k`` of ``n`` takes every 
 from the ``k``-th. ``n`` is the number of load processes, which the master sets in the options at
 every start (``--rigbench-load-processes``; Locust sends the options to workers with each spawn
 message); ``k`` is the worker's index, which Locust's master gives every worker when it
-connects (0 in a single-process run). The shape runs one dispatcher in each process.
+connects (0 in a single-process run). The shape runs one dispatcher in each process; its
+requests go through one ``ChatSession``, whose idle connections carry the next ones.
 
 In-flight requests of one process are capped at ``MAX_IN_FLIGHT`` (generous: every one is an open
 connection); an arrival that finds the cap full waits for a free place, starts late, and is
@@ -29,19 +30,13 @@ from locust import User, task
 
 from core.rundir import RequestRecord
 from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
-from loadtest.dispatch_tally import DISPATCH, MAX_IN_FLIGHT
-from loadtest.live_stats import LIVE
-from loadtest.stall_watch import STALL_WATCH
-from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
-from loadtest.users import fire_request_event, load_context, request_options
+from loadtest.chat_session import ChatSession
+from loadtest.dispatch_tally import MAX_IN_FLIGHT
 
 log = logging.getLogger("rigbench.sweep")
 RECHECK_S = 0.25  # the longest sleep between looks at the start time (a new start from the web UI moves it)
 LEAD_S = 0.005  # a request's greenlet starts this early, builds its request, then waits for its time
 IDLE_S = 3600.0
-
-
-_running: set[int] = set()  # id of the environment whose dispatcher is running in this process
 
 
 def process_place(environment: Any) -> tuple[int, int]:
@@ -55,11 +50,6 @@ def process_place(environment: Any) -> tuple[int, int]:
     return index, processes
 
 
-def with_intended(result: StreamResult, intended: float) -> StreamResult:
-    record = result.record.model_copy(update={"t_intended": intended})
-    return StreamResult(record=record, chunk_times=result.chunk_times)
-
-
 class OpenLoopDispatcher(User):
     """Sends this process's share of the open-loop schedule, one greenlet per request."""
 
@@ -67,31 +57,30 @@ class OpenLoopDispatcher(User):
         return 0.0
 
     def on_start(self) -> None:
-        self.context = load_context(self.environment)
+        self.session = ChatSession(self.environment, self.host)
+        self.process = self.session.process
+        self.context = self.session.context
         settings = self.context.settings
         self.index, self.processes = process_place(self.environment)
         offsets = sweep_arrivals(self.context.stages, settings.arrival, settings.arrival_seed)
         self.numbers, self.offsets = process_share(offsets, self.index, self.processes)
-        self.request_options = request_options(self.context.options)
         self.pool = gevent.pool.Pool(MAX_IN_FLIGHT)
-        self.idle: list[Any] = []  # clients (each one connection) free for the next request
         self.next = 0
-        self.duplicate = id(self.environment) in _running
+        self.duplicate = self.process.dispatching
         if self.duplicate:
             log.error("a second open-loop dispatcher in one load process stays idle: the first sends this share")
-        _running.add(id(self.environment))
+        self.process.dispatching = True
 
     def on_stop(self) -> None:
         if not self.duplicate:
-            _running.discard(id(self.environment))
+            self.process.dispatching = False
         # requests still streaming are stopped: each is kept as ``interrupted`` with what it received
         self.pool.kill(block=True, timeout=10)
-        for client in self.idle:
-            client.close()
-        self.idle.clear()
+        self.session.close()
 
     @task
     def dispatch(self) -> None:
+        dispatch = self.process.dispatch
         while not self.duplicate and self.next < len(self.offsets):
             t0 = self.context.t0()
             if not t0:
@@ -103,49 +92,26 @@ class OpenLoopDispatcher(User):
                 gevent.sleep(min(wait, RECHECK_S))
                 continue
             if self.pool.full():
-                if not DISPATCH.cap_waits:
+                if not dispatch.cap_waits:
                     log.warning("open loop: %d requests in flight in this process (the cap): arrivals wait",
                                 MAX_IN_FLIGHT)
-                DISPATCH.cap_waits += 1
+                dispatch.cap_waits += 1
             self.pool.spawn(self._send, int(self.numbers[self.next]), intended)  # waits while the pool is full
             self.next += 1
         gevent.sleep(IDLE_S)  # the schedule is sent: the shape stops this user at the sweep's end
 
     def _send(self, number: int, intended: float) -> None:
-        options = self.context.options
-        if self.idle:
-            client = self.idle.pop()
-        else:
-            client = make_client(self.host, read_timeout=options.read_timeout)
-            STALL_WATCH.watch(client)
-        reuse = False
-        try:
-            prompts = self.context.prompts
-            # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
-            prompt = prompts[number % len(prompts)].with_context(self.context.context_text)
-            payload = build_payload(list(prompt.messages), **self.request_options)
-            meta = self.context.meta_for(intended, prompt.category)
-            result = stream_chat(
-                client, payload, meta, not_before=intended,
-                on_abort=lambda stopped: self.context.keep(with_intended(stopped, intended), self.environment),
-            )
-            result = with_intended(result, intended)
-            self.context.keep(result, self.environment)
-            LIVE.add(result.record)
-            fire_request_event(self.environment, result.record)
-            self._note_late(result.record)
-            reuse = result.record.ok
-        finally:
-            if reuse:
-                self.idle.append(client)
-            else:
-                client.close()  # a failed stream's connection may be broken: the next request gets a new one
+        prompts = self.context.prompts
+        # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
+        record = self.session.chat(prompts[number % len(prompts)], intended=intended)
+        self._note_late(record)
 
     def _note_late(self, record: RequestRecord) -> None:
-        if DISPATCH.late_logged or record.t_intended is None or record.phase != "measure":
+        dispatch = self.process.dispatch
+        if dispatch.late_logged or record.t_intended is None or record.phase != "measure":
             return
         lag = record.t_start - record.t_intended
         if lag > LATE_START_S:
-            DISPATCH.late_logged = True
+            dispatch.late_logged = True
             log.warning("open loop: a request started %.0f ms after its scheduled time (this load process falls "
                         "behind; the sweep's manifest will count such requests)", lag * 1000)

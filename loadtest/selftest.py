@@ -73,9 +73,9 @@ def run_selftest(
         run.update_manifest(server=server_at(server.base_url, server_args, config.slots))
         final = run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
     if final.status != "complete":
-        # a sweep that failed has steps it did not follow for a reason of its own: no ceiling from it
+        # a sweep that failed has steps it did not follow for a reason of its own: no capacity from it
         raise RunIncomplete(f"{run.path}: the self-test sweep ended {final.status} ({final.status_detail}); "
-                            "no figures or ceiling are taken from it")
+                            "no figures or capacity are taken from it")
     return run, truth_log
 
 

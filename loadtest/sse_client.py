@@ -101,7 +101,7 @@ class SSEClient:
         ssl_context: ssl.SSLContext | None = None,
     ):
         parts = urlsplit(base_url)
-        # a bad URL fails each request (the caller's client_error), as an httpx client's does, not the set-up
+        # a bad URL fails each request (the caller's client_error), not the set-up: every record then says why
         self._unusable = None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             self._unusable = f"{base_url!r}: expected an http:// or https:// URL with a host"
@@ -164,7 +164,7 @@ class SSEClient:
             sock.settimeout(None if self.watched else self.read_timeout)
         except TimeoutError:
             self.close()
-            raise WriteTimedOut("WriteTimeout") from None
+            raise WriteTimedOut(f"the request was not written within {self.connect_timeout:g} s") from None
         except OSError as error:
             self.close()
             raise ConnectionLost(f"could not write the request: {error}") from None
@@ -235,6 +235,8 @@ class SSEClient:
     def _read_in_event_loop(self, parser: ResponseParser) -> None:
         """The parser runs as the socket's readiness callback in gevent's hub; this greenlet
         sleeps until the response is complete or failed (see the module's docstring for why)."""
+        # gevent is loaded here only: outside Locust (a pre-flight check, a test) the client blocks and
+        # the caller's process must stay free of gevent; a watched client exists only under Locust
         from gevent import get_hub
         from gevent.hub import Waiter
 
@@ -285,7 +287,7 @@ class SSEClient:
 
     def _timed_out(self, responded: bool) -> ReadTimedOut:
         self.stalled = False
-        timed_out = ReadTimedOut("ReadTimeout")
+        timed_out = ReadTimedOut(f"no byte arrived within {self.read_timeout:g} s")
         timed_out.responded = responded
         return timed_out
 
@@ -444,13 +446,14 @@ class ResponseParser:
             self._finish(arrived)
             return
         if self._state == _HEAD:
-            raise _lost("server disconnected mid-way through the response head" if self.responded
-                        else "server disconnected without sending a response", responded=self.responded)
+            raise _lost("the server closed the connection inside the response head" if self.responded
+                        else "the server closed the connection without answering", responded=self.responded)
         if self._state == _SIZED:
-            raise _lost(f"server disconnected with {self._remaining} body bytes still to come", responded=True)
+            raise _lost(f"the server closed the connection with {self._remaining} body bytes still to come",
+                        responded=True)
         where = {_SIZE: "a chunk size", _DATA: "a chunk's data", _CRLF: "a chunk's end",
                  _TRAILERS: "the last chunk's end"}[self._state]
-        raise _lost(f"peer closed connection without sending complete message body: cut in {where}",
+        raise _lost(f"the server closed the connection before the chunked body's end (cut in {where})",
                     responded=True)
 
     def _head(self, buffer: bytes) -> bytes | None:
@@ -480,8 +483,7 @@ class ResponseParser:
             except ValueError:
                 raise _lost(f"bad Content-Length: {headers.get('content-length')!r}", responded=True) from None
             if status == 200 and not response.event_stream:
-                raise NotEventStream("Expected response header Content-Type to contain 'text/event-stream', "
-                                     f"got {headers.get('content-type', '')!r}")
+                raise NotEventStream(f"the 200 answer is {headers.get('content-type', '')!r}, not text/event-stream")
             self.response = response
             if status == 200:
                 self._events = EventSplitter()

@@ -1,11 +1,11 @@
-"""One watchdog per load process for the read timeout of every simulated user's client.
+"""The watchdog of one load process for the read timeout of every simulated user's client.
 
 Why: a socket timeout makes gevent arm and cancel a timer on every wait for bytes, a few µs of
 CPU per streamed chunk, paid by every user all the time for a stall that almost never happens.
 Instead the clients wait without a timer and this greenlet looks at them a few times a second,
 ending any wait that has outlasted the client's read timeout (the request then fails as
 ``timeout``, as before; up to ``CHECK_S`` later than the timeout itself). Locust side only:
-it imports gevent.
+it imports gevent. Each load process has one, in its state (``loadtest.load_process``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ class StallWatch:
         self.clients: weakref.WeakSet[SSEClient] = weakref.WeakSet()
         self.greenlet: gevent.Greenlet | None = None
 
-    def watch(self, client: object) -> None:
-        """Look after ``client`` (an httpx client, which has its own timeouts, is left alone)."""
-        if not isinstance(client, SSEClient):
-            return
+    def watch(self, client: SSEClient) -> None:
+        """Look after ``client``: it no longer sets a socket timeout of its own."""
         client.watched = True
         self.clients.add(client)
         if self.greenlet is None or self.greenlet.dead:
@@ -40,6 +38,3 @@ class StallWatch:
             now = time.monotonic()
             for client in list(self.clients):
                 client.abort_if_stalled(now)
-
-
-STALL_WATCH = StallWatch()

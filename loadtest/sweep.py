@@ -30,8 +30,9 @@ from core.lists import format_seconds, seconds_per_step
 from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.signals import sigterm_as_keyboard_interrupt
-from loadtest.ceiling import load_ceiling
 from loadtest.late_starts import LateStarts
+from loadtest.long_context import context_for_tokens
+from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
 from loadtest.token_counts import count_cut_requests
 
@@ -246,8 +247,6 @@ def run_sweep(
         raise LoadTestError(f"{run.path}: the manifest has no load settings or server; start runs with new_manifest")
     settings = manifest.load
     if settings.context_tokens > 0:
-        from loadtest.long_context import context_for_tokens
-
         try:  # fail here, in one clear line, rather than in every simulated user
             context_for_tokens(base_url, settings.context_tokens)
         except (LoadTestError, httpx.HTTPError) as error:
@@ -344,15 +343,15 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
                 "sweep ended, give the step a longer --measure"
             ),
         }
-    ceiling = load_ceiling()
+    capacity = read_capacity()
     warnings = list(manifest.warnings) + late.warnings(manifest.steps)
     for step in manifest.steps:
-        if ceiling is None or step.measure_end is None:
+        if capacity is None or step.measure_end is None:
             continue
         per_process = tokens.get(step.index, 0) / (step.measure_end - step.measure_start) / max(1, settings.processes)
-        if per_process > ceiling:
+        if per_process > capacity:
             warnings.append(
-                f"step {step.index}: each load process took {per_process:.0f} tok/s, above the {ceiling:.0f} tok/s "
+                f"step {step.index}: each load process took {per_process:.0f} tok/s, above the {capacity:.0f} tok/s "
                 "that `rigbench selftest` found one process follows faithfully here; use --processes N"
             )
     if warnings != manifest.warnings:

@@ -12,14 +12,15 @@ from typing import Any
 
 from flask import Response, request
 
-from loadtest.live_stats import COLUMNS, LIVE
+from loadtest.live_stats import COLUMNS, LiveStats
 
 TAB = "rigbench-steps"
 CSV_ROUTE = "/rigbench/steps.csv"
 
 
-def install(web_ui: Any) -> None:
-    """Add the tab to a running web UI (template values survive Locust's own updates)."""
+def install(web_ui: Any, live: LiveStats) -> None:
+    """Add the tab, showing ``live``'s rows, to a running web UI (template values survive Locust's own
+    updates)."""
     web_ui.template_args["extended_tabs"] = [{"title": "rigbench: tok/s and TTFT per step", "key": TAB}]
     web_ui.template_args["extended_tables"] = [
         {"key": TAB, "structure": [{"key": key, "title": title} for key, title in COLUMNS]}
@@ -31,14 +32,14 @@ def install(web_ui: Any) -> None:
         if request.path != "/stats/requests" or not response.is_json:
             return response
         body = response.get_json()
-        body["extended_stats"] = [{"key": TAB, "data": LIVE.rows()}]
+        body["extended_stats"] = [{"key": TAB, "data": live.rows()}]
         response.set_data(json.dumps(body))
         return response
 
     @web_ui.app.route(CSV_ROUTE)
     def step_csv() -> Response:
         return Response(
-            LIVE.csv_text(),
+            live.csv_text(),
             mimetype="text/csv",
             headers={"Content-Disposition": "attachment; filename=rigbench_steps.csv"},
         )

@@ -6,6 +6,7 @@ import argparse
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from core.errors import LoadTestError, UsageError
 from core.lists import parse_load_steps, parse_rates
@@ -14,6 +15,7 @@ from loadtest.arrivals import process_share, step_arrivals, sweep_arrivals
 from loadtest.late_starts import LateStarts
 from loadtest.locust_options import settings_from, stages_from
 from loadtest.schedule import locate, make_rate_stages, stages_for
+from rigbench.cli import app
 
 
 def test_poisson_arrivals_are_seeded_and_reproducible() -> None:
@@ -149,10 +151,6 @@ def test_late_starts_are_counted_per_measured_step() -> None:
     ],
 )
 def test_sweep_refuses_a_bad_open_loop_before_any_run_folder(tmp_path, options: list[str], message: str) -> None:
-    from typer.testing import CliRunner
-
-    from rigbench.cli import app
-
     runs = tmp_path / "runs"
     result = CliRunner().invoke(app, ["sweep", "--url", "http://127.0.0.1:9", "--runs-dir", str(runs), *options])
     assert isinstance(result.exception, UsageError) and message in str(result.exception)  # exit 2 in the CLI

@@ -68,7 +68,7 @@ def test_the_error_rate_stop_names_the_commonest_kind_and_its_fix() -> None:
 
 
 def test_a_worker_failure_reaches_the_master_as_a_repr() -> None:
-    assert error_kind("Exception('timeout: stream stalled: ReadTimeout')") == "timeout"
+    assert error_kind("Exception('timeout: stream stalled: no byte arrived within 60 s')") == "timeout"
     assert error_kind("something else") == "unknown"
 
 

@@ -1,4 +1,4 @@
-"""Locust started by hand: the truth in its own statistics, the per-step tab, the old spellings, a bad host."""
+"""Locust started by hand: the truth in its own statistics, the per-step tab, the options' one spelling, a bad host."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from core.network import free_port
-from core.rundir import RunDir
+from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.locust_options import LOCUST_REQUEST_NAME
 
@@ -67,16 +67,18 @@ def test_a_headless_hand_run_counts_each_request_once(tmp_path: Path) -> None:
     assert all(float(row["output_tok_s"]) > 0 and float(row["ttft_p50_ms"]) >= 20 for row in steps)
 
 
-def test_old_spellings_still_work_and_say_what_they_are_now(tmp_path: Path) -> None:
+def test_the_options_have_one_spelling_and_a_spelling_from_before_is_refused(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     with GroundTruthServer(GroundTruthConfig(ttft_ms=5, itl_ms=2, model="m"), tmp_path / "truth.jsonl") as server:
-        done = locust("--headless", "--host", server.base_url, "--rigbench-steps", "1", "--rigbench-warmup", "0.3",
-                      "--rigbench-measure", "1.5", "--model", "m", "--max-tokens", "4", "--runs-dir", str(runs),
-                      "--only-summary")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "--rigbench-steps is now --steps" in done.stderr and "--model is now --model-name" in done.stderr
-    manifest = only_run(runs).read_manifest()
-    assert manifest.status == "complete" and manifest.load.user_steps == [1]
+        done = locust("--headless", "--host", server.base_url, "--steps", "1", "--warmup", "0.3", "--measure", "1.5",
+                      "--model-name", "m", "--max-tokens", "4", "--runs-dir", str(runs), "--only-summary")
+        assert done.returncode == 0, done.stderr[-2000:]
+        manifest = only_run(runs).read_manifest()
+        assert manifest.status == "complete" and manifest.load.user_steps == [1]
+        for old in ("--rigbench-steps", "--rigbench-measure"):
+            refused = locust("--headless", "--host", server.base_url, old, "1", "--runs-dir", str(runs), timeout=60)
+            assert refused.returncode == 2 and f"unrecognized arguments: {old}" in refused.stderr, refused.stderr
+    assert len(list(runs.iterdir())) == 1, "a refused spelling made no run"
 
 
 @pytest.mark.parametrize(
@@ -154,16 +156,14 @@ def test_a_hand_run_without_a_server_or_with_a_made_up_run_dir_is_refused(
     assert not (tmp_path / "runs").exists() and not (tmp_path / "not-a-run").exists()
 
 
-def test_an_old_spelling_takes_the_new_options_type(tmp_path: Path) -> None:
-    done = locust("--headless", "--host", "http://127.0.0.1:9", "--rigbench-warmup", "ten", timeout=60)
+def test_an_option_refuses_a_value_of_the_wrong_type(tmp_path: Path) -> None:
+    done = locust("--headless", "--host", "http://127.0.0.1:9", "--warmup", "ten", timeout=60)
     assert done.returncode == 2
-    assert "argument --rigbench-warmup: invalid float value: 'ten'" in done.stderr
+    assert "argument --warmup: invalid float value: 'ten'" in done.stderr
 
 
 def test_the_server_is_checked_for_an_existing_run_dir_too(tmp_path: Path) -> None:
     """rigbench sweep passes --no-preflight (it has checked); anyone else naming --run-dir gets the check."""
-    from core.rundir import LoadSettings, new_manifest, server_at
-
     url = f"http://127.0.0.1:{free_port()}"
     load = LoadSettings(user_steps=[1], warmup_seconds=0, measure_seconds=1, max_tokens=4)
     run = RunDir.create(tmp_path / "runs", new_manifest("t", "t", load=load, server=server_at(url, slots=1)))

@@ -129,11 +129,12 @@ HEALTH = {
     "teapot": "{url}/health answers HTTP 418: I'm a teapot",
 }
 REPLY = {
-    "json-not-stream": "{url}/v1/chat/completions: a two-token streamed reply failed: malformed_sse (Expected "
-                       "response header Content-Type to contain 'text/event-stream', got 'application/json'); the "
-                       "server does not stream OpenAI-style JSON events: is it an OpenAI-compatible server?",
-    "stall": "{url}/v1/chat/completions: a two-token streamed reply failed: timeout (stream stalled: ReadTimeout); "
-             "the server accepted the request but sent nothing in time; check its log (stuck, or still loading?)",
+    "json-not-stream": "{url}/v1/chat/completions: a two-token streamed reply failed: malformed_sse (the 200 answer "
+                       "is 'application/json', not text/event-stream); the server does not stream OpenAI-style JSON "
+                       "events: is it an OpenAI-compatible server?",
+    "stall": "{url}/v1/chat/completions: a two-token streamed reply failed: timeout (stream stalled: no byte arrived "
+             "within 1 s); the server accepted the request but sent nothing in time; check its log (stuck, or still "
+             "loading?)",
     "no-chat": "{url}/v1/chat/completions answers HTTP 404 (File Not Found): the server has no OpenAI chat endpoint "
                "at this root; check the URL and the server",
     "bad-model": "{url}/v1/chat/completions refused the model name 'default' ({\"error\": {\"message\": \"model not "

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import loadtest.sweep as sweep
 from analysis.figures import run_figures
 from analysis.load import load_run, load_runs
 from analysis.report import write_report
 from core.errors import LoadTestError
 from core.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_manifest, new_run_id, server_at, utc_now
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.resume import start_resumed_run
 from loadtest.sweep import run_sweep
 from rigbench.cli import app
 
@@ -119,8 +121,6 @@ def stored_run(root: Path, status: str, last_complete_step: int | None) -> RunDi
     ],
 )
 def test_resume_refuses_runs_with_nothing_to_continue_and_creates_nothing(tmp_path, status, last, message) -> None:
-    from loadtest.resume import start_resumed_run
-
     run = stored_run(tmp_path, status, last)
     with pytest.raises(LoadTestError, match=re.escape(message)):
         start_resumed_run(run, None)
@@ -128,8 +128,6 @@ def test_resume_refuses_runs_with_nothing_to_continue_and_creates_nothing(tmp_pa
 
 
 def test_resume_plan_repeats_the_cut_step_and_keeps_the_old_server_unless_told(tmp_path) -> None:
-    from loadtest.resume import start_resumed_run
-
     run = stored_run(tmp_path, "interrupted", 0)
     new, url = start_resumed_run(run, None)
     assert url == "http://127.0.0.1:8080" and new.read_manifest().load.user_steps == [2, 4]
@@ -141,8 +139,6 @@ def test_resume_plan_repeats_the_cut_step_and_keeps_the_old_server_unless_told(t
 
 
 def test_default_marker_is_the_watchers_path_on_a_rig_only(monkeypatch, tmp_path) -> None:
-    import loadtest.sweep as sweep
-
     monkeypatch.delenv("RIGBENCH_SPOT_MARKER", raising=False)
     monkeypatch.setattr(sweep, "RIG_INTERRUPTION_MARKER", tmp_path / "missing" / "spot-interruption.json")
     assert sweep.default_interruption_marker() is None

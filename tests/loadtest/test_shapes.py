@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from core.errors import LoadTestError
+from core.errors import LoadTestError, UsageError
+from core.rundir import LoadSettings
 from loadtest.schedule import boundaries, locate, locate_or_last, make_stages, total_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,8 +117,6 @@ def test_bad_steps_are_clear_errors() -> None:
 
 
 def test_one_measured_window_per_step() -> None:
-    from core.errors import UsageError
-
     stages = make_stages([1, 8, 64], 2.0, [5.0, 10.0, 20.0])
     assert [(s.users, s.measure) for s in stages] == [(1, 5.0), (8, 10.0), (64, 20.0)]
     assert locate(stages, 2 + 5 + 2 + 10 + 2 + 19.9).index == 2 and locate(stages, 41.0) is None
@@ -125,10 +125,6 @@ def test_one_measured_window_per_step() -> None:
 
 
 def test_load_settings_keep_one_window_per_step_and_resume_slices_them() -> None:
-    from pydantic import ValidationError
-
-    from core.rundir import LoadSettings
-
     settings = LoadSettings(user_steps=[1, 8, 64], warmup_seconds=1, measure_seconds=[5, 10, 20], max_tokens=8)
     rest = settings.remaining(1)
     assert rest.user_steps == [8, 64] and rest.measure_seconds == [10, 20]

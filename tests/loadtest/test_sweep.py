@@ -6,11 +6,14 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from core.errors import LoadTestError, RunIncomplete
 from core.rundir import LoadSettings, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.prompts import CATEGORIES
@@ -36,9 +39,7 @@ def outside_tolerances(results) -> list:
 
 
 def test_a_self_test_that_measured_nothing_gives_no_figures(tmp_path: Path) -> None:
-    """13 s replies in a 1 s window: no request ends in it, so no ceiling may be taken from the run."""
-    from core.errors import RunIncomplete
-
+    """13 s replies in a 1 s window: no request ends in it, so no capacity may be taken from the run."""
     with pytest.raises(RunIncomplete, match="the self-test sweep ended failed") as raised:
         run_selftest(tmp_path, user_steps=[1], tok_s_per_user=10, reply_tokens=128, warmup=0.2, measure=1.0,
                      progress=False)
@@ -161,8 +162,6 @@ def test_sigterm_leaves_the_run_interrupted_with_its_records(tmp_path: Path) -> 
 
 
 def test_long_context_without_detokenize_fails_before_starting(tmp_path: Path) -> None:
-    from core.errors import LoadTestError
-
     settings = LoadSettings(user_steps=[1], warmup_seconds=1, measure_seconds=1, max_tokens=8, context_tokens=100)
     with GroundTruthServer(GroundTruthConfig(model="default"), tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=1)
@@ -203,8 +202,6 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
     ``--processes`` worker has exited when run_sweep returns, and the last step has its
     telemetry ``end`` snapshot. No step holds a whole request, so the run measured nothing: it is
     failed, saying which step and why, not complete."""
-    import psutil
-
     config = GroundTruthConfig(ttft_ms=20, itl_ms=20, model="default", tokens=300)
     settings = LoadSettings(user_steps=[1, 4], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=300, processes=2)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
@@ -230,8 +227,6 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
 def test_two_multi_process_sweeps_at_once_each_keep_their_own_workers(tmp_path: Path) -> None:
     """Each multi-process sweep's Locust master listens on a free loopback port of its own (Locust's
     default, 5557 on every interface, is one port that a second sweep on the machine cannot bind)."""
-    import threading
-
     config = GroundTruthConfig(ttft_ms=10, itl_ms=5, model="default", tokens=16)
     settings = LoadSettings(user_steps=[2], warmup_seconds=0.5, measure_seconds=3.0, max_tokens=16, processes=2)
     ended: dict[str, object] = {}

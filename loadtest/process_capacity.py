@@ -1,8 +1,10 @@
-"""The per-process ceiling: the highest tok/s one load process followed faithfully on this machine.
+"""A load process's capacity: the highest tok/s one load process followed faithfully on this machine.
 
 ``rigbench selftest`` measures it against the ground-truth server and saves it here, under the
 cache root; a sweep reads it and warns when a step asked more of a load process than that
-(its figures would then measure the load generator, not the server).
+(its figures would then measure the load generator, not the server), and ``--processes auto``
+divides a sweep's demand by it. (The card's batched ceiling, what the *server* can reach, is
+``analysis.ceiling``'s; this is the load generator's own limit.)
 """
 
 from __future__ import annotations
@@ -16,32 +18,32 @@ from core.cache import cache_root
 from core.errors import UsageError
 from core.rundir import utc_now
 
-CEILING_FILE_NAME = "selftest.json"
+CAPACITY_FILE_NAME = "selftest.json"
 
 
-def ceiling_path() -> Path:
-    return cache_root() / CEILING_FILE_NAME
+def capacity_path() -> Path:
+    return cache_root() / CAPACITY_FILE_NAME
 
 
-def save_ceiling(ceiling_tok_s: float, processes: int, path: Path | None = None) -> dict:
-    """Remember this machine's ceiling (all processes together, and per process)."""
+def save_capacity(total_tok_s: float, processes: int, path: Path | None = None) -> dict:
+    """Remember this machine's capacity (all processes together, and per process)."""
     entry = {
         "host": socket.gethostname(),
         "processes": processes,
-        "ceiling_tok_s": ceiling_tok_s,
-        "per_process_tok_s": ceiling_tok_s / max(1, processes),
+        "capacity_tok_s": total_tok_s,
+        "per_process_tok_s": total_tok_s / max(1, processes),
         "measured_at": utc_now(),
     }
-    path = path or ceiling_path()
+    path = path or capacity_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entry, indent=2) + "\n")
     return entry
 
 
-def load_ceiling(path: Path | None = None) -> float | None:
-    """Per-process ceiling from the last selftest on this machine, if any."""
+def read_capacity(path: Path | None = None) -> float | None:
+    """Per-process capacity from the last selftest on this machine, if any."""
     try:
-        data = json.loads((path or ceiling_path()).read_text())
+        data = json.loads((path or capacity_path()).read_text())
     except (OSError, ValueError):
         return None
     if data.get("host") != socket.gethostname():
@@ -50,23 +52,23 @@ def load_ceiling(path: Path | None = None) -> float | None:
     return float(value) if value else None
 
 
-def require_ceiling(per_process_tok_s: float | None) -> float:
-    """The per-process ceiling ``--processes auto`` works from; without one it is refused, before
+def require_capacity(per_process_tok_s: float | None) -> float:
+    """The per-process capacity ``--processes auto`` works from; without one it is refused, before
     anything is built or asked of a server."""
     if per_process_tok_s is None or per_process_tok_s <= 0:
         raise UsageError(
-            "--processes auto needs this machine's per-process ceiling: run `rigbench selftest` once "
-            "(it saves the ceiling), or give --processes N"
+            "--processes auto needs this machine's per-process capacity: run `rigbench selftest` once "
+            "(it saves the capacity), or give --processes N"
         )
     return per_process_tok_s
 
 
 def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_free: int) -> tuple[int, str]:
-    """How many load processes a sweep needs: enough that none is asked more than the ceiling
+    """How many load processes a sweep needs: enough that none is asked more than the capacity
     ``rigbench selftest`` measured per process here, and no more than the cores left free
     (a process beyond them would only take a core from another, or from a local server).
     Returns the count and one line saying how it was chosen, for the manifest."""
-    per_process_tok_s = require_ceiling(per_process_tok_s)
+    per_process_tok_s = require_capacity(per_process_tok_s)
     needed = max(1, math.ceil(demand_tok_s / per_process_tok_s))
     chosen = max(1, min(needed, cores_free))
     line = (

@@ -1,0 +1,111 @@
+"""The session a Locust user streams through, as Locust's ``FastHttpSession`` is a ``FastHttpUser``'s.
+
+It owns the user's connections to the server, one lean SSE client each with one request at a
+time on it (a closed-loop user needs one, the open-loop dispatcher as many as it has requests in
+flight), and does, in one place for both kinds of user, what every request owes the run once it
+ends: its record (and chunk times) written to the process's shard, the live per-step tally, and
+one Locust request event. A request the harness stops mid-stream is written, ``interrupted``,
+and adds nothing to the tallies. No Locust import: the event is fired on the user's environment.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from core.rundir import RequestRecord
+from loadtest.load_process import load_process
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
+from loadtest.prompts import Prompt
+from loadtest.sse_client import SSEClient
+from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
+
+FAILURE_MESSAGE_CHARS = 200  # of a failed request's "<error_kind>: <message>" in Locust's statistics
+
+
+class ChatSession:
+    """One user's streamed chat completions against ``host``, each kept as the run needs it."""
+
+    def __init__(self, environment: Any, host: str):
+        self.environment = environment
+        self.host = host
+        self.process = load_process(environment)
+        self.context = self.process.context(environment)
+        self.request_options = self.context.request_options()
+        self.idle: list[SSEClient] = []  # clients free for the next request
+        self.closed = False
+
+    def chat(self, prompt: Prompt, *, intended: float | None = None, slot: int | None = None) -> RequestRecord:
+        """Stream one reply to ``prompt`` (the run's document put ahead of it) and keep it.
+
+        Without ``intended`` (a closed loop) the request goes now and belongs to the step and
+        phase of its exact start; with it (an open loop's scheduled unix time) the request is
+        built, sent at that time, and belongs to the step and phase it was meant to start in.
+        ``slot``: the server slot it asks for (``--pin-slots``)."""
+        context = self.context
+        prompt = prompt.with_context(context.context_text)
+        payload = build_payload(list(prompt.messages), **self.request_options)
+        if slot is not None:
+            payload["id_slot"] = slot
+        meta = context.meta_for(time.time() if intended is None else intended, prompt.category)
+
+        def keep_stopped(stopped: StreamResult) -> None:
+            context.write(self._placed(stopped, prompt.category, intended), self.environment)
+
+        client = self._client()
+        try:
+            result = stream_chat(client, payload, meta, not_before=intended, on_abort=keep_stopped)
+        finally:
+            self._release(client)
+        result = self._placed(result, prompt.category, intended)
+        context.write(result, self.environment)
+        self.process.live.add(result.record)
+        self._fire_request_event(result.record)
+        return result.record
+
+    def close(self) -> None:
+        """Close every connection; a request still streaming closes its own as it ends."""
+        self.closed = True
+        for client in self.idle:
+            client.close()
+        self.idle.clear()
+
+    def _client(self) -> SSEClient:
+        if self.idle:
+            return self.idle.pop()
+        client = make_client(self.host, read_timeout=self.context.options.read_timeout)
+        self.process.stall_watch.watch(client)
+        return client
+
+    def _release(self, client: SSEClient) -> None:
+        """Back to the idle ones: the client has already dropped a connection that the last answer
+        left unusable, and opens a new one for the next request."""
+        if self.closed:
+            client.close()
+        else:
+            self.idle.append(client)
+
+    def _placed(self, result: StreamResult, category: str, intended: float | None) -> StreamResult:
+        """The record in its step and phase: by its scheduled start (kept as ``t_intended``), or
+        by its exact start (the meta was taken a moment before it)."""
+        if intended is not None:
+            update: dict[str, Any] = {"t_intended": intended}
+        else:
+            exact = self.context.meta_for(result.record.t_start, category)
+            update = {"step": exact.step, "users": exact.users, "phase": exact.phase}
+        return StreamResult(record=result.record.model_copy(update=update), chunk_times=result.chunk_times)
+
+    def _fire_request_event(self, record: RequestRecord) -> None:
+        """One Locust request per request: its whole time, and its output tokens as the "size"
+        (the entry's name says so); TTFT and tok/s per step are in the web UI's rigbench tab."""
+        failure = None
+        if not record.ok:
+            failure = Exception(f"{record.error_kind}: {record.error_message or ''}"[:FAILURE_MESSAGE_CHARS])
+        self.environment.events.request.fire(
+            request_type=LOCUST_REQUEST_TYPE,
+            name=LOCUST_REQUEST_NAME,
+            response_time=(record.t_end - record.t_start) * 1000.0,
+            response_length=record.completion_tokens or 0,
+            exception=failure,
+            context={},
+        )

@@ -1,0 +1,134 @@
+"""What every user of one load process shares: the run's options, prompts and context, and the shard.
+
+Each load process (local runner, or each worker of ``--processes N`` / master-worker) writes its
+own shard ``records/<host>-<pid>.jsonl`` and, with ``--timeline``, the arrival time of every
+content chunk to ``timelines/<host>-<pid>.jsonl`` (kept out of ``records/`` so analysis of a
+million records stays quick). No Locust import: the process state and the session use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from core.errors import RunDirError
+from core.rundir import RecordWriter, RunDir, utc_now
+from loadtest.locust_options import settings_from
+from loadtest.long_context import context_for_tokens
+from loadtest.prompts import Prompt, load_prompts
+from loadtest.schedule import Stage, locate_or_last, stages_for
+from loadtest.streaming import TIMELINES, RequestMeta, StreamResult
+
+log = logging.getLogger(__name__)
+STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
+# What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
+CONTEXT_OPTIONS = (
+    "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens", "timeline"
+)
+
+
+def process_shard() -> str:
+    """This process's shard name: a ``--processes`` worker forked from its master gets its own."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def context_key(options: Any) -> tuple:
+    return tuple(getattr(options, name, None) for name in CONTEXT_OPTIONS)
+
+
+class LoadContext:
+    """What every user of one load process shares: options, prompts, the shard writer."""
+
+    def __init__(self, options: Any, host: str):
+        self.options = options
+        self.host = host
+        self.shard = process_shard()
+        self.settings = settings_from(options)
+        self.stages: list[Stage] = stages_for(self.settings)
+        self.made_from = context_key(options)
+        self.prompts: list[Prompt] = load_prompts(options.prompts)
+        self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
+        self.user_counter = itertools.count()
+        self.pinned: set[int] = set()  # slots taken by this process's users (--pin-slots)
+        self.writer: RecordWriter | None = None
+        self.storage_error: str | None = None
+        self.timeline = None
+        run_dir = options.run_dir
+        if run_dir:
+            run = RunDir(run_dir)
+            self.writer = run.open_shard(self.shard)
+            if options.timeline:
+                path = Path(run_dir) / TIMELINES / f"{self.shard}.jsonl"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.timeline = open(path, "a", buffering=1)  # noqa: SIM115
+
+    def made_for(self, options: Any) -> bool:
+        """Whether this context still serves a start with ``options``, in this process."""
+        return self.shard == process_shard() and self.made_from == context_key(options)
+
+    def t0(self) -> float | None:
+        return getattr(self.options, "rigbench_t0", None)
+
+    def request_options(self) -> dict[str, Any]:
+        """What ``build_payload`` takes besides the messages, from the run's options."""
+        options = self.options
+        return {
+            "model": options.model_name,
+            "max_tokens": options.max_tokens,
+            "temperature": options.temperature,
+            "cache_prompt": options.cache_prompt,
+            "ignore_eos": options.ignore_eos,
+        }
+
+    def meta_for(self, t_start: float, category: str) -> RequestMeta:
+        t0 = self.t0()
+        position = locate_or_last(self.stages, t_start - t0 if t0 else 0.0)
+        return RequestMeta(
+            shard=self.shard,
+            step=position.index,
+            users=position.users,
+            phase=position.phase,
+            category=category,
+            context_tokens=self.context_tokens,
+        )
+
+    def write(self, result: StreamResult, environment: Any) -> None:
+        """The record to the shard (and its chunk times to the timeline)."""
+        if self.storage_error is not None:
+            return  # the sweep is stopping: nothing more can be written
+        try:
+            if self.writer is not None:
+                self.writer.write(result.record)
+            if self.timeline is not None:
+                self.timeline.write(
+                    json.dumps({"request_id": result.record.request_id, "chunks": result.chunk_times}) + "\n"
+                )
+        except OSError as error:
+            self.fail_storage(error, environment)
+
+    def fail_storage(self, error: OSError, environment: Any) -> None:
+        """Stop the sweep when records cannot be written (a full disk): a sweep whose records
+        are dropped would only look like it measured something."""
+        where = self.writer.path if self.writer is not None else self.options.run_dir
+        code = errno.errorcode.get(error.errno or 0, str(error.errno))
+        self.storage_error = (
+            f"cannot write records to {where}: {error.strerror or error} ({code}); the records written "
+            "before are kept; free space or choose another runs folder, then run the sweep again"
+        )
+        log.error(self.storage_error)
+        if self.options.run_dir:
+            run = RunDir(self.options.run_dir)
+            run.release_space_reserve()
+            with contextlib.suppress(OSError, RunDirError):
+                run.update_manifest(status="failed", status_detail=self.storage_error, ended_at=utc_now())
+        environment.process_exit_code = STORAGE_FAILED_EXIT_CODE
+        gevent.spawn(environment.runner.quit)
