@@ -11,6 +11,7 @@
     │   └── RunIncomplete a run was made but did not complete (failed or interrupted; records kept)
     ├── QualityError      an eval could not ask its questions (the server stopped answering)
     ├── CloudError        the cloud loop refused its input, or a rig of it did not finish
+    ├── StudyError        a study (``rigbench study …``) began but a part of it failed
     └── AnalysisError     records or prices cannot give the asked figure
 
 Every message says what was found, what was expected and what to do; the CLI prints it
@@ -63,6 +64,10 @@ class CloudError(RigbenchError):
 
 class QualityError(RigbenchError):
     exit_code = 1  # raised once an eval folder exists: its answers are kept, a rerun resumes
+
+
+class StudyError(RigbenchError):
+    exit_code = 1  # raised once a study's folder exists: what it measured before the failure is kept
 
 
 class AnalysisError(RigbenchError):

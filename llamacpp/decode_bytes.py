@@ -33,14 +33,9 @@ import gguf
 
 from core.errors import LlamaCppError
 from core.rundir import DecodeBytes, KvWidth
-from llamacpp.synthetic_gemma4 import (
-    PRESETS,
-    Gemma4Shape,
-    gemma4_tensors,
-    tensor_bytes,
-    tensor_types,
-    write_gemma4_gguf,
-)
+from llamacpp.gemma4_shapes import PRESETS, Gemma4Shape
+from llamacpp.gemma4_tensors import gemma4_tensors, tensor_bytes, tensor_types
+from llamacpp.synthetic_gemma4 import write_gemma4_gguf
 from llamacpp.synthetic_models import SYNTHETIC_NAME_PREFIX
 
 LOOKUP_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight", "position_embd.weight", "token_types.weight")

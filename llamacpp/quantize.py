@@ -1,4 +1,9 @@
-"""Rungs of a quantization ladder made with the pinned llama-quantize, cached.
+"""llama-quantize, run one way: a GGUF to another type, and the cached rungs of a ladder.
+
+Every caller (the ladder, the synthetic Gemma 4 writer, the GPU study) goes through
+``quantize_file``: it writes to a part file renamed only when llama-quantize succeeded, so a
+killed or failed run never leaves a file that a later run would take as done, and a failure
+says what llama-quantize printed last.
 
 A rung is cached under ``<cache>/quantized/<source digest>/<llama.cpp source>/<rung>.gguf``:
 the same source file, type and llama.cpp always give the same bytes, so a second ladder (or
@@ -15,6 +20,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import gguf
 
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
@@ -53,6 +60,38 @@ def rung_folder(source_sha256: str, build: BuildManifest, cache: Path | None = N
     return (cache or cache_root()) / "quantized" / source_sha256[:16] / source_id
 
 
+def quantize_file(
+    binary: Path | str,
+    source: Path,
+    target: Path,
+    type_name: str,
+    *,
+    allow_requantize: bool = False,
+    threads: int | None = None,
+    log_path: Path | None = None,
+) -> float:
+    """Quantize ``source`` to ``target`` as ``type_name``; the seconds it took.
+
+    llama-quantize's own rules decide which tensors keep their type. Its output (stdout and
+    stderr, in order) goes to ``log_path`` when one is given.
+    """
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")  # two processes may make one file
+    command = [str(binary), *(["--allow-requantize"] if allow_requantize else []), str(source), str(partial), type_name]
+    if threads:
+        command.append(str(threads))
+    started = time.monotonic()
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    seconds = round(time.monotonic() - started, 2)
+    if log_path is not None:
+        log_path.write_text(result.stdout)
+    if result.returncode != 0 or not partial.exists():
+        partial.unlink(missing_ok=True)
+        tail = "\n".join(result.stdout.strip().splitlines()[-5:])
+        raise LlamaCppError(f"llama-quantize {type_name} of {source.name} exited {result.returncode}:\n{tail}")
+    partial.rename(target)
+    return seconds
+
+
 def quantize_rung(
     source: Path,
     source_sha256: str,
@@ -69,28 +108,17 @@ def quantize_rung(
     if target.exists() and digest_file.exists():
         return Rung(rung, target, target.stat().st_size, digest_file.read_text().strip(), None)
     folder.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.part")  # two processes may make one rung
-    command = [build.binary("llama-quantize"), "--allow-requantize", str(source), str(partial), rung]
-    if threads:
-        command.append(str(threads))
-    started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = round(time.monotonic() - started, 2)
-    if result.returncode != 0 or not partial.exists():
-        partial.unlink(missing_ok=True)
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-5:])
-        raise LlamaCppError(f"llama-quantize {rung} of {source.name} exited {result.returncode}:\n{tail}")
-    digest = file_sha256(partial)
-    digest_file.with_name(f"{digest_file.name}.{os.getpid()}").write_text(digest + "\n")
-    partial.rename(target)
-    digest_file.with_name(f"{digest_file.name}.{os.getpid()}").rename(digest_file)
+    seconds = quantize_file(build.binary("llama-quantize"), source, target, rung, allow_requantize=True,
+                            threads=threads)
+    digest = file_sha256(target)
+    written = digest_file.with_name(f"{digest_file.name}.{os.getpid()}")
+    written.write_text(digest + "\n")
+    written.rename(digest_file)  # the digest appears whole, after its file: a rung without one is made again
     return Rung(rung, target, target.stat().st_size, digest, seconds)
 
 
 def file_type(path: Path) -> str | None:
     """The GGUF's ``general.file_type`` as llama-quantize names it (``Q4_1``), or None if unset."""
-    import gguf  # imported here: reading a model's metadata is rare, gguf's import is not free
-
     field = gguf.GGUFReader(str(path)).fields.get("general.file_type")
     if field is None:
         return None

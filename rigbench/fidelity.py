@@ -15,15 +15,21 @@ request id):
 - TPOT per token: each request's (last send - first send) / (tokens after the first chunk).
 
 The load generator's CPU over the window comes with it, as CPU-ms per 1,000 streamed chunks.
+A step is *followed* when every figure is within its tolerance (``TOLERANCES``, said once). The
+log's lines are read as ``TruthEntry`` models, which the peers study (``rigbench study peers``)
+judges other load generators with.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analysis.figures import run_figures
 from analysis.load import load_run
@@ -32,10 +38,93 @@ from loadtest.ground_truth import read_truth_log
 from loadtest.selftest import run_selftest
 from loadtest.telemetry import LOADGEN_CPU_METRIC
 
-TOK_S_TOLERANCE_PCT = 0.5
-TTFT_TOLERANCE_MS = 2.0
-ITL_TOLERANCE_MS = 0.5
-TPOT_TOLERANCE_MS = 0.2
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far one reported figure may be from the truth for a step to count as followed."""
+
+    figure: str  # the StepFidelity field holding the error
+    label: str
+    limit: float
+    unit: str
+
+    def met(self, step: StepFidelity) -> bool:
+        return abs(getattr(step, self.figure)) <= self.limit
+
+    def __str__(self) -> str:
+        return f"{self.label} within {self.limit:g} {self.unit}"
+
+
+TOLERANCES = (
+    Tolerance("tok_s_error_pct", "tok/s", 0.5, "%"),
+    Tolerance("ttft_p50_error_ms", "TTFT p50", 2.0, "ms"),
+    Tolerance("itl_p50_error_ms", "ITL p50", 0.5, "ms"),
+    Tolerance("tpot_p50_error_ms", "TPOT p50", 0.2, "ms"),
+)
+FOLLOWED_RULE = ", ".join(map(str, TOLERANCES))  # "tok/s within 0.5 %, TTFT p50 within 2 ms, ..."
+
+
+class TruthEntry(BaseModel):
+    """One line of the ground-truth server's send log: a request, when it arrived, and each chunk it sent.
+
+    Both judges read the log through it: the selftest's fidelity (rigbench's reported figures) and
+    the peers study (other load generators' figures).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    t_received: float = Field(description="unix time the request arrived")
+    sends: list[float] = Field(default_factory=list, description="unix time each chunk left")
+    tokens: list[int] = Field(default_factory=list, description="tokens in each chunk")
+    fault: str = Field("none", description="how the stream ended early (client_gone, ...), or none")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_token_a_send(cls, data: Any) -> Any:
+        """A log without per-chunk counts carries one token a send."""
+        if isinstance(data, dict):
+            sends = data.get("sends") or []
+            data = {**data, "sends": sends, "tokens": data.get("tokens") or [1] * len(sends)}
+        return data
+
+    @model_validator(mode="after")
+    def _a_count_per_send(self) -> TruthEntry:
+        if len(self.tokens) != len(self.sends):
+            raise ValueError(f"{len(self.sends)} sends but {len(self.tokens)} token counts")
+        return self
+
+    @property
+    def ttft_s(self) -> float | None:
+        """First send minus arrival; None for a request cut before its first chunk."""
+        return self.sends[0] - self.t_received if self.sends else None
+
+    @property
+    def mean_gap_s(self) -> float | None:
+        """The mean gap between sends (ITL per chunk); None with fewer than two sends."""
+        return (self.sends[-1] - self.sends[0]) / (len(self.sends) - 1) if len(self.sends) > 1 else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Per-token decode time as sent: last send - first send over the tokens after the first chunk."""
+        after_first = sum(self.tokens) - self.tokens[0] if self.tokens else 0
+        return (self.sends[-1] - self.sends[0]) / after_first if len(self.sends) > 1 and after_first > 0 else None
+
+
+def read_truth(path: Path) -> list[TruthEntry]:
+    """Every request the truth server logged (cut ones too); none when there is no log."""
+    return [TruthEntry.model_validate(raw) for raw in read_truth_log(path).values()]
+
+
+def tokens_sent(entries: Iterable[TruthEntry], start: float, end: float) -> tuple[int, int]:
+    """(tokens, chunks) the truth server sent in [start, end), each chunk counted when it left."""
+    tokens = chunks = 0
+    for entry in entries:
+        for at, count in zip(entry.sends, entry.tokens, strict=True):
+            if start <= at < end:
+                tokens += count
+                chunks += 1
+    return tokens, chunks
 
 
 @dataclass
@@ -59,42 +148,12 @@ class StepFidelity:
 
     @property
     def tracked(self) -> bool:
-        """Followed: tok/s within 0.5 %, TTFT p50 within 2 ms, ITL p50 within 0.5 ms, TPOT p50 within 0.2 ms."""
-        return (
-            abs(self.tok_s_error_pct) <= TOK_S_TOLERANCE_PCT
-            and abs(self.ttft_p50_error_ms) <= TTFT_TOLERANCE_MS
-            and abs(self.itl_p50_error_ms) <= ITL_TOLERANCE_MS
-            and abs(self.tpot_p50_error_ms) <= TPOT_TOLERANCE_MS
-        )
+        """Followed: every figure within its tolerance (``TOLERANCES``)."""
+        return all(tolerance.met(self) for tolerance in TOLERANCES)
 
 
-def _truth_request_figures(entry: dict) -> tuple[float, float, float] | None:
-    """(TTFT, mean gap between sends, per-token decode time) of one logged reply, in seconds."""
-    sends = entry["sends"]
-    if not sends:
-        return None
-    tokens = entry.get("tokens") or [1] * len(sends)
-    ttft = sends[0] - entry["t_received"]
-    if len(sends) < 2:
-        return ttft, float("nan"), float("nan")
-    span = sends[-1] - sends[0]
-    return ttft, span / (len(sends) - 1), span / (sum(tokens) - tokens[0])
-
-
-def _sent_in(truth: dict[str, dict], start: float, end: float) -> tuple[int, int]:
-    """(tokens, chunks) the server sent inside [start, end)."""
-    tokens = chunks = 0
-    for entry in truth.values():
-        counts = entry.get("tokens") or [1] * len(entry["sends"])
-        for at, count in zip(entry["sends"], counts, strict=True):
-            if start <= at < end:
-                tokens += count
-                chunks += 1
-    return tokens, chunks
-
-
-def _median_ms(values: list[float]) -> float:
-    finite = [v for v in values if np.isfinite(v)]
+def _median_ms(values: Sequence[float | None]) -> float:
+    finite = [v for v in values if v is not None and np.isfinite(v)]
     return statistics.median(finite) * 1000.0 if finite else float("nan")
 
 
@@ -102,20 +161,22 @@ def compare(run_path: Path, truth_log: Path) -> list[StepFidelity]:
     """Per-step fidelity of a finished ground-truth sweep's reported figures."""
     loaded = load_run(run_path)
     figures = run_figures(loaded)
-    truth = read_truth_log(truth_log)
+    truth = {entry.request_id: entry for entry in read_truth(truth_log)}
     records = loaded.records
     ok = records["error_kind"].isna() & ~records["interrupted"] & (records["phase"] == "measure")
     cpu = {s.step: s.metrics.get(LOADGEN_CPU_METRIC) for s in loaded.telemetry if s.boundary == "end"}
     results = []
     for step in figures.steps:
         ids = records.loc[ok & (records["step"] == step.index), "request_id"]
-        per_request = [f for f in (_truth_request_figures(truth[i]) for i in ids if i in truth) if f is not None]
+        per_request = [truth[i] for i in ids if i in truth and truth[i].sends]
         if not per_request:
             continue
-        tokens, chunks = _sent_in(truth, step.window_start, step.window_end)
+        tokens, chunks = tokens_sent(truth.values(), step.window_start, step.window_end)
         truth_tok_s = tokens / step.window_seconds
         reported = step.aggregate_tok_s.value
-        truth_ttft, truth_itl, truth_tpot = (_median_ms([f[k] for f in per_request]) for k in range(3))
+        truth_ttft = _median_ms([entry.ttft_s for entry in per_request])
+        truth_itl = _median_ms([entry.mean_gap_s for entry in per_request])
+        truth_tpot = _median_ms([entry.tpot_s for entry in per_request])
         load_cpu = cpu.get(step.index)
         lag = step.start_lag_s.get("p50") if step.start_lag_s else None
         results.append(
@@ -151,7 +212,7 @@ def selftest(runs_dir: Path, **options: object) -> tuple[RunDir, list[StepFideli
     return run, compare(run.path, truth_log)
 
 
-def ceiling(results: list[StepFidelity]) -> float:
+def capacity(results: list[StepFidelity]) -> float:
     """The highest true aggregate tok/s that was followed within the tolerances (0 if none)."""
     return max((r.truth_tok_s for r in results if r.tracked), default=0.0)
 

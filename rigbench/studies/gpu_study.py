@@ -27,40 +27,40 @@ repeats one token, which a favoured drafter always guesses (acceptance ~1) and a
 one never does (acceptance ~0): the two bounds of what a drafter can do on this card.
 
 Usage, from the repository root:
-``python3 -m rigbench.studies.gpu_study OUT [--presets e2b,e4b] [--scale 1.0] [--phases ...]``;
+``python3 -m rigbench study gpu OUT [--presets e2b,e4b] [--scale 1.0] [--phases ...]``;
 ``--scale`` multiplies every window (0.15 for a CPU dry run with ``--presets tiny-gemma4``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import multiprocessing
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 
+from analysis.study_report import differing_replies, greedy_reference
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
-from core.errors import RigbenchError
+from core.errors import RigbenchError, StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile, merge_server_args, split_flags
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import BUILD_SCRIPT, build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
 from llamacpp.server import LocalServer
+from llamacpp.synthetic_gemma4 import quantize_q4_0, write_preset
 from loadtest.schedule import make_stages, total_duration
 from rigbench.autotune import run_autotune
 from rigbench.local_rig import LocalRigOptions, run_local_rig
-from analysis.study_report import differing_replies, greedy_reference
-
-ROOT = Path(__file__).resolve().parents[2]  # the repository: children run from here with ``python -m``
 
 PHASES = ("models", "bench", "autotune", "greedy", "sweep", "second", "longctx", "slots")
 FAVOUR = 0.3
@@ -94,8 +94,8 @@ RUN_OVERHEAD_SECONDS = 20  # server start, load processes, report (10-25 s on an
 MIN_PHASE_SECONDS = 30
 
 
-class Study:
-    """Paths, logging and the phase log of one study run."""
+class GpuStudy:
+    """One GPU study in its folder: where its models are, its log and phase log, its build and its deadline."""
 
     def __init__(self, out: Path, presets: list[str], scale: float, processes: int, backend: str,
                  deadline_seconds: float | None = None):
@@ -213,7 +213,7 @@ class Study:
             return None
 
 
-def start_build(study: Study) -> subprocess.Popen:
+def start_build(study: GpuStudy) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(BUILD_SCRIPT), "--backend", study.backend, "--cache", str(study.cache)],
         stdout=open(study.out / "build_manifest.json", "w"),  # noqa: SIM115 - owned by the child
@@ -221,7 +221,7 @@ def start_build(study: Study) -> subprocess.Popen:
     )
 
 
-def use_cached_build(study: Study) -> None:
+def use_cached_build(study: GpuStudy) -> None:
     """--phases without models: the build of this card (from the cache when it is there)."""
     study.build = build_llama_cpp(backend=study.backend)
     (study.out / "build_manifest.json").write_text(study.build.model_dump_json(indent=1))
@@ -232,31 +232,27 @@ def f16_of(q4_0: Path) -> Path:
     return q4_0.with_name(q4_0.name.replace("-q4_0.gguf", "-f16.gguf"))
 
 
-def write_models(study: Study) -> None:
-    """F16 writes run beside the build (they need no llama.cpp binary); Q4_0 after it."""
-    writer = [sys.executable, "-m", "llamacpp.synthetic_gemma4"]
-    jobs = []
-
-    def write(log: str, *args: str) -> None:
-        jobs.append(subprocess.Popen([*writer, *args], stdout=open(study.out / log, "w"),  # noqa: SIM115
-                                     stderr=subprocess.STDOUT, cwd=ROOT))
-
+def write_models(study: GpuStudy) -> None:
+    """F16 writes run beside the build (they need no llama.cpp binary), each in a process of its own; Q4_0 after it."""
+    jobs: dict[str, dict] = {}  # the writer's log name -> what it writes
     for preset in dict.fromkeys(study.presets):
         if not (study.target(preset).exists() and study.drafter(preset).exists()):
-            write(f"write-{preset}.log", "--preset", preset, "--out", str(f16_of(study.target(preset))),
-                  "--favour", str(FAVOUR), "--drafter", str(f16_of(study.drafter(preset))))
+            jobs[preset] = {"preset": preset, "target": f16_of(study.target(preset)),
+                            "drafter": f16_of(study.drafter(preset)), "favour": FAVOUR}
         if not study.drafter(preset, right=False).exists():
-            write(f"write-{preset}-random.log", "--preset", preset,
-                  "--drafter", str(f16_of(study.drafter(preset, right=False))),
-                  "--favour", str(FAVOUR), "--drafter-favour", "0")
+            jobs[f"{preset}-random"] = {"preset": preset, "drafter": f16_of(study.drafter(preset, right=False)),
+                                        "favour": FAVOUR, "drafter_favour": 0.0}
     first = study.presets[0]
     if not study.target(first, favoured=False).exists():
-        write("write-plain.log", "--preset", first, "--out", str(f16_of(study.target(first, favoured=False))))
-    build = start_build(study)
-    failed = [job.args for job in jobs if job.wait() != 0]
+        jobs["plain"] = {"preset": first, "target": f16_of(study.target(first, favoured=False))}
+    # spawned, not forked: a writer starts clean whatever threads this process has
+    with ProcessPoolExecutor(max_workers=max(1, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        writing = {name: pool.submit(write_preset, **job) for name, job in jobs.items()}
+        build = start_build(study)
+        failed = [name for name, future in writing.items() if not writer_done(study, name, future)]
     study.log(f"models written (F16), {len(failed)} writers failed")
     if build.wait() != 0:
-        raise RuntimeError(f"build failed: see {study.out / 'build.log'}")
+        raise StudyError(f"build failed: see {study.out / 'build.log'}")
     manifest_path = study.out / "build_manifest.json"
     study.build = BuildManifest.parse(manifest_path.read_text(), str(manifest_path))
     study.log(f"build {study.build.backend} {study.build.cuda_arch} in {study.build.build_seconds} s")
@@ -267,18 +263,28 @@ def write_models(study: Study) -> None:
         quantized += [study.target(preset), study.drafter(preset), study.drafter(preset, right=False)]
     for q4 in quantized:
         if f16_of(q4).exists():
-            with open(study.out / f"quantize-{q4.stem}.log", "w") as log:
-                subprocess.run([study.binary("llama-quantize"), str(f16_of(q4)), str(q4), "Q4_0"],
-                               stdout=log, stderr=subprocess.STDOUT, check=True)
-            f16_of(q4).unlink()
+            log = study.out / f"quantize-{q4.stem}.log"
+            quantize_q4_0(study.binary("llama-quantize"), f16_of(q4), q4, log_path=log)
     sizes = {path.name: path.stat().st_size for path in sorted(study.models.glob("*-q4_0.gguf"))}
     (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
     study.log(f"models: {sizes}")
     if failed:  # what was written is quantized and kept; the runs that need the rest fail on their own
-        raise RuntimeError(f"model writers failed: {failed}")
+        raise StudyError(f"model writers failed: {failed}")
 
 
-def bench(study: Study) -> None:
+def writer_done(study: GpuStudy, name: str, future: Future[list[Path]]) -> bool:
+    """Wait for one writer; its ``write-<name>.log`` says what it wrote, or why it failed."""
+    log = study.out / f"write-{name}.log"
+    try:
+        written = future.result()
+    except Exception as error:  # noqa: BLE001 - one writer that fails must not stop the others' files
+        log.write_text("".join(traceback.format_exception(error)))
+        return False
+    log.write_text("".join(f"wrote {path} ({path.stat().st_size} bytes)\n" for path in written))
+    return True
+
+
+def bench(study: GpuStudy) -> None:
     args = llama_bench_args(load_profile(PROFILE).server.args)
     if study.placement:
         args[args.index("-ot") + 1] = study.placement[1]
@@ -303,7 +309,7 @@ def bench(study: Study) -> None:
         study.log(f"llama-batched-bench {first} {name}: {report.summary}")
 
 
-def autotune(study: Study) -> None:
+def autotune(study: GpuStudy) -> None:
     preset = study.presets[0]
     tg = study.tg128(preset)
     out = study.out / "autotune"
@@ -313,7 +319,7 @@ def autotune(study: Study) -> None:
     run_autotune(single, {f"single-{name}": flags for name, flags in ONE_USER_TRIALS.items()}, out, bench_tg=tg)
 
 
-def greedy_text(study: Study, target: Path, overrides: list[str], drafter: Path | None,
+def greedy_text(study: GpuStudy, target: Path, overrides: list[str], drafter: Path | None,
                 logprobs: bool = False) -> dict:
     """Greedy replies from a fresh server with these flags, plain and with a repeat penalty.
 
@@ -363,7 +369,7 @@ def divergence(reference: dict, other: dict) -> dict | None:
     return {"token_index": None, "top2_margin": None}
 
 
-def greedy(study: Study) -> None:
+def greedy(study: GpuStudy) -> None:
     """Greedy text must not change with the sampling place, the drafter or the kept flags."""
     preset = study.presets[0]
     base = ["--parallel", "4", "-kvu", "-c", "8192"]
@@ -414,13 +420,13 @@ def greedy(study: Study) -> None:
               f"where texts part: {partings}")
 
 
-def drafter_arm(study: Study, preset: str, n_max: int, right: bool = True, **changes: object):
+def drafter_arm(study: GpuStudy, preset: str, n_max: int, right: bool = True, **changes: object):
     label = f"{preset}-drafter{n_max}" + ("" if right else "-random")
     return study.rig_options(label, preset, [*DRAFTER_FLAGS, "--spec-draft-n-max", str(n_max)],
                              no_drafter=False, drafter_path=study.drafter(preset, right=right), **changes)
 
 
-def sweep(study: Study) -> None:
+def sweep(study: GpuStudy) -> None:
     """The many-users profile as shipped, then the drafter on the same line."""
     preset = study.presets[0]
     study.local_run(study.rig_options(f"{preset}-profile", preset, []))
@@ -429,7 +435,7 @@ def sweep(study: Study) -> None:
     study.local_run(drafter_arm(study, preset, 2, right=False, user_steps=[1, 64]))
 
 
-def second(study: Study) -> None:
+def second(study: GpuStudy) -> None:
     if len(study.presets) < 2:
         return
     preset = study.presets[1]
@@ -437,7 +443,7 @@ def second(study: Study) -> None:
     study.local_run(drafter_arm(study, preset, 2))
 
 
-def longctx(study: Study) -> None:
+def longctx(study: GpuStudy) -> None:
     """The single-user profile (one slot, 131072 tokens of context) without its drafter."""
     preset = study.presets[0]
     depths = (0, 32768, 120000) if study.scale >= 1 else (0, 256)
@@ -450,18 +456,18 @@ def longctx(study: Study) -> None:
         ))
 
 
-def slot_profile(study: Study, patched: bool) -> Path:
+def slot_profile(study: GpuStudy, patched: bool) -> Path:
     """The many-users profile with or without the slot patch, written beside the study's runs."""
     block = f'[llama_cpp]\npatches = ["{SLOT_PATCH}"]\n'
     text = Path(load_profile(MANY_PROFILE).source_path or "").read_text().replace(block, "")
     if "[llama_cpp]" in text:
-        raise RuntimeError(f"{MANY_PROFILE} has llama_cpp settings besides the slot patch: the study cannot vary it")
+        raise StudyError(f"{MANY_PROFILE} has llama_cpp settings besides the slot patch: the study cannot vary it")
     path = study.out / f"{MANY_PROFILE}-{'patched' if patched else 'stock'}.toml"
     path.write_text(f"{text}\n{block}" if patched else text)
     return path
 
 
-def slots(study: Study) -> None:
+def slots(study: GpuStudy) -> None:
     """Sweeps at partial load: stock and patched slot choice, per-slot and unified KV, and pinned users."""
     preset = study.presets[0]
     many = merge_server_args(load_profile(MANY_PROFILE).server.args, study.placement)
@@ -483,22 +489,18 @@ def slots(study: Study) -> None:
         study.local_run(replace(options, measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--presets", default="e2b,e4b")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every measured window")
-    parser.add_argument("--processes", type=int, default=4, help="load processes per run")
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--phases", default=",".join(PHASES))
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds from start after which no run or phase begins that cannot end in time")
-    args = parser.parse_args(argv)
-    study = Study(args.out, args.presets.split(","), args.scale, args.processes, args.backend, args.deadline)
-    wanted = args.phases.split(",")
+def run_gpu_study(out: Path, presets: list[str], *, scale: float = 1.0, processes: int = 4, backend: str = "auto",
+                  phases: list[str] | None = None, deadline: float | None = None) -> list[str]:
+    """Every wanted phase in order (all by default), each logged and kept even when a later one fails.
+
+    Returns the lines of ``phases.jsonl`` that say a phase or run failed; ``DONE`` is written
+    either way, for the lease's poller.
+    """
+    wanted = list(PHASES) if phases is None else phases
+    study = GpuStudy(out, presets, scale, processes, backend, deadline)
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
              "sweep": sweep, "second": second, "longctx": longctx, "slots": slots}
-    (args.out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
+    (out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
     if "models" not in wanted:
         study.phase("build", lambda: use_cached_build(study))
     for name in PHASES:
@@ -507,11 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         if study.build is None:
             study.log("no build: stopping")
             break
-    failed = [line for line in (args.out / "phases.jsonl").read_text().splitlines() if '"failed"' in line]
+    failed = [line for line in (out / "phases.jsonl").read_text().splitlines() if '"failed"' in line]
     study.log(f"study done, {len(failed)} failure(s)")
-    (args.out / "DONE").write_text("done\n")  # the lease's poller waits for this file either way
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    (out / "DONE").write_text("done\n")  # the lease's poller waits for this file either way
+    return failed

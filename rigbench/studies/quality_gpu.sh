@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The quality ladder on a lent GPU machine, from a bare checkout: check the real model's sha256,
 # build the pinned llama.cpp for this card, and run the same ladder as on any other machine.
-#   rigbench/studies/quality_gpu.sh OUT MODEL.gguf QUESTIONS.jsonl [quality_ladder options...]
-# Needs python3 with pydantic, httpx, scipy, matplotlib, tabulate; the pinned sdist in
-# $RIGBENCH_CACHE/sources (no package index is reachable there); gguf comes from the llama.cpp tree.
+#   rigbench/studies/quality_gpu.sh OUT MODEL.gguf QUESTIONS.jsonl [rigbench study ladder options...]
+# Needs python3 with what `rigbench study` imports (typer, pydantic, httpx, numpy, pandas, scipy,
+# matplotlib, tabulate, psutil); the pinned sdist in $RIGBENCH_CACHE/sources (no package index is
+# reachable there); gguf comes from the llama.cpp tree.
 set -euo pipefail
 out=${1:?usage: quality_gpu.sh OUT MODEL.gguf QUESTIONS.jsonl [options]}; model=$2; questions=$3; shift 3
 mkdir -p "$out"; out=$(cd "$out" && pwd); questions=$(cd "$(dirname "$questions")" && pwd)/$(basename "$questions")
@@ -19,4 +20,4 @@ python3 llamacpp/build_script.py --backend cuda --cache "$RIGBENCH_CACHE" > "$ou
 tree=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['source_tree'])" "$out/build_manifest.json")
 python3 -c "import gguf" 2>/dev/null || export PYTHONPATH="$tree/gguf-py:${PYTHONPATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.csv"
-python3 -m rigbench.studies.quality_ladder smollm2 --questions "$questions" --out "$out/ladder" --backend cuda "$@"
+python3 -m rigbench study ladder smollm2 --questions "$questions" --out "$out/ladder" --backend cuda "$@"

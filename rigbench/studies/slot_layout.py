@@ -12,7 +12,6 @@ decode-call counter, so the effect is measured, not inferred from the source.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import threading
@@ -20,7 +19,9 @@ import time
 from pathlib import Path
 
 import httpx
+from tabulate import tabulate
 
+from core.errors import StudyError
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
@@ -73,7 +74,7 @@ def measure(server: LocalServer, slots: list[int], seconds: float, max_tokens: i
     for thread in threads:
         thread.join()
     if errors:
-        raise RuntimeError("; ".join(errors))
+        raise StudyError("; ".join(errors))
     elapsed = ended - began
     calls = (after[DECODE_CALLS] - before[DECODE_CALLS]) / elapsed
     tokens = (after[TOKENS] - before[TOKENS]) / elapsed
@@ -116,13 +117,11 @@ def summary_rows(probe: dict) -> list[list[str]]:
 
 
 def write_note(probe: dict, path: Path) -> None:
-    from tabulate import tabulate
-
     table = tabulate(summary_rows(probe), ["KV cache", "busy slots", "slot ids", "tok/s median (range)",
                                            "ms per decode call median (range)"], "github")
     path.write_text(
         f"# Which slots are busy matters with one KV stream per slot (CPU probe)\n\n"
-        f"`python -m rigbench.studies.slot_layout --note {path}` on this 2-core VM: the real llama-server "
+        f"`rigbench study slot-layout --out {path}` on this 2-core VM: the real llama-server "
         f"(pinned CPU build), synthetic `{probe['preset']}` model, `--parallel {probe['parallel']}`, "
         f"{probe['users']} users pinned with `id_slot`, {probe['max_tokens']}-token replies back to back, "
         f"{probe['seconds']:.0f} s windows, "
@@ -135,32 +134,6 @@ def write_note(probe: dict, path: Path) -> None:
     path.with_suffix(".json").write_text(json.dumps(probe, indent=1) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=4)
-    parser.add_argument("--parallel", type=int, default=16, help="server slots")
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured window per cell")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--preset", default="small", help="synthetic model preset")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/rigbench-slot-layout"))
-    parser.add_argument("--note", type=Path, default=None, help="write a markdown note (+ .json) here")
-    args = parser.parse_args(argv)
-    try:
-        slot_ids("spread", args.users, args.parallel)
-    except ValueError as error:
-        parser.error(f"--users/--parallel: {error}")
-    args.work.mkdir(parents=True, exist_ok=True)
-    probe = run_probe(args.work, args.users, args.parallel, args.seconds, args.repeats, args.preset,
-                      args.threads, args.max_tokens)
-    from tabulate import tabulate
-
-    print(tabulate(summary_rows(probe), ["cache", "layout", "slots", "tok/s", "ms/call"], "github"))
-    if args.note:
-        write_note(probe, args.note)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def summary_table(probe: dict) -> str:
+    """The probe's cells as a short table for the terminal."""
+    return tabulate(summary_rows(probe), ["cache", "layout", "slots", "tok/s", "ms/call"], "github")

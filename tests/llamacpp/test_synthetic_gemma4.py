@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,23 +11,25 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
+from llamacpp.gemma4_shapes import PRESETS, Gemma4Shape
+from llamacpp.gemma4_tensors import (
+    assistant_tensors,
+    gemma4_tensors,
+    parameter_count,
+    predicted_q4_0_bytes,
+    preset_summary,
+)
+from llamacpp.quantize import quantize_file
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_gemma4 import (
     ANCHOR_VALUE,
     BANNED_VALUE,
-    PRESETS,
-    Gemma4Shape,
-    assistant_tensors,
-    gemma4_tensors,
     gemma4_vocabulary,
-    main,
-    parameter_count,
-    predicted_q4_0_bytes,
-    preset_summary,
     write_gemma4_assistant_gguf,
     write_gemma4_gguf,
+    write_preset,
 )
-from llamacpp.synthetic_models import banned_token_ids
+from llamacpp.synthetic_models import banned_token_ids, synthetic_label
 
 PUBLISHED_E2B_Q4_0_BYTES = 3_349_516_256  # the published gemma-4-E2B-it-q4_0-exact.gguf
 PUBLISHED_E4B_PARAMETERS = 7.52e9  # llama.cpp docs/build-riscv64-spacemit.md, gemma4 E4B row
@@ -148,9 +149,7 @@ def test_llama_quantize_q4_0_size_matches_prediction_and_still_streams(llama_bui
     write_gemma4_gguf(source, "tiny-gemma4", shape=shape)
     header = write_gemma4_gguf(tmp_path / "header.gguf", "tiny-gemma4", shape=shape, header_only=True)
     quantized = tmp_path / "q4_0.gguf"
-    done = subprocess.run([llama_build.binary("llama-quantize"), str(source), str(quantized), "Q4_0", "2"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    quantize_file(llama_build.binary("llama-quantize"), source, quantized, "Q4_0", threads=2)
     types = {t.name: t.tensor_type.name for t in GGUFReader(str(quantized)).tensors}
     assert types["per_layer_token_embd.weight"] == types["token_embd.weight"] == "Q6_K"
     assert types["blk.0.ffn_down.weight"] == "Q4_0"
@@ -192,26 +191,23 @@ def test_preset_summary_labels_synthetic_models_and_their_guesses():
 
 
 @pytest.mark.integration
-def test_cli_writes_and_quantizes_model_and_drafter(llama_build, tmp_path):
+def test_a_preset_written_and_quantized_keeps_only_its_q4_0_files(llama_build, tmp_path):
     out, drafter = tmp_path / "tiny-q4_0.gguf", tmp_path / "tiny-assistant-q4_0.gguf"
-    code = main(["--preset", "tiny-gemma4", "--out", str(out), "--drafter", str(drafter),
-                 "--llama-quantize", llama_build.binary("llama-quantize"), "--threads", "2"])
-    assert code == 0
+    written = write_preset("tiny-gemma4", target=out, drafter=drafter,
+                           llama_quantize=llama_build.binary("llama-quantize"), threads=2)
+    assert written == [out, drafter]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([out.name, drafter.name])  # F16 removed
     for path in (out, drafter):
         types = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
         assert types["blk.0.ffn_up.weight"] == "Q4_0"
 
 
-def test_cli_writes_a_drafter_alone_with_its_own_favour(tmp_path, capsys):
-    from llamacpp.synthetic_models import synthetic_label
-
+def test_a_drafter_is_written_alone_with_its_own_favour(tmp_path):
     right, random = tmp_path / "right.gguf", tmp_path / "random.gguf"
-    assert main(["--preset", "tiny-gemma4", "--drafter", str(right), "--favour", "0.3"]) == 0
-    assert main(["--preset", "tiny-gemma4", "--drafter", str(random), "--favour", "0.3", "--drafter-favour", "0"]) == 0
+    assert write_preset("tiny-gemma4", drafter=right, favour=0.3) == [right]
+    assert write_preset("tiny-gemma4", drafter=random, favour=0.3, drafter_favour=0) == [random]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["random.gguf", "right.gguf"]  # no target written
     assert right.read_bytes() != random.read_bytes()
     assert "gemma4-assistant architecture" in synthetic_label(right)
-    with pytest.raises(SystemExit):
-        main(["--preset", "tiny-gemma4"])
-    assert "--out" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="a target path, a drafter path, or both"):
+        write_preset("tiny-gemma4")

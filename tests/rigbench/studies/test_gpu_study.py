@@ -1,19 +1,28 @@
-"""The GPU study (``python -m rigbench.studies.gpu_study``): its plumbing, dry-run on the CPU with tiny models."""
+"""The GPU study (``rigbench study gpu``): its plumbing, dry-run on the CPU with tiny models."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
-from rigbench.studies.gpu_study import divergence
 from analysis.study_report import write_study_report
+from core.errors import StudyError, UsageError
+from rigbench.commands.study import app
+from rigbench.studies.gpu_study import GpuStudy, divergence
 
-ROOT = Path(__file__).resolve().parents[3]
+DRY_RUN = ["--presets", "tiny-gemma4", "--scale", "0.1", "--processes", "1", "--backend", "cpu"]
+
+
+def cache_beside(tmp_path: Path, llama_build, monkeypatch) -> None:
+    """A cache of the test's own for the models, its builds those the other tests share (same key)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "builds").symlink_to(Path(llama_build.binary("llama-server")).parents[3])
+    monkeypatch.setenv("RIGBENCH_CACHE", str(cache))
 
 
 def test_divergence_names_the_token_where_texts_part_and_the_margin_there() -> None:
@@ -25,18 +34,11 @@ def test_divergence_names_the_token_where_texts_part_and_the_margin_there() -> N
 
 @pytest.mark.timing  # llama-batched-bench prints its results only with a core free
 @pytest.mark.integration
-def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build) -> None:
-    out, cache = tmp_path / "study", tmp_path / "cache"
-    # the build is shared with the other tests (same key); only the models go to this cache
-    env = {**os.environ, "RIGBENCH_CACHE": str(cache)}
-    cache.mkdir()
-    (cache / "builds").symlink_to(Path(llama_build.binary("llama-server")).parents[3])
-    done = subprocess.run(
-        [sys.executable, "-m", "rigbench.studies.gpu_study", str(out), "--presets", "tiny-gemma4",
-         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "models,bench,greedy,longctx"],
-        capture_output=True, text=True, timeout=900, env=env, check=False, cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build, monkeypatch) -> None:
+    out = tmp_path / "study"
+    cache_beside(tmp_path, llama_build, monkeypatch)
+    done = CliRunner().invoke(app, ["gpu", str(out), *DRY_RUN, "--phases", "models,bench,greedy,longctx"])
+    assert done.exit_code == 0, done.output[-3000:]
     phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
     assert [(p["phase"], p["status"]) for p in phases if p["phase"] != "run"] == [
         ("models", "ok"), ("bench", "ok"), ("greedy", "ok"), ("longctx", "ok")]
@@ -50,12 +52,8 @@ def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build
 
 
 def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, monkeypatch) -> None:
-    from types import SimpleNamespace
-
-    from rigbench.studies.gpu_study import Study
-
     monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
-    study = Study(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", deadline_seconds=50)
+    study = GpuStudy(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", deadline_seconds=50)
     run = SimpleNamespace(user_steps=[1, 64], warmup_seconds=3, measure_seconds=15, label="e2b-best")
     assert study.local_run(run) is None  # 2 x 18 s + 20 s of start-up and report > 50 s left: not started
     called = []
@@ -69,18 +67,23 @@ def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, 
 
 
 @pytest.mark.integration
-def test_phases_without_models_use_the_cached_build_and_a_failure_sets_the_exit_code(tmp_path, llama_build) -> None:
-    out, cache = tmp_path / "study", tmp_path / "cache"
-    cache.mkdir()
-    (cache / "builds").symlink_to(Path(llama_build.binary("llama-server")).parents[3])
-    env = {**os.environ, "RIGBENCH_CACHE": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-m", "rigbench.studies.gpu_study", str(out), "--presets", "tiny-gemma4",
-         "--scale", "0.1", "--processes", "1", "--backend", "cpu", "--phases", "longctx"],
-        capture_output=True, text=True, timeout=300, env=env, check=False, cwd=ROOT,
-    )
-    assert done.returncode == 1  # the models were never written: every long-context run fails
+def test_phases_without_models_use_the_cached_build_and_a_failure_sets_the_exit_code(
+        tmp_path, llama_build, monkeypatch) -> None:
+    out = tmp_path / "study"
+    cache_beside(tmp_path, llama_build, monkeypatch)
+    done = CliRunner().invoke(app, ["gpu", str(out), *DRY_RUN, "--phases", "longctx"])
+    # the models were never written: every long-context run fails, and the study says so with exit code 1
+    assert isinstance(done.exception, StudyError) and done.exception.exit_code == 1, done.output[-3000:]
+    assert "phases.jsonl" in str(done.exception)
     phases = [json.loads(line) for line in (out / "phases.jsonl").read_text().splitlines()]
     assert ("build", "ok") in [(p["phase"], p.get("status")) for p in phases]
     assert [p["status"] for p in phases if p["phase"] == "run"] == ["failed", "failed"]
     assert (out / "DONE").exists() and "no build: stopping" not in (out / "study.log").read_text()
+
+
+def test_an_unknown_phase_or_preset_is_refused_before_the_study_folder_is_made(tmp_path: Path) -> None:
+    for wrong in (["--phases", "models,benhc"], ["--presets", "e2b,e9b"]):
+        done = CliRunner().invoke(app, ["gpu", str(tmp_path / "study"), *wrong], env={"COLUMNS": "200"})
+        assert isinstance(done.exception, UsageError) and wrong[0] in str(done.exception)
+        assert done.exception.exit_code == 2  # what rigbench's CLI exits with
+        assert not (tmp_path / "study").exists()

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from rigbench.commands.study import app
 from rigbench.studies.slot_layout import run_probe, slot_ids, summary_rows, write_note
 
 
@@ -19,13 +21,14 @@ def test_slot_ids_are_consecutive_or_spread_and_bad_layouts_are_named() -> None:
         slot_ids("random", 4, 16)
 
 
-def test_too_few_slots_for_the_users_is_a_flag_error_before_anything_is_built(capsys) -> None:
-    from rigbench.studies.slot_layout import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--users", "4", "--parallel", "6"])
-    assert exit_info.value.code == 2
-    assert "--users/--parallel: spread needs at least twice as many slots as users" in capsys.readouterr().err
+def test_too_few_slots_for_the_users_is_a_flag_error_before_anything_is_built(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    done = CliRunner().invoke(app, ["slot-layout", "--users", "4", "--parallel", "6", "--work", str(work)],
+                              env={"COLUMNS": "200"})
+    assert done.exit_code == 2
+    assert "--users/--parallel" in done.output
+    assert "spread needs at least twice as many slots as users" in done.output
+    assert not work.exists()
 
 
 @pytest.mark.timing

