@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from analysis.figures import RunFigures
 from analysis.intervals import Estimate
 from analysis.prices import Market, PriceBook, PriceQuote
+from core.errors import InfraError
+from core.instance_types import get_instance_type
 from core.rundir import RunManifest
 
 DEFAULT_REFERENCE_TYPES = ("g6.xlarge",)
@@ -42,10 +44,8 @@ class PriceChoice:
 def gpu_description(instance_type: str) -> str | None:
     """'1x L4 24 GiB' from the shared instance table, or None for a type it does not list."""
     try:
-        from core.instance_types import get_instance_type
-
         known = get_instance_type(instance_type)
-    except Exception:  # the table is optional to analysis; an unknown type just has no GPU line
+    except InfraError:  # a type the table does not list just has no GPU line
         return None
     return f"{known.gpu_count}x {known.gpu_name} {known.gpu_memory_gib} GiB"
 

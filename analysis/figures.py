@@ -72,7 +72,7 @@ from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
-from core.rundir import TelemetrySnapshot
+from core.rundir import StepWindow, TelemetrySnapshot
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
@@ -92,7 +92,9 @@ class RunFigures:
 
 
 def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
-    """Per-request derived columns (seconds and tok/s); NaN where a record cannot give one."""
+    """Per-request derived columns (seconds and tok/s), added to ``records`` and returned; NaN where
+    a record cannot give one. They are computed from the record's own columns only, so adding
+    them again gives the same."""
     frame = records
     ok = frame["error_kind"].isna().to_numpy() & ~frame["interrupted"].to_numpy()
     t_start = frame["t_start"].to_numpy()
@@ -124,16 +126,34 @@ def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def tokens_in_window(
-    frame: pd.DataFrame, start: float, end: float, columns: tuple[str, str, str] | None = None
-) -> float:
+class Requests:
+    """A run's requests (records with ``add_request_metrics``' columns) as numpy arrays.
+
+    Why: each step's figures select their rows from every request of the run; a DataFrame
+    filtered per step copies every column each time, a million records over several steps.
+    Here each column is taken out of the frame once, when first asked for, and a step selects
+    rows of the few it reads, in the frame's order (so sums and orders are the frame's own)."""
+
+    def __init__(self, frame: pd.DataFrame, timed: set[str] | None = None):
+        self.frame = frame
+        self._columns: dict[str, np.ndarray] = {}
+        self.measure = (frame["phase"] == "measure").to_numpy()
+        self.method = frame["token_method"].cat.codes.to_numpy()
+        # requests whose chunks' arrival times are kept (``analysis.timelines``), counted by those
+        self.timed = frame["request_id"].isin(timed).to_numpy() if timed else None
+        with np.errstate(invalid="ignore"):
+            self.t_decode = self["t_last_token"] - self["timings_predicted_ms"] / 1000.0
+        self.has_timings = self["ok"] & ~np.isnan(self["timings_predicted_n"]) & ~np.isnan(self.t_decode)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._columns:
+            self._columns[name] = self.frame[name].to_numpy()
+        return self._columns[name]
+
+
+def tokens_in_window(t_first: np.ndarray, t_last: np.ndarray, tokens: np.ndarray, start: float, end: float) -> float:
     """Output tokens generated inside [start, end): each request's tokens spread evenly over
-    its decode span; a single-instant span counts wholly if the instant is inside. ``columns``
-    names (first, last, tokens) columns other than the client's decode span and count."""
-    first_column, last_column, tokens_column = columns or ("t_first_token", "t_last_token", "output_tokens")
-    t_first = frame[first_column].to_numpy()
-    t_last = frame[last_column].to_numpy()
-    tokens = frame[tokens_column].to_numpy()
+    its span [t_first, t_last]; a single-instant span counts wholly if the instant is inside."""
     span = t_last - t_first
     overlap = np.clip(np.minimum(t_last, end) - np.maximum(t_first, start), 0.0, None)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -141,33 +161,41 @@ def tokens_in_window(
     return float(np.nansum(tokens * share))
 
 
-def server_timings_tok_s(frame: pd.DataFrame, start: float, end: float) -> float | None:
+def server_timings_tok_s(requests: Requests, start: float, end: float) -> float | None:
     """Tokens/s inside [start, end) from the servers' own decode times: each successful request's
     ``predicted_n`` spread over ``predicted_ms`` ending at its client ``t_last_token``; None when
     no successful request near the window carries timings."""
-    ok = frame["ok"].to_numpy()
-    t_last = frame["t_last_token"].to_numpy()
-    predicted_n = frame["timings_predicted_n"].to_numpy()
-    predicted_s = frame["timings_predicted_ms"].to_numpy() / 1000.0
-    t_decode = t_last - predicted_s
-    timed = ok & ~np.isnan(predicted_n) & ~np.isnan(predicted_s) & (t_last >= start) & (t_decode < end)
+    t_last = requests["t_last_token"]
+    with np.errstate(invalid="ignore"):
+        timed = requests.has_timings & (t_last >= start) & (requests.t_decode < end)
     if not timed.any():
         return None
-    near = pd.DataFrame({"t_decode": t_decode[timed], "t_last": t_last[timed], "tokens": predicted_n[timed]})
-    return tokens_in_window(near, start, end, ("t_decode", "t_last", "tokens")) / (end - start)
+    tokens = requests["timings_predicted_n"][timed]
+    return tokens_in_window(requests.t_decode[timed], t_last[timed], tokens, start, end) / (end - start)
+
+
+def _decoding_in(requests: Requests, start: float, end: float) -> np.ndarray:
+    """Requests with output tokens whose decode span reaches into [start, end)."""
+    with np.errstate(invalid="ignore"):
+        return (
+            (requests["t_last_token"] >= start) & (requests["t_first_token"] < end) & (requests["output_tokens"] > 0)
+        )
 
 
 def aggregate_throughput(
-    frame: pd.DataFrame, start: float, end: float, arrivals: ChunkArrivals | None = None
+    requests: Requests, start: float, end: float, arrivals: ChunkArrivals | None = None
 ) -> tuple[float, Estimate]:
     """(tokens in the window, tok/s with a sub-window interval); requests with a timeline count
     each chunk where it arrived (``analysis.timelines``), the others by their spread."""
-    near = frame[(frame["t_last_token"] >= start) & (frame["t_first_token"] < end) & (frame["output_tokens"] > 0)]
-    if arrivals is not None:
-        near = near[~near["request_id"].isin(arrivals.request_ids)]
+    near = _decoding_in(requests, start, end)
+    if arrivals is not None and requests.timed is not None:
+        near &= ~requests.timed
+    t_first, t_last = requests["t_first_token"][near], requests["t_last_token"][near]
+    tokens = requests["output_tokens"][near]
 
     def tokens_between(a: float, b: float) -> float:
-        return tokens_in_window(near, a, b) + (arrivals.tokens_in(a, b) if arrivals is not None else 0.0)
+        spread = tokens_in_window(t_first, t_last, tokens, a, b)
+        return spread + (arrivals.tokens_in(a, b) if arrivals is not None else 0.0)
 
     total = tokens_between(start, end)
     length = end - start
@@ -181,15 +209,16 @@ def aggregate_throughput(
 
 
 def _percentiles(values: np.ndarray) -> dict[str, Estimate]:
-    return {f"p{round(q * 100)}": intervals.quantile(values, q) for q in PERCENTILES}
+    estimates = intervals.quantiles(values, PERCENTILES)
+    return {f"p{round(q * 100)}": estimate for q, estimate in zip(PERCENTILES, estimates, strict=True)}
 
 
-def geomean_rate_column(measured_ok: pd.DataFrame) -> str:
+def geomean_rate_column(server_tok_s: np.ndarray) -> str:
     """The per-request rate the seeds' geometric mean is taken over: the server's own timings when
-    every successful record has them (as the seed articles read llama-server's timings), else the
-    client's measure. What a user sees per user is ``StepFigures.per_user_tok_s``, the client's first."""
-    server = measured_ok["server_tok_s"]
-    return "server_tok_s" if len(server) and server.notna().all() else "client_tok_s"
+    every successful record (``server_tok_s`` holds theirs) has them (as the seed articles read
+    llama-server's timings), else the client's measure. What a user sees per user is
+    ``StepFigures.per_user_tok_s``, the client's first."""
+    return "server_tok_s" if len(server_tok_s) and not np.isnan(server_tok_s).any() else "client_tok_s"
 
 
 def category_groups(measured_ok: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
@@ -208,68 +237,81 @@ def _lag_figures(lags: np.ndarray) -> dict[str, float | None]:
     return {"p50": float(np.quantile(lags, 0.5)), "p99": float(np.quantile(lags, 0.99)), "max": float(lags.max())}
 
 
-def method_counts(frame: pd.DataFrame) -> dict[str, int]:
-    """Requests per token-counting method, every method named (0 where none used it)."""
-    counts = frame["token_method"].value_counts()
-    return {method: int(counts.get(method, 0)) for method in TOKEN_METHODS}
+def method_counts(codes: np.ndarray) -> dict[str, int]:
+    """Requests per token-counting method (``token_method``'s codes), every method named (0 where none used it)."""
+    counts = np.bincount(codes, minlength=len(TOKEN_METHODS))
+    return {method: int(count) for method, count in zip(TOKEN_METHODS, counts, strict=True)}
 
 
 def step_figures(
-    frame: pd.DataFrame,
-    index: int,
-    users: int,
-    context: int,
-    start: float,
-    end: float,
-    rate: float | None = None,
+    requests: Requests,
+    window: StepWindow,
+    telemetry: list[TelemetrySnapshot],
+    max_tokens: int | None = None,
     arrivals: ChunkArrivals | None = None,
 ) -> StepFigures:
-    measured = frame[(frame["step"] == index) & (frame["phase"] == "measure")]
-    measured_ok = measured[measured["ok"]]
-    errors = {str(k): int(v) for k, v in measured["error_kind"].value_counts().items() if v}
-    total, aggregate = aggregate_throughput(frame, start, end, arrivals)
-    t_end = frame["t_end"].to_numpy()
-    completed = int((frame["ok"].to_numpy() & (t_end >= start) & (t_end < end)).sum())
-    near_cut = (
-        (frame["t_last_token"] >= start) & (frame["t_first_token"] < end) & (frame["output_tokens"] > 0) & ~frame["ok"]
+    """The figures of one step whose measured window closed."""
+    index, rate, start = window.index, window.rate, window.measure_start
+    end = window.measure_end
+    if end is None:
+        raise AnalysisError(f"step {index} has no closed measured window")
+    ok = requests["ok"]
+    measured = (requests["step"] == index) & requests.measure
+    measured_ok = measured & ok
+    frame = requests.frame
+    errors = {str(k): int(v) for k, v in frame["error_kind"][measured].value_counts().items() if v}
+    total, aggregate = aggregate_throughput(requests, start, end, arrivals)
+    t_end = requests["t_end"]
+    completed = int((ok & (t_end >= start) & (t_end < end)).sum())
+    near_cut = _decoding_in(requests, start, end) & ~ok
+    server = requests["server_tok_s"][measured_ok]
+    rate_column = geomean_rate_column(server)
+    rates = pd.DataFrame(
+        {"category": frame["category"].array[measured_ok], rate_column: requests[rate_column][measured_ok]}
     )
-    rate_column = geomean_rate_column(measured_ok)
-    draft = measured_ok[["timings_draft_n", "timings_draft_n_accepted", "timings_predicted_n"]].dropna()
-    draft = draft[draft["timings_draft_n"] > 0]
-    steps_taken = draft["timings_predicted_n"].sum() - draft["timings_draft_n_accepted"].sum()
+    draft_n, accepted = requests["timings_draft_n"][measured_ok], requests["timings_draft_n_accepted"][measured_ok]
+    predicted = requests["timings_predicted_n"][measured_ok]
+    with np.errstate(invalid="ignore"):
+        drafted = ~np.isnan(draft_n) & ~np.isnan(accepted) & ~np.isnan(predicted) & (draft_n > 0)
+    draft_n, accepted, predicted = draft_n[drafted], accepted[drafted], predicted[drafted]
+    steps_taken = predicted.sum() - accepted.sum()
     sent = None
     if rate is not None:
-        t_start = measured["t_start"].to_numpy()
+        t_start = requests["t_start"][measured]
         sent = int(((t_start >= start) & (t_start < end)).sum()) / (end - start)
+    chunks_code = TOKEN_METHODS.index("chunks")
     return StepFigures(
         index=index,
-        users=users,
-        context_tokens=context,
+        users=window.users,
+        context_tokens=window.context_tokens,
         window_start=start,
         window_end=end,
-        requests=len(measured),
-        ok=len(measured_ok),
+        window_seconds=end - start,
+        requests=int(measured.sum()),
+        ok=int(measured_ok.sum()),
         errors=errors,
         output_tokens=total,
         aggregate_tok_s=aggregate,
         request_rate=completed / (end - start),
-        server_tok_s=intervals.median(measured_ok["server_tok_s"].to_numpy()),
-        server_tok_s_mean=intervals.mean(measured_ok["server_tok_s"].to_numpy()),
-        client_tok_s=intervals.median(measured_ok["client_tok_s"].to_numpy()),
-        geomean_tok_s=intervals.geomean_of_means(list(category_groups(measured_ok, rate_column).values())),
-        ttft_s=_percentiles(measured_ok["ttft_s"].to_numpy()),
-        itl_s=_percentiles(measured_ok["itl_s"].to_numpy()),
-        e2e_s=_percentiles(measured_ok["e2e_s"].to_numpy()),
-        draft_acceptance=intervals.ratio_of_sums(draft["timings_draft_n_accepted"], draft["timings_draft_n"]),
-        tokens_per_decode_step=float(draft["timings_predicted_n"].sum() / steps_taken) if steps_taken > 0 else None,
+        server_tok_s=intervals.median(server),
+        server_tok_s_mean=intervals.mean(server),
+        client_tok_s=intervals.median(requests["client_tok_s"][measured_ok]),
+        geomean_tok_s=intervals.geomean_of_means(list(category_groups(rates, rate_column).values())),
+        ttft_s=_percentiles(requests["ttft_s"][measured_ok]),
+        itl_s=_percentiles(requests["itl_s"][measured_ok]),
+        e2e_s=_percentiles(requests["e2e_s"][measured_ok]),
+        draft_acceptance=intervals.ratio_of_sums(accepted, draft_n),
+        tokens_per_decode_step=float(predicted.sum() / steps_taken) if steps_taken > 0 else None,
+        server_counter_tok_s=counter_tok_s(telemetry, index),
+        server_counter_granularity_tok_s=counter_granularity(requests, telemetry, index, max_tokens),
         completed_in_window=completed,
-        tpot_s=_percentiles(measured_ok["tpot_s"].to_numpy()),
+        tpot_s=_percentiles(requests["tpot_s"][measured_ok]),
         rate=rate,
         sent_rate=sent,
-        start_lag_s=_lag_figures(measured["start_lag_s"].to_numpy()),
-        server_timings_tok_s=server_timings_tok_s(frame, start, end),
-        token_methods=method_counts(measured),
-        cut_counted_by_chunks=int((near_cut & (frame["token_method"] == "chunks")).sum()),
+        start_lag_s=_lag_figures(requests["start_lag_s"][measured]),
+        server_timings_tok_s=server_timings_tok_s(requests, start, end),
+        token_methods=method_counts(requests.method[measured]),
+        cut_counted_by_chunks=int((near_cut & (requests.method == chunks_code)).sum()),
     )
 
 
@@ -298,7 +340,7 @@ def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -
 
 
 def counter_granularity(
-    frame: pd.DataFrame, telemetry: list[TelemetrySnapshot], index: int, max_tokens: int | None = None
+    requests: Requests, telemetry: list[TelemetrySnapshot], index: int, max_tokens: int | None = None
 ) -> float | None:
     """How far the token counter's rate can move for one request finishing either side of a
     snapshot: the median tokens of the step's successful measured requests (none finished in
@@ -306,10 +348,11 @@ def counter_granularity(
     span = counter_span(telemetry, index, TOKENS_COUNTER)
     if span is None:
         return None
-    in_step = frame["ok"] & (frame["step"] == index)
-    tokens = frame["output_tokens"][in_step & (frame["phase"] == "measure")]
+    in_step = requests["ok"] & (requests["step"] == index)
+    output_tokens = requests.frame["output_tokens"]
+    tokens = output_tokens[in_step & requests.measure]
     if not len(tokens):
-        tokens = frame["output_tokens"][in_step]
+        tokens = output_tokens[in_step]
     typical = float(tokens.median()) if len(tokens) else max_tokens
     if not typical:
         return None
@@ -364,7 +407,8 @@ def run_figures(run: LoadedRun) -> RunFigures:
     if manifest.status != "complete":
         detail = f" ({manifest.status_detail})" if manifest.status_detail else ""
         warnings.append(f"run status is {manifest.status}{detail}: figures cover the steps whose window closed")
-    frame = add_request_metrics(run.records.copy())
+    # added to the run's own records: the comparison (``analysis.compare``) reads them there
+    frame = add_request_metrics(run.records)
     uncounted = int(frame["tokens_from_chunks"].sum())
     if uncounted:
         warnings.append(
@@ -372,38 +416,27 @@ def run_figures(run: LoadedRun) -> RunFigures:
             "their streamed content chunks were counted as tokens"
         )
     arrivals = ChunkArrivals.from_run(run.path, frame)
-    known_steps = {window.index for window in manifest.steps}
-    stray = int((~frame["step"].isin(known_steps)).sum())
+    requests = Requests(frame, arrivals.request_ids if arrivals is not None else None)
+    known_steps = [window.index for window in manifest.steps]
+    stray = int((~np.isin(requests["step"], known_steps)).sum())
     if stray:
         warnings.append(f"{stray} record(s) tagged with a step the manifest does not list; ignored")
+    repeated = sorted({index for index in known_steps if known_steps.count(index) > 1})
+    if repeated:
+        raise AnalysisError(
+            f"{run.path}: the manifest lists step(s) {', '.join(map(str, repeated))} more than once, so which "
+            "window holds its records is unknown; `rigbench check` names it as damage: re-run the load test"
+        )
     steps = []
-    seen: set[int] = set()
+    max_tokens = manifest.load.max_tokens if manifest.load else None
     for window in manifest.steps:
         name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
             f"step {window.index} ({window.users} users)"
         )
-        if window.index in seen:
-            # Written by rigbench before the sweep controller kept each boundary once (a Locust
-            # master with a long context could run two schedules): the first window stands.
-            warnings.append(f"{name} recorded twice; the first window is used")
-            continue
-        seen.add(window.index)
         if window.measure_end is None or window.measure_end <= window.measure_start:
             warnings.append(f"{name} has no closed measured window; left out")
             continue
-        figures = step_figures(
-            frame,
-            window.index,
-            window.users,
-            window.context_tokens,
-            window.measure_start,
-            window.measure_end,
-            rate=window.rate,
-            arrivals=arrivals,
-        )
-        figures.server_counter_tok_s = counter_tok_s(run.telemetry, window.index)
-        max_tokens = manifest.load.max_tokens if manifest.load else None
-        figures.server_counter_granularity_tok_s = counter_granularity(frame, run.telemetry, window.index, max_tokens)
+        figures = step_figures(requests, window, run.telemetry, max_tokens, arrivals)
         if window.rate is None and figures.completed_in_window < window.users:
             warnings.append(short_window_warning(frame, figures, max_tokens))
         if figures.cut_counted_by_chunks:
@@ -422,4 +455,4 @@ def run_figures(run: LoadedRun) -> RunFigures:
             f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "
             f"status {manifest.status}); the sweep stopped before a measure phase ended: re-run the load test"
         )
-    return RunFigures(run, steps, warnings, token_methods=method_counts(frame))
+    return RunFigures(run, steps, warnings, token_methods=method_counts(requests.method))

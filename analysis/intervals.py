@@ -75,24 +75,40 @@ def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable, paired: boo
     return low, high
 
 
-def quantile(values: Sequence[float] | np.ndarray, q: float) -> Estimate:
-    """The q-quantile (numpy's default linear interpolation, Hyndman-Fan type 7) with its interval."""
-    x = _finite(values)
+def _order_statistics(ordered: np.ndarray, q: float) -> Estimate:
+    """The q-quantile of a large sorted sample with its distribution-free interval (binomial ranks)."""
+    n = len(ordered)
+    value = float(np.quantile(ordered, q))  # the same order statistics as of the unsorted sample
+    alpha = (1 - CONFIDENCE) / 2
+    low_rank = int(stats.binom.ppf(alpha, n, q))
+    high_rank = int(stats.binom.ppf(1 - alpha, n, q))
+    low_rank, high_rank = max(low_rank - 1, 0), min(high_rank, n - 1)
+    return Estimate(value, float(ordered[low_rank]), float(ordered[high_rank]), n, "order statistics")
+
+
+def _small_quantile(x: np.ndarray, q: float) -> Estimate:
     n = len(x)
     if n == 0:
         return empty()
     value = float(np.quantile(x, q))
     if n < 3:
         return Estimate(value, None, None, n, "too few for an interval")
-    if n <= BOOTSTRAP_MAX_N:
-        low, high = _bootstrap((x,), lambda s, axis: np.quantile(s, q, axis=axis))
-        return Estimate(value, low, high, n, "bootstrap")
+    low, high = _bootstrap((x,), lambda s, axis: np.quantile(s, q, axis=axis))
+    return Estimate(value, low, high, n, "bootstrap")
+
+
+def quantiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> list[Estimate]:
+    """Several quantiles of one sample (as :func:`quantile` each); a large sample is sorted once for all."""
+    x = _finite(values)
+    if len(x) <= BOOTSTRAP_MAX_N:
+        return [_small_quantile(x, q) for q in qs]
     ordered = np.sort(x)
-    alpha = (1 - CONFIDENCE) / 2
-    low_rank = int(stats.binom.ppf(alpha, n, q))
-    high_rank = int(stats.binom.ppf(1 - alpha, n, q))
-    low_rank, high_rank = max(low_rank - 1, 0), min(high_rank, n - 1)
-    return Estimate(value, float(ordered[low_rank]), float(ordered[high_rank]), n, "order statistics")
+    return [_order_statistics(ordered, q) for q in qs]
+
+
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> Estimate:
+    """The q-quantile (numpy's default linear interpolation, Hyndman-Fan type 7) with its interval."""
+    return quantiles(values, (q,))[0]
 
 
 def median(values: Sequence[float] | np.ndarray) -> Estimate:

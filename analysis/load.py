@@ -1,84 +1,36 @@
 """Run directories into pandas, validated in bulk.
 
-Why not ``RunDir.read_records``: it validates each record with pydantic, about 30 µs a line,
-so a million-record run would take half a minute. Here a shard is parsed by pyarrow's JSON
-reader against an explicit schema (types are checked as it parses, in C++); the schema
-version, required keys and unknown keys are checked per column; ``timings`` (which may carry
-extra llama-server keys) is flattened to ``timings_<key>`` columns; and the first and last
-line of each shard also go through pydantic (enums such as ``phase``). The manifest goes through pydantic
-(``RunDir.read_manifest``): it is one small file.
-
-Damage policy (same as ``RunDir.read_records``): a truncated last line of a shard (a writer
-killed mid-line) is skipped and counted as a warning; any other bad line is a
-``RunDirError`` naming the file and line (found by re-reading the shard line by line, only
-on that error path).
+The records come from ``core.rundir.columns`` as one Arrow table (parsed from the shards and
+checked column by column, or read from the run's columnar side file when that is up to date:
+the damage policy and the side file's staleness rule are there); this module turns the table
+into a DataFrame, merges the ``/tokenize`` counts, joins a resumed sweep's runs and reads the
+telemetry. The manifest goes through pydantic (``RunDir.read_manifest``): it is one small file.
 
 ``token_counts.jsonl`` (optional; ``TokenCount`` lines, each validated by pydantic: the file
 holds only the cut requests, so it is small) carries ``/tokenize`` counts of cut requests' streamed
 text made after the run; they are merged into the records' ``streamed_tokens`` with
-``tokens_counted_by = "tokenize"``, so the records on disk stay as the client wrote them. Records
-written before ``tokens_counted_by`` existed get it derived from what they carry (see
-``token_methods``).
+``tokens_counted_by = "tokenize"``, so the records on disk stay as the client wrote them. Every
+record's ``tokens_counted_by`` is then set from the counts it carries (see ``token_methods``), so
+the figures' one definition of a record's token count decides it, not the writer.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pa_json
 from pydantic import ValidationError
 
 from core.errors import RunDirError
-from core.rundir import SCHEMA_VERSION, RequestRecord, RunDir, RunManifest, TelemetrySnapshot, TokenCount
+from core.rundir import RunDir, RunManifest, TelemetrySnapshot, TokenCount
+from core.rundir.columns import NUMBER_COLUMNS, TEXT_COLUMNS, TIMING_KEYS, read_record_table
 from core.validation import describe_validation_error
 
-REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
-TEXT_COLUMNS = (
-    "request_id", "shard", "phase", "category", "error_kind", "error_message", "tokens_counted_by", "partial_text"
-)
-CATEGORY_COLUMNS = ("shard", "phase", "category", "error_kind", "tokens_counted_by")
-NUMBER_COLUMNS = (
-    "step",
-    "users",
-    "context_tokens",
-    "t_intended",
-    "t_start",
-    "t_first_token",
-    "t_last_token",
-    "t_end",
-    "content_chunks",
-    "http_status",
-    "prompt_tokens",
-    "completion_tokens",
-    "streamed_tokens",
-    "first_chunk_tokens",
-)
-TIMING_KEYS = (
-    "prompt_n",
-    "prompt_ms",
-    "predicted_n",
-    "predicted_ms",
-    "predicted_per_second",
-    "draft_n",
-    "draft_n_accepted",
-)
-# Defaults of RequestRecord for keys RecordWriter leaves out (it drops None values only).
+# RequestRecord's defaults for the number keys a record may leave out (the bulk reader sees them as nulls).
 NUMBER_DEFAULTS = {"context_tokens": 0.0, "content_chunks": 0.0}
-RECORD_SCHEMA = pa.schema(
-    [("schema_version", pa.int64())]
-    + [(key, pa.string()) for key in TEXT_COLUMNS]
-    + [(key, pa.float64()) for key in NUMBER_COLUMNS]
-    + [("timings", pa.struct([(key, pa.float64()) for key in TIMING_KEYS])), ("interrupted", pa.bool_())]
-)
-BLOCK_SIZE = 8 << 20
 TOKEN_COUNTS = "token_counts.jsonl"
 # Every method a record's token count can come from, most exact first (core.rundir.TokenCountMethod).
 TOKEN_METHODS = ("usage", "per_chunk", "tokenize", "chunks")
@@ -108,139 +60,23 @@ class LoadedRun:
         return " ".join(parts)
 
 
-def _shard_bytes(path: Path) -> bytes:
-    raw = path.read_bytes()
-    if not path.name.endswith(".gz"):
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as error:
-        raise RunDirError(
-            f"{path}: the gzip stream is damaged or cut short ({error}); re-archive the shard from the .jsonl original"
-        ) from None
-
-
-def _first_bad_line(path: Path, data: bytes) -> RunDirError:
-    """The slow path, only after the bulk reader refused the shard: pydantic line by line."""
-    for number, line in enumerate(data.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            RequestRecord.model_validate_json(line)
-        except ValidationError as error:
-            return RunDirError(
-                describe_validation_error(error, f"{path}:{number}") + "; only a shard's last "
-                "line may be cut short, so this shard is damaged: restore or remove it"
-            )
-    return RunDirError(f"{path}: cannot be read as RequestRecord lines; check it with `rigbench schema`")
-
-
-def _trim_truncated_tail(path: Path, data: bytes, warnings: list[str]) -> bytes:
-    if data.endswith(b"\n"):
-        return data
-    cut = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[cut:])
-        return data
-    except ValueError:
-        line_number = data.count(b"\n") + 1
-        warnings.append(f"{path.name}:{line_number}: truncated last line skipped")
-        return data[:cut]
-
-
-def _check_edges(path: Path, data: bytes) -> None:
-    """Full pydantic validation of a shard's first and last record (unknown keys, enums)."""
-    last_start = data.rfind(b"\n", 0, max(len(data) - 1, 0)) + 1
-    lines = [line for line in (data[: data.find(b"\n")], data[last_start:]) if line.strip()]
-    for line in lines:
-        try:
-            RequestRecord.model_validate_json(line)
-        except ValidationError:
-            raise _first_bad_line(path, data) from None
-
-
-def read_shard_table(path: Path, warnings: list[str]) -> pa.Table | None:
-    """One shard as a flat Arrow table (``timings`` split into ``timings_<key>``); None when empty."""
-    data = _trim_truncated_tail(path, _shard_bytes(path), warnings)
-    if len(data) < 4096 and not data.strip():
-        warnings.append(f"{path.name}: empty shard (no records)")
-        return None
-    try:
-        table = pa_json.read_json(
-            pa.BufferReader(data),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=BLOCK_SIZE),
-            parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA, unexpected_field_behavior="infer"),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        raise _first_bad_line(path, data) from None
-    _check_schema_version(table, path)
-    _check_required(table, path)
-    _check_unknown_keys(table, path)
-    _check_edges(path, data)
-    return _flatten(table)
-
-
-def _check_unknown_keys(table: pa.Table, path: Path) -> None:
-    """Keys outside RECORD_SCHEMA arrive as inferred columns (timings may carry extra keys)."""
-    for name in set(table.schema.names) - set(RECORD_SCHEMA.names):
-        present = pc.is_valid(table.column(name))
-        if pc.any(present).as_py():
-            line = pc.index(present, True).as_py() + 1
-            raise RunDirError(
-                f"{path}:{line}: unknown key {name!r}; expected RequestRecord keys only (schema version "
-                f"{SCHEMA_VERSION}): was this run written by a newer rigbench?"
-            )
-
-
-def _flatten(table: pa.Table) -> pa.Table:
-    """Known top-level columns plus ``timings_<key>``, identical across shards for concat."""
-    timings = table.column("timings")
-    flat = table.select([name for name in RECORD_SCHEMA.names if name != "timings"])
-    for key in TIMING_KEYS:
-        flat = flat.append_column(f"timings_{key}", pc.struct_field(timings, key))
-    return flat
-
-
-def _empty_flat_table() -> pa.Table:
-    return _flatten(RECORD_SCHEMA.empty_table())
-
-
-def _check_schema_version(table: pa.Table, path: Path) -> None:
-    versions = pc.unique(table.column("schema_version")).to_pylist()
-    if versions != [SCHEMA_VERSION]:
-        unknown = sorted(str(v) for v in versions if v != SCHEMA_VERSION)
-        raise RunDirError(
-            f"{path}: record schema_version {', '.join(unknown)} is not supported (this rigbench reads "
-            f"version {SCHEMA_VERSION}); upgrade rigbench or analyse the run with the version that wrote it"
-        )
-
-
-def _check_required(table: pa.Table, path: Path) -> None:
-    for key in REQUIRED:
-        column = table.column(key)
-        if column.null_count:
-            bad = pc.index(pc.is_null(column), True).as_py()
-            raise RunDirError(f"{path}:{bad + 1}: required key {key!r} is missing; expected a RequestRecord line")
-
-
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
-    """Arrow records to pandas: flat columns, categories for repeated strings, defaults filled."""
+    """Arrow records to pandas: flat columns, categories for repeated strings, defaults filled.
+
+    The columns are handed to pandas as they are (``copy=False``): a million records stay one
+    pass over their memory instead of two."""
     columns: dict[str, object] = {}
     for key in TEXT_COLUMNS:
-        column = table.column(key)
-        columns[key] = column.dictionary_encode().to_pandas() if key in CATEGORY_COLUMNS else column.to_pandas()
+        columns[key] = table.column(key).to_pandas()
     for key in NUMBER_COLUMNS:
         array = table.column(key).to_numpy()
         if key in NUMBER_DEFAULTS:
             array = np.where(np.isnan(array), NUMBER_DEFAULTS[key], array)
-        columns[key] = array
+        columns[key] = array.astype(np.int64) if key in ("step", "users") else array
     columns["interrupted"] = table.column("interrupted").fill_null(False).to_numpy()
     for key in TIMING_KEYS:
         columns[f"timings_{key}"] = table.column(f"timings_{key}").to_numpy()
-    frame = pd.DataFrame(columns)
-    for key in ("step", "users"):
-        frame[key] = frame[key].astype(np.int64)
-    return frame
+    return pd.DataFrame(columns, copy=False)
 
 
 def _expected_shards(manifest: RunManifest) -> int | None:
@@ -353,28 +189,19 @@ def load_one_run(path: Path | str) -> LoadedRun:
     if not run_dir.path.is_dir():
         raise RunDirError(f"{run_dir.path}: no such directory; pass a run directory such as runs/<run-id>")
     manifest = run_dir.read_manifest()
-    warnings: list[str] = []
-    tables = []
-    shard_paths = run_dir.shard_paths()
-    for shard_path in shard_paths:
-        table = read_shard_table(shard_path, warnings)
-        if table is not None:
-            tables.append(table)
+    loaded = read_record_table(run_dir, manifest)
+    warnings = list(loaded.warnings)
     expected = _expected_shards(manifest)
-    if expected is not None and len(shard_paths) < expected:
+    if expected is not None and len(loaded.shards) < expected:
         warnings.append(
-            f"{len(shard_paths)} record shard(s) found, {expected} expected (load.processes): "
+            f"{len(loaded.shards)} record shard(s) found, {expected} expected (load.processes): "
             "a load process wrote nothing or its shard is missing; figures cover the shards present"
         )
-    if tables:
-        records = table_to_frame(pa.concat_tables(tables))
-    else:
-        records = table_to_frame(_empty_flat_table())
+    records = table_to_frame(loaded.table)
+    if not len(records):
         warnings.append("the run has no request records")
-    duplicated = int(records["request_id"].duplicated().sum()) if len(records) else 0
-    if duplicated:
-        warnings.append(f"{duplicated} duplicate request_id(s) across shards; each counted once")
-        records = records.drop_duplicates("request_id", keep="first").reset_index(drop=True)
+    if loaded.duplicates:
+        warnings.append(f"{loaded.duplicates} duplicate request_id(s) across shards; each counted once")
     records = merge_token_counts(records, run_dir.path / TOKEN_COUNTS, warnings)
     try:
         telemetry = run_dir.read_telemetry()
@@ -388,8 +215,8 @@ def load_one_run(path: Path | str) -> LoadedRun:
 def token_methods(records: pd.DataFrame) -> pd.Categorical:
     """How each record's output tokens are counted, in the order figures take them: the server's
     final count (``completion_tokens``, else ``timings.predicted_n``) is "usage"; else
-    ``streamed_tokens``, "tokenize" when a ``/tokenize`` count was merged and "per_chunk" otherwise
-    (records written before ``tokens_counted_by`` existed say nothing); else "chunks".
+    ``streamed_tokens``, "tokenize" when a ``/tokenize`` count was merged and "per_chunk" otherwise;
+    else "chunks".
     Built from integer codes: a million-record run stays quick."""
     usage = records["completion_tokens"].notna().to_numpy() | records["timings_predicted_n"].notna().to_numpy()
     streamed = records["streamed_tokens"].notna().to_numpy()

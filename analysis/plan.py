@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tabulate import tabulate
+
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures
 from analysis.roofline import RunRoofline, StepRoofline
@@ -260,7 +262,6 @@ def plans_for_sections(sections: list, targets: Targets) -> list[Plan]:
 
 
 def plan_table(plans: list[Plan]) -> str:
-    from tabulate import tabulate
 
     mixed = any(plan.capacity.unit != "users" for plan in plans)
     rows = []

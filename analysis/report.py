@@ -17,7 +17,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from analysis.ceiling import ceiling_section, explicit_ceiling
-from analysis.compare import StepComparison, compare_runs
+from analysis.compare import StepComparison
 from analysis.cost import gpu_description
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
@@ -25,25 +25,15 @@ from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.report_csv import write_csv
 from analysis.report_html import write_html
-from analysis.report_model import RunSection, build_section
+from analysis.report_model import Report, RunSection, build_section, compare_sections
 from analysis.roofline import roofline_section
 from analysis.step import StepFigures
-from analysis.summary import SUMMARY_FILE, Summary, build_summary, summary_text
+from analysis.summary import SUMMARY_FILE, build_summary, summary_text
 from core.errors import AnalysisError, UsageError
 from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
 
 REPORT_FORMATS = ("md", "html", "csv")
-
-
-def summary_value(step: dict | None, key: str) -> float | None:
-    """A step's figure as summary.json stores it: an estimate's ``value``, or a plain number."""
-    if step is None:
-        return None
-    figure = step.get(key)
-    if isinstance(figure, dict):
-        return figure.get("value")
-    return figure
 
 
 def _ms(estimate: Estimate) -> str:
@@ -281,15 +271,10 @@ def category_table(rows: list[StepComparison]) -> str:
     return tabulate(table, headers=[header, *(f"{c} B/A" for c in categories)], tablefmt="github")
 
 
-def render(
-    sections: list[RunSection],
-    comparisons: list[tuple[str, str, list[StepComparison]]],
-    plots: list[Path],
-    out_dir: Path,
-) -> str:
-    title = sections[0].figures.run.manifest.run_id if len(sections) == 1 else f"{len(sections)} runs"
-    lines = [f"# rigbench report: {title}", ""]
-    for section in sections:
+def render(report: Report) -> str:
+    """report.md's text."""
+    lines = [f"# rigbench report: {report.title}", ""]
+    for section in report.sections:
         lines += [f"## {section.label}", "", "Per step, measured window only; 95% intervals in brackets.", ""]
         lines += [step_table(section), "", _describe_run(section), "", token_methods_line(section), ""]
         if section.figures.open_loop:
@@ -309,11 +294,12 @@ def render(
             "own decode time on the client's clock, a per-token cross-check.",
             "",
         ]
-    for label_a, label_b, rows in comparisons:
-        lines += [f"## Comparison: B = {label_b} against A = {label_a}", "", comparison_table(rows), ""]
-        lines += ["Per prompt category (ratio of mean per-user tok/s):", "", category_table(rows), ""]
+    for comparison in report.comparisons:
+        lines += [f"## Comparison: B = {comparison.b} against A = {comparison.a}", ""]
+        lines += [comparison_table(comparison.steps), ""]
+        lines += ["Per prompt category (ratio of mean per-user tok/s):", "", category_table(comparison.steps), ""]
     lines += ["## Plots", ""]
-    lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in plots]
+    lines += [f"![{p.stem}]({p.relative_to(report.out_dir)})" for p in report.plots]
     lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
     lines += [
         f"Intervals: 95%, scipy.stats.bootstrap (percentile, {N_RESAMPLES} resamples, fixed seed) up to "
@@ -333,11 +319,6 @@ def default_out_dir(run_dirs: list[Path]) -> Path:
     ids = "+".join(sorted(path.resolve().name for path in run_dirs))
     digest = hashlib.sha256(ids.encode()).hexdigest()[:10]
     return run_dirs[0].resolve().parent / "reports" / f"cross-{digest}"
-
-
-def summary(sections: list[RunSection], comparisons, plots: list[Path]) -> Summary:
-    """summary.json's content, validated against its models (``analysis.summary``) before it is written."""
-    return build_summary(sections, comparisons, plots)
 
 
 def build_sections(
@@ -369,27 +350,20 @@ def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = 
     if unknown or not formats:
         found = ", ".join(unknown) or "none"
         raise UsageError(f"report formats: found {found}; expected one or more of {', '.join(REPORT_FORMATS)}")
-    comparisons = []
-    for section in sections[1:]:
-        try:
-            rows = compare_runs(sections[0].figures, section.figures)
-        except AnalysisError as error:
-            section.warnings.append(f"not compared with {sections[0].label}: {error}")
-            continue
-        comparisons.append((sections[0].label, section.label, rows))
+    comparisons = compare_sections(sections)
     out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(sections, out / "plots")
-    markdown = render(sections, comparisons, plots, out)
+    report = Report(sections, comparisons, write_plots(sections, out / "plots"), out)
+    markdown = render(report)
     written = []
     if "md" in formats:
         report_path = out / "report.md"
         report_path.write_text(markdown)
         written.append(report_path)
-    (out / SUMMARY_FILE).write_text(summary_text(summary(sections, comparisons, plots)))
+    (out / SUMMARY_FILE).write_text(summary_text(build_summary(report)))
     if "html" in formats:
         written.append(write_html(markdown, out))
     if "csv" in formats:
-        written += write_csv(sections, out)
+        written += write_csv(report)
     return written
 
 

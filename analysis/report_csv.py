@@ -11,7 +11,7 @@ with the price's label in ``price``.
 ``requests.csv`` is one row per request record of every run, with the RequestRecord fields as
 the analysis reads them (``timings`` flattened to ``timings_<key>``; ``/tokenize`` counts of cut
 requests merged into ``streamed_tokens``), whole-number fields kept whole (empty when absent),
-floats written in full (pandas reads back the exact bits).
+floats in their shortest exact form (pandas reads back the exact bits), text quoted, true/false.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Union, get_args, get_origin
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
 
 from analysis.load import TIMING_KEYS
-from analysis.report_model import RunSection
+from analysis.report_model import Report, RunSection
 from core.rundir import RequestRecord, ServerTimings
 
 STEPS_CSV = "steps.csv"
@@ -95,26 +98,42 @@ def record_columns() -> list[tuple[str, bool]]:
     return columns
 
 
-def request_frame(sections: list[RunSection]) -> pd.DataFrame:
-    """Every request record of every run, ``run_id`` and ``label`` first."""
-    columns = record_columns()
-    frames = []
-    for section in sections:
-        records = section.figures.run.records
-        frame = pd.DataFrame({name: records[name] for name, _ in columns})
-        frame.insert(0, "label", section.label)
-        frame.insert(0, "run_id", section.figures.run.manifest.run_id)
-        frames.append(frame)
-    joined = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "label"])
-    for name, whole in columns:
-        if whole and name in joined:
-            joined[name] = joined[name].astype("Int64")
-    return joined
+def request_table(section: RunSection) -> pa.Table:
+    """Every request record of one run, ``run_id`` and ``label`` first."""
+    records = section.figures.run.records
+    rows = len(records)
+    columns = {
+        "run_id": pa.array([section.figures.run.manifest.run_id] * rows, pa.string()),
+        "label": pa.array([section.label] * rows, pa.string()),
+    }
+    for name, whole in record_columns():
+        column = records[name]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            columns[name] = pa.array(column, from_pandas=True).dictionary_decode()
+        elif not pd.api.types.is_numeric_dtype(column.dtype):
+            columns[name] = pa.array(column, pa.string(), from_pandas=True)
+        elif whole and column.dtype.kind == "f":
+            values = column.to_numpy()
+            missing = np.isnan(values)
+            columns[name] = pa.array(np.where(missing, 0, values).astype(np.int64), pa.int64(), mask=missing)
+        else:
+            columns[name] = pa.array(column.to_numpy(), from_pandas=True)  # NaN written as missing (empty)
+    return pa.table(columns)
 
 
-def write_csv(sections: list[RunSection], out: Path) -> list[Path]:
-    """``out/steps.csv`` and ``out/requests.csv``."""
-    steps, requests = out / STEPS_CSV, out / REQUESTS_CSV
-    step_frame(sections).to_csv(steps, index=False)
-    request_frame(sections).to_csv(requests, index=False)
+def write_requests_csv(sections: list[RunSection], path: Path) -> None:
+    """requests.csv through Arrow's CSV writer (C++: a million records in a second, where pandas takes
+    tens): the header unquoted, text quoted, floats in their shortest exact form, missing values empty."""
+    names = ["run_id", "label", *(name for name, _ in record_columns())]
+    with open(path, "wb") as sink:
+        sink.write((",".join(names) + "\n").encode())
+        for section in sections:
+            pa_csv.write_csv(request_table(section), sink, pa_csv.WriteOptions(include_header=False))
+
+
+def write_csv(report: Report) -> list[Path]:
+    """``steps.csv`` and ``requests.csv`` in the report's folder."""
+    steps, requests = report.out_dir / STEPS_CSV, report.out_dir / REQUESTS_CSV
+    step_frame(report.sections).to_csv(steps, index=False)
+    write_requests_csv(report.sections, requests)
     return [steps, requests]

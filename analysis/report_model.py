@@ -1,6 +1,9 @@
-"""What a report says about one run: its figures, the prices applied, $/Mtok and run cost.
+"""What a report says: per run its figures, the prices applied, $/Mtok and run cost; across runs
+the comparisons with the first; and the plots drawn of them.
 
-Kept apart from the rendering (``report.py``) and the plots (``plots.py``), which both read it.
+Kept apart from the outputs, which are formatters over one :class:`Report`: report.md
+(``report.py``; report.html is converted from it), steps.csv and requests.csv (``report_csv.py``)
+and summary.json (``summary.py``); the plots (``plots.py``) are drawn from its sections.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.ceiling import BatchedCeiling, ceiling_for
+from analysis.compare import StepComparison, compare_runs
 from analysis.cost import (
     PriceChoice,
     dollars_per_mtok_estimate,
@@ -21,6 +25,7 @@ from analysis.intervals import Estimate
 from analysis.load import load_run
 from analysis.prices import PriceBook
 from analysis.roofline import RunRoofline, run_roofline
+from core.errors import AnalysisError
 from core.rundir import DecodeBytes
 
 
@@ -81,3 +86,40 @@ def build_section(
     run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
     return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode),
                       ceiling_for(run, ceilings))
+
+
+@dataclass
+class RunComparison:
+    """Run ``b`` against run ``a`` (by their labels), step by step."""
+
+    a: str
+    b: str
+    steps: list[StepComparison]
+
+
+@dataclass
+class Report:
+    """Everything one report says, whatever its formats."""
+
+    sections: list[RunSection]
+    comparisons: list[RunComparison]
+    plots: list[Path]  # the plot files drawn for it
+    out_dir: Path  # where its files go; links in it are relative to this
+
+    @property
+    def title(self) -> str:
+        return self.sections[0].figures.run.manifest.run_id if len(self.sections) == 1 else f"{len(self.sections)} runs"
+
+
+def compare_sections(sections: list[RunSection]) -> list[RunComparison]:
+    """Every run after the first compared with the first; a pair that cannot be compared becomes
+    a warning of the later run."""
+    comparisons = []
+    for section in sections[1:]:
+        try:
+            rows = compare_runs(sections[0].figures, section.figures)
+        except AnalysisError as error:
+            section.warnings.append(f"not compared with {sections[0].label}: {error}")
+            continue
+        comparisons.append(RunComparison(sections[0].label, section.label, rows))
+    return comparisons

@@ -3,12 +3,12 @@ CSV, HTML, plans, the gate, autotune and the study report read.
 
 ``analysis.figures.step_figures`` builds it from a run's records (the definitions are there);
 ``analysis.summary`` writes and reads it as a step of summary.json. The figures derived from
-others (the step's load, its window's length, what a user sees per user) are defined here once.
+others (the step's load, its label, what a user sees per user) are defined here once.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.intervals import Estimate
 
@@ -38,23 +38,17 @@ class StepFigures(BaseModel):
     e2e_s: dict[str, Estimate]
     draft_acceptance: Estimate
     tokens_per_decode_step: float | None
-    server_counter_tok_s: float | None = None
-    completed_in_window: int = 0
-    tpot_s: dict[str, Estimate] = Field(default_factory=dict)
-    rate: float | None = None
-    sent_rate: float | None = None
-    start_lag_s: dict[str, float | None] = Field(default_factory=dict)
-    server_counter_granularity_tok_s: float | None = None
-    server_timings_tok_s: float | None = None
-    token_methods: dict[str, int] = Field(default_factory=dict)
-    cut_counted_by_chunks: int = 0
-    window_seconds: float = Field(0.0, description="window_end - window_start (filled in when left out)")
-
-    @model_validator(mode="after")
-    def _window_length(self) -> StepFigures:
-        if not self.window_seconds:
-            self.window_seconds = self.window_end - self.window_start
-        return self
+    server_counter_tok_s: float | None
+    completed_in_window: int
+    tpot_s: dict[str, Estimate]
+    rate: float | None
+    sent_rate: float | None
+    start_lag_s: dict[str, float | None]
+    server_counter_granularity_tok_s: float | None
+    server_timings_tok_s: float | None
+    token_methods: dict[str, int]
+    cut_counted_by_chunks: int
+    window_seconds: float = Field(description="window_end - window_start")
 
     @property
     def open_loop(self) -> bool:

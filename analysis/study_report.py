@@ -82,7 +82,7 @@ def read_json(path: Path, optional: bool = False):
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise AnalysisError(
-            f"{path}: missing; is {path.parent} a folder the GPU study wrote (python -m rigbench.studies.gpu_study)?"
+            f"{path}: missing; is {path.parent} a folder the GPU study wrote (rigbench study gpu)?"
         ) from None
     except ValueError as error:
         raise AnalysisError(f"{path}: not valid JSON ({error})") from None

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from analysis.compare import StepComparison
 from analysis.intervals import Estimate
 from analysis.prices import PriceQuote
-from analysis.report_model import RunSection
+from analysis.report_model import Report, RunSection
 from analysis.step import StepFigures
 from core.errors import AnalysisError
 from core.rundir import RunStatus
@@ -113,17 +113,13 @@ def run_summary(section: RunSection) -> RunSummary:
     )
 
 
-def build_summary(
-    sections: list[RunSection], comparisons: list[tuple[str, str, list[StepComparison]]], plots: list[Path]
-) -> Summary:
+def build_summary(report: Report) -> Summary:
+    """summary.json's content, validated against its models before it is written."""
     return Summary(
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        runs=[run_summary(section) for section in sections],
-        comparisons=[
-            ComparisonSummary(a=a, b=b, steps=rows)
-            for a, b, rows in comparisons
-        ],
-        plots=[str(plot) for plot in plots],
+        runs=[run_summary(section) for section in report.sections],
+        comparisons=[ComparisonSummary(a=c.a, b=c.b, steps=c.steps) for c in report.comparisons],
+        plots=[str(plot) for plot in report.plots],
     )
 
 

@@ -44,8 +44,11 @@ class ChunkArrivals:
                     continue  # a line cut short by a killed writer: that request falls back to its spread
                 chunks[entry["request_id"]] = entry["chunks"]
         times, tokens, ids = [], [], set()
+        # only the records with a timeline, in the frame's order (a timed run may hold a million records)
+        with_timeline = frame["request_id"].isin(chunks.keys()).to_numpy()
+        kept = frame.loc[with_timeline, ["request_id", "output_tokens", "first_chunk_tokens"]]
         for request_id, total, first in zip(
-            frame["request_id"], frame["output_tokens"], frame["first_chunk_tokens"], strict=True
+            kept["request_id"], kept["output_tokens"], kept["first_chunk_tokens"], strict=True
         ):
             arrived = chunks.get(request_id)
             if not arrived or not np.isfinite(total) or len(arrived) > max(total, 1):

@@ -16,6 +16,11 @@ import re
 from core.errors import UsageError
 
 DEFAULT_USER_STEPS = "1,2,4,8,16,32,64"
+# a sweep's defaults wherever one is started (rigbench sweep, plain Locust, the cloud loop's rigs)
+SWEEP_WARMUP_SECONDS = 10.0
+SWEEP_MEASURE = "30"
+SWEEP_READ_TIMEOUT_S = 60.0
+SWEEP_MAX_ERROR_RATE = 0.5
 STEPS_HELP = (
     f"user counts, one step each (a closed loop: each user sends back to back), e.g. 1,2,4,8; "
     f"default {DEFAULT_USER_STEPS}"
@@ -28,6 +33,23 @@ ARRIVALS = ("poisson", "constant")
 ARRIVAL_HELP = "open-loop arrivals: poisson (exponential gaps) or constant (evenly spaced)"
 ARRIVAL_SEED_HELP = "seed of the poisson arrival schedule (the same seed gives the same arrival times)"
 MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
+# The option that fills each field of a sweep's load settings (core.rundir.LoadSettings), in every command
+# that takes it; the fields without one come from the profile (temperature, cache_prompt) or name the run
+# (arm: sweep's --url NAME=URL, local's --label).
+LOAD_FLAGS = {
+    "user_steps": "--steps",
+    "rate_steps": "--rates",
+    "arrival": "--arrival",
+    "arrival_seed": "--arrival-seed",
+    "warmup_seconds": "--warmup",
+    "measure_seconds": "--measure",
+    "max_tokens": "--max-tokens",
+    "ignore_eos": "--ignore-eos",
+    "prompts": "--prompts",
+    "context_tokens": "--context-tokens",
+    "processes": "--processes",
+    "pin_slots": "--pin-slots",
+}
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 
@@ -127,6 +149,11 @@ def parse_seconds(text: str, option: str, *, example: str = "30 or 8,8,10,20") -
     if any(value <= 0 for value in values):
         raise UsageError(f"{option}: every value must be above 0 seconds, found {text!r}; expected e.g. {example}")
     return values[0] if len(values) == 1 else values
+
+
+def format_counts(values: list[int]) -> str:
+    """``1,2,4``: counts as the options take them (the inverse of :func:`parse_counts`)."""
+    return ",".join(str(value) for value in values)
 
 
 def format_seconds(values: float | list[float]) -> str:

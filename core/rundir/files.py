@@ -9,6 +9,7 @@
       telemetry.jsonl        TelemetrySnapshot per line (/metrics and /slots)
       token_counts.jsonl     TokenCount per line: cut requests counted by /tokenize after the run
       timelines/<shard>.jsonl  with --timeline: {"request_id", "chunks": [arrival times]} per line
+      records.arrow          the records as one validated table, once the run has ended (core.rundir.columns)
       report.md, summary.json, plots/   written by analysis
 
 Every file carries or sits beside ``schema_version``; reading validates, and a version this

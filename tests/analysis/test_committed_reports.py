@@ -1,9 +1,14 @@
 """Committed runs re-render to the reports committed beside them.
 
 ``rigbench report RUN`` re-renders everything from the saved files, so a change to the code
-that moves a figure of a committed run shows here. report.md must be the same byte for byte;
-summary.json the same but for when and where it was written (``generated_at``, the run's
-path) and the last digits of floats, which differ between machines' maths libraries.
+that moves a figure of a committed run shows here. The runs cover each kind committed in the
+repository: one user, a drafter, 1 and 64 users, a run with a failed request, a 120,000-token
+context, nine steps from one load process with pinned slots, a patched build's run from four
+processes, and a cross-run report of five runs with its comparisons (no committed run is
+open-loop).
+report.md must be the same byte for byte; summary.json the same but for when and where it was
+written (``generated_at``, the run's path) and the last digits of floats, which differ between
+machines' maths libraries.
 """
 
 from __future__ import annotations
@@ -23,7 +28,12 @@ COMMITTED = [
     "gpu-h200-study-2026-11-30/runs/20261130T063437Z-gemma4-e2b-e2b-ctx0-c584",  # one user, no drafter
     "gpu-h200-study-2026-11-30/runs/20261130T062952Z-gemma4-e2b-e2b-drafter2-random-181f",  # 1 and 64 users, drafter
     "gpu-h200-profiles-2026-11-30/runs/20261130T084313Z-gemma4-e2b-many-e2b-drafter2-random-75e1",
+    "gpu-h200-e2b-autotune/20261130T041650Z-gemma4-e2b-p64-bs-4a4c",  # a request failed at 64 users
+    "gpu-h200-study-2026-11-30/runs/20261130T063558Z-gemma4-e2b-e2b-ctx120000-d9bb",  # long context
+    "gpu-h200-slots-2026-12-01/runs/20261201T193445Z-gemma4-e2b-many-e2b-per-slot-kv-pinned-7ee4",  # one process
+    "gpu-h200-slots-2026-12-01/runs/20261201T193954Z-gemma4-e2b-many-patched-e2b-unified-kv-patched-0e8f",
 ]
+CROSS = RUNS / "gpu-h200-slots-2026-12-01"  # report/ is `rigbench report runs/* --out report`
 WHERE_AND_WHEN = {"generated_at", "path", "plots"}
 
 
@@ -55,6 +65,21 @@ def test_a_committed_run_renders_its_committed_report(name: str, tmp_path: Path,
     assert report.read_text() == (source / "report.md").read_text()
     committed = json.loads((source / "summary.json").read_text())
     assert same(committed, json.loads((copy / "summary.json").read_text())) == []
+
+
+def test_a_committed_cross_run_report_renders_again(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+    runs = [
+        shutil.copytree(source, tmp_path / "runs" / source.name, ignore=shutil.ignore_patterns("plots"))
+        for source in sorted((CROSS / "runs").iterdir())
+    ]
+    for ceiling in CROSS.glob("batched-bench-*.json"):  # the study's batched ceilings, which the report reads
+        shutil.copy(ceiling, tmp_path / ceiling.name)
+    report = write_report(runs, tmp_path / "report", decode_bytes=decode_bytes_for_runs(runs, []))
+    assert report.read_text() == (CROSS / "report" / "report.md").read_text()
+    committed = json.loads((CROSS / "report" / "summary.json").read_text())
+    assert len(committed["comparisons"]) == 4
+    assert same(committed, json.loads((tmp_path / "report" / "summary.json").read_text())) == []
 
 
 def test_the_comparison_sees_a_changed_figure() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.cost import dollars_per_mtok, dollars_per_mtok_estimate, price_choices
+from analysis.cost import PriceChoice, dollars_per_mtok, dollars_per_mtok_estimate, price_choices, run_uptime_seconds
+from analysis.figures import RunFigures, run_figures
 from analysis.intervals import Estimate
-from analysis.plan import Targets, capacity, crossing, rank
+from analysis.load import LoadedRun, load_run
+from analysis.plan import Targets, capacity, crossing, plan_for, rank
 from analysis.prices import PriceBook, PriceQuote
 from analysis.step import StepFigures
 from core.rundir import RigInfo
@@ -115,6 +117,17 @@ def step(users: int, per_user: tuple, ttft_p90: tuple, aggregate: tuple, errors:
         e2e_s={},
         draft_acceptance=empty,
         tokens_per_decode_step=None,
+        server_counter_tok_s=None,
+        completed_in_window=100 - errors,
+        tpot_s={},
+        rate=None,
+        sent_rate=None,
+        start_lag_s={},
+        server_counter_granularity_tok_s=None,
+        server_timings_tok_s=None,
+        token_methods={},
+        cut_counted_by_chunks=0,
+        window_seconds=60.0,
     )
 
 
@@ -150,11 +163,6 @@ def test_plan_stops_at_the_first_failure_and_never_extrapolates():
 
 
 def test_plans_rank_by_dollars_per_hour(kit):
-    from analysis.cost import PriceChoice
-    from analysis.figures import RunFigures
-    from analysis.load import LoadedRun
-    from analysis.plan import plan_for
-
     run = LoadedRun(kit.root, kit.manifest("r", [kit.window()]), records=None)  # type: ignore[arg-type]
     figures = RunFigures(run, SWEEP)
     targets = Targets(users=100, min_tok_s=76, ttft_p90_s=0.8)
@@ -168,10 +176,6 @@ def test_plans_rank_by_dollars_per_hour(kit):
 
 
 def test_run_cost_counts_from_the_rig_launch_including_setup(kit):
-    from analysis.cost import run_uptime_seconds
-    from analysis.figures import run_figures
-    from analysis.load import load_run
-
     rig = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1", launch_time="2027-01-15T07:50:00Z")
     path = kit.make_run("r", [kit.window()], {"p0": [kit.record("a", t_start=kit.T0 + 101)]}, rig=rig)
     warnings: list[str] = []

@@ -5,11 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 
+import pandas as pd
 import pytest
 
 from analysis.load import load_run
+from analysis.report import write_report
 from core.errors import RunDirError
-from core.rundir import RunDir
+from core.rundir import RunDir, columns
 
 
 def _two_shard_run(kit):
@@ -123,8 +125,6 @@ def test_not_a_run_directory(tmp_path):
 
 
 def test_run_without_records_reports_zero_requests_and_says_why(kit):
-    from analysis.report import write_report
-
     path = kit.make_run("empty", [kit.window()], {})
     run = load_run(path)
     assert len(run.records) == 0
@@ -150,3 +150,44 @@ def test_unknown_key_in_a_middle_line_is_caught_and_extra_timings_keys_are_kept_
     shard.write_text(json.dumps(first) + "\n" + json.dumps(middle) + "\n" + json.dumps(second) + "\n")
     with pytest.raises(RunDirError, match=r"p0\.jsonl:2: unknown key 'colour'"):
         load_run(path)
+
+
+def test_an_ended_run_is_read_from_its_side_file_until_a_shard_changes(kit, monkeypatch):
+    monkeypatch.setattr(columns, "SIDE_FILE_MIN_RECORDS", 1)
+    path = _two_shard_run(kit)
+    shard = path / "records" / "p0.jsonl"
+    shard.write_text(shard.read_text() + shard.read_text().splitlines()[0] + "\n")  # "a" held twice
+    first = load_run(path)  # from the shards; the side file written for the next read
+    assert (path / columns.SIDE_FILE).stat().st_mode & 0o077 == 0
+    run_dir = RunDir(path)
+    cached = columns.read_record_table(run_dir, run_dir.read_manifest())
+    assert cached.from_side_file and cached.shards == ["p0.jsonl", "p1.jsonl"] and cached.duplicates == 1
+    again = load_run(path)
+    pd.testing.assert_frame_equal(again.records, first.records)
+    assert again.warnings == first.warnings == ["1 duplicate request_id(s) across shards; each counted once"]
+
+    with open(path / "records" / "p1.jsonl", "a") as handle:  # appended to: the side file is stale
+        handle.write(kit.record("d", t_start=kit.T0 + 104, shard="p1").model_dump_json(exclude_none=True) + "\n")
+    assert not columns.read_record_table(run_dir, run_dir.read_manifest()).from_side_file
+    assert sorted(load_run(path).records["request_id"]) == ["a", "b", "c", "d"]
+
+    (path / columns.SIDE_FILE).write_bytes(b"not arrow")  # damaged: the shards are read instead
+    assert sorted(load_run(path).records["request_id"]) == ["a", "b", "c", "d"]
+    assert columns.read_record_table(run_dir, run_dir.read_manifest()).from_side_file  # and it was rewritten
+
+
+def test_a_running_run_gets_no_side_file_until_it_ends(kit, monkeypatch):
+    monkeypatch.setattr(columns, "SIDE_FILE_MIN_RECORDS", 1)
+    path = _two_shard_run(kit)
+    RunDir(path).update_manifest(status="running")
+    load_run(path)
+    assert not (path / columns.SIDE_FILE).exists()
+    written = columns.write_record_table(RunDir(path))  # as the load generator ends a run
+    assert written == path / columns.SIDE_FILE
+    assert sorted(load_run(path).records["request_id"]) == ["a", "b", "c"]
+
+
+def test_a_small_run_is_left_as_it_was_written(kit):
+    path = _two_shard_run(kit)
+    load_run(path)
+    assert not (path / columns.SIDE_FILE).exists()

@@ -162,7 +162,7 @@ def test_spot_keeps_the_latest_price_per_zone():
 
 @pytest.mark.integration
 def test_spot_history_from_a_moto_server_on_loopback(monkeypatch):
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # optional: the test extra, integration only
 
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.setenv(key, "testing")

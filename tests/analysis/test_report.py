@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -105,9 +107,10 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "g6.2xlarge spot (hypothetical)" in (tmp_path / "out" / "report.md").read_text()
 
-    result = runner.invoke(app, ["compare", str(base), str(faster), "--out", str(tmp_path / "cmp")])
+    result = runner.invoke(app, ["report", str(base), str(faster), "--out", str(tmp_path / "cmp")])
     assert result.exit_code == 0, result.output
     assert "1.500" in result.output  # every category 60 / 40 with the same code factor
+    assert str(tmp_path / "cmp" / "report.md") in result.output
 
     monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-cache.json"))
     result = runner.invoke(app, ["prices", "show", "g6.xlarge"])
@@ -131,9 +134,6 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
 
 
 def test_cli_error_is_one_line_without_traceback(tmp_path):
-    import subprocess
-    import sys
-
     completed = subprocess.run(
         [sys.executable, "-c", "from rigbench.cli import main; main()", "report", str(tmp_path / "missing")],
         capture_output=True,

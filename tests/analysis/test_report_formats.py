@@ -24,7 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.report import write_report
-from core.errors import UsageError
+from analysis.report_html import render_html
+from core.errors import AnalysisError, UsageError
 from core.rundir import RunDir
 from rigbench.cli import app
 
@@ -137,17 +138,12 @@ def test_the_page_has_every_section_of_report_md_and_its_plots_inside(cross: Pat
 
 
 def test_markup_in_the_report_text_is_escaped(tmp_path: Path) -> None:
-    from analysis.report_html import render_html
-
     page = render_html("# a <b>bold</b> claim\n\n<script>alert(1)</script>\n", tmp_path)
     assert "<title>a &lt;b&gt;bold&lt;/b&gt; claim</title>" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
 def test_a_plot_the_page_cannot_find_is_named(tmp_path: Path) -> None:
-    from analysis.report_html import render_html
-    from core.errors import AnalysisError
-
     with pytest.raises(AnalysisError, match=r"plots/gone\.png: the report shows this plot but the file is missing"):
         render_html("# r\n\n![gone](plots/gone.png)\n", tmp_path)
 

@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from analysis.study_report import decode_steps, least_squares_slope, load_arms, write_study_report
 from core.errors import AnalysisError
-from analysis.study_report import load_arms, write_study_report
+from core.rundir import RunDir
+from rigbench.cli import app
 
 STUDY = Path(__file__).resolve().parents[2] / "runs" / "gpu-h200-study-2026-11-30"
 
@@ -67,9 +70,6 @@ def test_a_folder_that_is_not_a_study_is_named(tmp_path: Path) -> None:
 
 
 def test_decode_call_time_per_user_count_comes_from_the_server_counter(study: Path) -> None:
-    from core.rundir import RunDir
-    from analysis.study_report import decode_steps, least_squares_slope
-
     arm = next(a for a in load_arms(study) if a.kind == "base" and a.preset == "e2b")
     rates = decode_steps(arm.path)
     assert sorted(rates) == [1, 2, 4, 8, 16, 32, 64]
@@ -137,10 +137,6 @@ def test_batched_ceiling_beside_the_served_aggregate_and_sections_from_an_earlie
 
 
 def test_an_earlier_folder_that_is_not_a_study_is_refused_by_the_command(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from rigbench.cli import app
-
-    result = CliRunner().invoke(app, ["study-report", str(PROFILES), "--earlier", str(tmp_path)],
+    result = CliRunner().invoke(app, ["study", "report", str(PROFILES), "--earlier", str(tmp_path)],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "--earlier" in result.output and "not a study folder" in result.output

@@ -6,14 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from analysis import plots
 from analysis.compare import compare_runs
+from analysis.cost import PriceChoice
 from analysis.figures import run_figures
+from analysis.intervals import Estimate
 from analysis.load import load_run
 from analysis.plan import Targets, capacity, plan_for
+from analysis.prices import PriceQuote
 from analysis.report import write_report
 from core.errors import AnalysisError, RunDirError
 from core.rundir import LoadSettings, RunDir, StepWindow, TelemetrySnapshot, TokenCount
+from rigbench.cli import app
 
 
 def chunked(kit, request_id: str, *, t_start: float, tokens: int = 30, per_chunk: int = 3, **changes):
@@ -176,8 +182,6 @@ def test_plan_gives_open_loop_capacity_in_requests_per_second(kit):
     cap = capacity(figures.steps, targets)
     assert cap.unit == "requests/s" and cap.per_instance == 1.0
     assert "highest offered rate meeting the targets 1 req/s" in cap.basis and "targets missed at 2 req/s" in cap.basis
-    from analysis.cost import PriceChoice
-    from analysis.prices import PriceQuote
 
     quote = PriceQuote(
         instance_type="g6.xlarge", region="us-east-1", market="on-demand", usd_per_hour=1.0, source="t", as_of="2027"
@@ -238,9 +242,6 @@ def test_server_counter_granularity_and_the_timings_cross_check(kit):
 
 
 def test_plots_put_users_or_offered_rate_on_the_x_axis():
-    from analysis import plots
-    from analysis.intervals import Estimate
-
     point = [(0.5, Estimate(1.0, 0.9, 1.1, 3, "x")), (2.0, Estimate(2.0, 1.8, 2.2, 3, "x"))]
     labels = []
     for open_loop in (True, False):
@@ -252,10 +253,6 @@ def test_plots_put_users_or_offered_rate_on_the_x_axis():
 
 
 def test_rigbench_plan_sizes_an_open_loop_run_by_rate(kit):
-    from typer.testing import CliRunner
-
-    from rigbench.cli import app
-
     path = str(rate_run(kit, rates=(1.0, 2.0), lags=(0.0,)))
     args = ["plan", "--min-tok-s", "1", "--ttft-p90", "1", "--price-as", "g6.xlarge", path]
     sized = CliRunner().invoke(app, [*args, "--rate", "5"])
