@@ -31,7 +31,6 @@ from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.stack import DEFAULT_STACK
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
-    OLD_PREFIX,
     PROFILE_HELP,
     STEPS,
     WORK_HELP,
@@ -74,17 +73,7 @@ def fabric_task(step: ProvisionStep) -> Task:
     helps = {name: text for name, text in COMMON_HELP.items() if wanted.get(name, True)}
     helps |= {option.name: option.help for option in step.options}
     signature = step.signature(first, lambda option: option.default)
-    # an old spelling stays an option (visible: Invoke cannot hide one) that says what it is now
-    old = {name.removeprefix(OLD_PREFIX): (name, option) for name, option in step.old_spellings().items()}
-    signature = signature.replace(parameters=[*signature.parameters.values(), *(parameter(n, None) for n in old)])
-    helps |= {name: f"old spelling of {option.flag}" for name, (_, option) in old.items()}
-
-    def run(**arguments: Any) -> None:
-        for name, (parameter_name, _) in old.items():
-            arguments[parameter_name] = arguments.pop(name)
-        body(**arguments)
-
-    function = command_function(step.name, step.help, signature, run)
+    function = command_function(step.name, step.help, signature, body)
     return Task(function, name=step.name, help=helps, auto_shortflags=False)
 
 

@@ -10,13 +10,16 @@ tuning loses nothing already measured.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from tabulate import tabulate
 
 from analysis.summary import read_summary
 from core.errors import RigbenchError
 from core.rundir import utc_now
+from rigbench.local_rig import run_local_rig
 
 # Settings worth a trial on a GPU serving many users; each is added to the profile's line. Why
 # these: sampling over a 262,144-token vocabulary on the CPU limits llama-server (on an H200,
@@ -103,9 +106,7 @@ def run_autotune(
     bench_tg: float | None = None,
 ) -> list[TrialResult]:
     """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``."""
-    from dataclasses import replace
 
-    from rigbench.local_rig import run_local_rig
 
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "autotune.jsonl"
@@ -148,7 +149,6 @@ def run_autotune(
 
 
 def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
-    from tabulate import tabulate
 
     def fmt(number: float | None, digits: int = 1) -> str:
         return "-" if number is None else f"{number:,.{digits}f}"

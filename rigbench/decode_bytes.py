@@ -15,6 +15,7 @@ from pathlib import Path
 from core.digest import file_sha256
 from core.errors import RunDirError, UsageError
 from core.rundir import DecodeBytes, RunDir
+from llamacpp.decode_bytes import gguf_decode_bytes, synthetic_run_decode_bytes
 
 GGUF_HELP = (
     "the GGUF a run served, for a run whose manifest records no decode bytes (the bandwidth roofline); "
@@ -25,7 +26,6 @@ GGUF_HELP = (
 def decode_bytes_for_runs(runs: list[Path], ggufs: list[Path], option: str = "--gguf") -> dict[str, DecodeBytes]:
     """Summaries by model sha256 for the runs that need one. A GGUF that is no run's model is refused
     (a wrong file would draw a wrong roof), before anything is written."""
-    from llamacpp.decode_bytes import gguf_decode_bytes, synthetic_run_decode_bytes  # gguf: not at CLI start
 
     needed = {}
     for run in runs:

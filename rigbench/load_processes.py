@@ -1,6 +1,6 @@
 """``--processes N|auto``: how many load processes a sweep on this machine runs.
 
-``auto`` is measured, not guessed: the per-process ceiling ``rigbench selftest`` saved for this
+``auto`` is measured, not guessed: the per-process capacity ``rigbench selftest`` saved for this
 machine, one user's decode rate from a probe reply of the server (batched users only decode
 slower, so users x that rate bounds a closed-loop step's demand; an open-loop step offers at
 most rate x reply tokens), and the cores left after a server that runs here.
@@ -12,12 +12,12 @@ import os
 from urllib.parse import urlsplit
 
 from core.errors import UsageError
-from loadtest.ceiling import load_ceiling, processes_for, require_ceiling
 from loadtest.preflight import probe_decode_rate
+from loadtest.process_capacity import processes_for, read_capacity, require_capacity
 
 PROCESSES_HELP = (
     "load processes on this machine (Locust --processes), or auto: enough for the top step's demand at the "
-    "per-process ceiling `rigbench selftest` measured here, within the cores a local server leaves"
+    "per-process capacity `rigbench selftest` measured here, within the cores a local server leaves"
 )
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -53,8 +53,8 @@ def auto_processes(
     server_threads: int | None = None,
 ) -> tuple[int, str]:
     """The count for ``--processes auto`` and the line that says how it was chosen."""
-    ceiling = load_ceiling()
-    require_ceiling(ceiling)  # no ceiling saved: refused before the server is asked anything
+    capacity = read_capacity()
+    require_capacity(capacity)  # none saved: refused before the server is asked anything
     demand = max(rate_steps) * max_tokens if rate_steps else max(user_steps) * probe_decode_rate(url, model_name)
     cores_free = max(1, (os.cpu_count() or 1) - server_cores_here(url, server_threads))
-    return processes_for(demand, ceiling, cores_free)
+    return processes_for(demand, capacity, cores_free)

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from rich.console import Console
 
+from analysis.report import write_report
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError, ProfileError, RigbenchError, RunIncomplete
+from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.machine import machine_info
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.rundir import (
@@ -31,25 +33,24 @@ from core.rundir import (
     server_at,
     utc_now,
 )
+from core.rundir.models import Arrival
 from llamacpp.build import build_llama_cpp
 from llamacpp.decode_bytes import gguf_decode_bytes
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
-from loadtest.ceiling import load_ceiling, require_ceiling
 from loadtest.preflight import check_reply
+from loadtest.process_capacity import read_capacity, require_capacity
 from loadtest.sweep import interrupted_error, run_sweep
 from rigbench.load_processes import auto_processes
-
-DEFAULT_USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
 
 
 @dataclass
 class LocalRigOptions:
     profile: str = "tiny"
     runs_root: Path = Path("runs")
-    user_steps: list[int] = field(default_factory=lambda: list(DEFAULT_USER_STEPS))
+    user_steps: list[int] = field(default_factory=lambda: parse_counts(DEFAULT_USER_STEPS, "--steps"))
     rate_steps: list[float] = field(default_factory=list)  # given: an open loop instead of the user steps
-    arrival: str = "poisson"
+    arrival: Arrival = "poisson"
     arrival_seed: int = 0
     warmup_seconds: float = 1.0
     measure_seconds: float | list[float] = 3.0  # or one measured window per step
@@ -186,11 +187,10 @@ def choose_processes(run: RunDir, url: str, load: LoadSettings, threads: int, co
 
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path."""
-    from analysis.report import write_report  # matplotlib: loaded when a report is written, not at CLI start
 
     console = console or Console(stderr=True)
     if options.processes is None:
-        require_ceiling(load_ceiling())  # --processes auto without a saved ceiling: refused before the build
+        require_capacity(read_capacity())  # --processes auto without a saved ceiling: refused before the build
     prepared = prepare_server(options, console)
     profile, built, model, drafter = prepared.profile, prepared.build, prepared.model, prepared.drafter
     server, server_args = prepared.server, prepared.server_args
@@ -198,7 +198,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
     load = LoadSettings(
         user_steps=[] if options.rate_steps else list(options.user_steps),
         rate_steps=list(options.rate_steps),
-        arrival=options.arrival,  # type: ignore[arg-type]
+        arrival=options.arrival,
         arrival_seed=options.arrival_seed,
         warmup_seconds=options.warmup_seconds,
         measure_seconds=options.measure_seconds,

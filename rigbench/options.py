@@ -1,35 +1,45 @@
-"""Options shared by the commands: one vocabulary, and the old spellings that still work.
+"""Options shared by the commands: one vocabulary, each name with one meaning.
 
 Every command says the same thing the same way: ``--steps`` (user counts), ``--warmup``,
-``--measure``, ``--runs-dir``, ``--context-tokens``, ``--model-file`` (a GGUF to serve) and
-``--model-name`` (the name sent in requests). Where a command used another spelling, that
-spelling is a hidden option that still works and says, in one line on stderr, what it is now.
+``--measure``, ``--runs-dir``, ``--context-tokens``, ``--model-file`` (a GGUF to serve),
+``--model-name`` (the name sent in requests), ``--url`` (a running server, ``NAME=URL`` when there
+are several) and ``NAME=FLAGS`` for a served configuration (``--arm`` of an eval, ``--trial`` of
+autotune), read by :func:`parse_named_flags`.
 """
 
 from __future__ import annotations
 
 import shlex
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
 
-T = TypeVar("T")
+from core.errors import UsageError
+from core.lists import ARRIVAL_HELP, ARRIVAL_SEED_HELP, MEASURE_HELP, RATES_HELP, STEPS_HELP
+from rigbench.load_processes import PROCESSES_HELP
 
-STEPS_HELP = "user counts, one step each, e.g. 1,2,4,8"
 RUNS_DIR_HELP = "folder the run directories go in"
 
 
-def renamed(new: str, value: T, old: str, old_value: T | None) -> T:
-    """``value`` of the option ``new``, or of its old spelling ``old`` when that was given."""
-    if old_value is None:
-        return value
-    typer.echo(f"rigbench: warning: {old} is now {new}; the old spelling will go in a later release", err=True)
-    return old_value
-
-
-def old_spelling(name: str) -> object:
-    """A hidden option for a renamed one: accepted, not shown in --help."""
-    return typer.Option(None, name, hidden=True)
+def parse_named_flags(items: list[str], option: str) -> list[tuple[str, list[str]]]:
+    """``NAME=FLAGS`` items, in order: a served configuration's name and its llama-server flags
+    (shell-quoted; empty for the profile as it is). Names must differ: each names a run."""
+    parsed: list[tuple[str, list[str]]] = []
+    for item in items:
+        name, equals, flags = item.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise UsageError(f"{option}: cannot read {item!r}; expected NAME=SERVER FLAGS, "
+                             "e.g. 'drafter=--model-draft d.gguf'")
+        try:
+            parsed.append((name, shlex.split(flags)))
+        except ValueError as error:
+            raise UsageError(f"{option} {item!r}: cannot read the flags: {error}") from None
+    names = [name for name, _ in parsed]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UsageError(f"{option}: {repeated[0]!r} is given twice; name each configuration once")
+    return parsed
 
 
 # The options of the commands that serve a profile here (local, serve, autotune), said once.
@@ -63,3 +73,44 @@ def server_overrides(items: list[str]) -> list[str]:
     """``--server-arg`` values, each shell-split (one item may hold a flag and its value)."""
     return [token for item in items for token in shlex.split(item)]
 
+
+
+# The options of a sweep's load (core.rundir.LoadSettings), said once for every command that takes them;
+# core.lists.LOAD_FLAGS names the field each one fills (a test holds the commands to it).
+def steps_option() -> Any:
+    return typer.Option(None, "--steps", help=STEPS_HELP)
+
+
+def rates_option() -> Any:
+    return typer.Option(None, "--rates", help=RATES_HELP)
+
+
+def arrival_option() -> Any:
+    return typer.Option("poisson", "--arrival", help=ARRIVAL_HELP)
+
+
+def arrival_seed_option() -> Any:
+    return typer.Option(0, "--arrival-seed", min=0, help=ARRIVAL_SEED_HELP)
+
+
+def warmup_option(default: float, note: str = "") -> Any:
+    return typer.Option(default, "--warmup", min=0.0, help="warm-up seconds per step" + note)
+
+
+def measure_option(default: str, note: str = "") -> Any:
+    return typer.Option(default, "--measure", help=MEASURE_HELP + note)
+
+
+def prompts_option() -> Any:
+    return typer.Option("mixed", "--prompts", help="mixed, a category, or a JSONL file")
+
+
+def processes_option() -> Any:
+    return typer.Option("1", "--processes", help=PROCESSES_HELP)
+
+
+def pin_slots_option() -> Any:
+    return typer.Option(
+        False, "--pin-slots", help="user i asks for server slot i (llama-server's id_slot; --steps, "
+        "--processes 1): an experiment's bound for the server's own slot choice, not real traffic",
+    )

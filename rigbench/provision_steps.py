@@ -6,8 +6,8 @@ this table, so the two front doors cannot drift apart. A step runs against a :cl
 the connection, the work folder, the profile and, when the rig came from a Pulumi stack, the
 stack's outputs. This is app code: the build step hands the rig the llama.cpp toolbox's build
 script and the download step writes synthetic models with it, which provision (a stage) may
-not import itself. The steps' modules are imported when a step runs, so a ``rigbench``
-command that never touches a rig starts without Fabric.
+not import itself. Only ``rigbench provision`` and ``fab`` load this module (the CLI loads each
+command when it runs), so a command that never touches a rig starts without Fabric.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import inspect
 import json
 import os
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,12 +24,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UsageError
-from core.lists import MEASURE_HELP, RATES_HELP, parse_arrival, parse_load_steps, parse_windows
+from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, parse_arrival, parse_load_steps, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
+from llamacpp.build import BUILD_SCRIPT, patch_files
 from llamacpp.quantize import DEFAULT_RUNGS
+from llamacpp.synthetic_models import write_synthetic_model
+from provision.build import build as build_step
+from provision.build_cache import S3BuildCache
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
+from provision.download import download as download_step
+from provision.download import model_paths
+from provision.llama_bench import bench as bench_step
+from provision.quality import ladder as ladder_step
 from provision.rig_paths import DEFAULT_WORK, RigPaths
+from provision.serve import logs as logs_step
+from provision.serve import serve as serve_step
+from provision.serve import status as status_step
+from provision.serve import stop as stop_step
+from provision.setup_marker import DEFAULT_SETUP_MARKER, wait_for_setup
+from provision.sweep import fetch as fetch_step
+from provision.sweep import install_project
+from provision.sweep import sweep as sweep_step
+from provision.toolkit import toolkit as toolkit_step
+from provision.tunnel import hold_tunnel
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -39,7 +56,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PROFILE = os.environ.get("RIGBENCH_PROFILE", "gemma4-e2b")
 API_KEY_VARIABLE = "RIGBENCH_API_KEY"
-SWEEP_STEPS = "1,2,4,8,16,32,64"
 
 
 @dataclass
@@ -59,14 +75,12 @@ class Rig:
 @dataclass(frozen=True)
 class StepOption:
     """One option of a step; ``flag`` defaults to ``--name-with-dashes``, ``short`` is for the rigbench CLI
-    only (Fabric's own short flags, such as -H, -i and -r, would clash), ``old`` are spellings it had
-    before, still accepted with a one-line warning."""
+    only (Fabric's own short flags, such as -H, -i and -r, would clash)."""
 
     name: str
     default: Any
     help: str
     short: str | None = None
-    old: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -89,19 +103,8 @@ class ProvisionStep:
     def help(self) -> str:
         return inspect.getdoc(self.run) or ""
 
-    def old_spellings(self) -> dict[str, StepOption]:
-        """Each old spelling's parameter name, with the option it is now."""
-        return {old_parameter(flag): option for option in self.options for flag in option.old}
-
     def execute(self, rig: Rig, **options: Any) -> Any:
-        """Run the step; a profile it needs is read first, so a typo fails before the rig is touched.
-        A value given with an old spelling is taken, with a warning."""
-        for parameter, option in self.old_spellings().items():
-            value = options.pop(parameter, None)
-            if value is not None:
-                print(f"rigbench: warning: --{parameter.removeprefix(OLD_PREFIX).replace('_', '-')} is now "
-                      f"{option.flag}; the old spelling will go in a later release", file=sys.stderr, flush=True)
-                options[option.name] = option.type(value)
+        """Run the step; a profile it needs is read first, so a typo fails before the rig is touched."""
         if self.needs_profile:
             rig.profile  # noqa: B018 - loads and validates it
         return self.run(rig, **options)
@@ -114,14 +117,6 @@ class ProvisionStep:
             for option in self.options
         ]
         return inspect.Signature([*first, *options])
-
-
-OLD_PREFIX = "old_"
-
-
-def old_parameter(flag: str) -> str:
-    """The parameter name of an old spelling (``--runs`` -> ``old_runs``)."""
-    return OLD_PREFIX + flag.removeprefix("--").replace("-", "_")
 
 
 def command_function(name: str, doc: str, signature: inspect.Signature, body: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,7 +142,6 @@ def command_function(name: str, doc: str, signature: inspect.Signature, body: Ca
 
 def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
     """GPU, driver and nvcc; install the CUDA toolkit from NVIDIA's apt repository when nvcc is missing."""
-    from provision.toolkit import toolkit as toolkit_step
 
     toolkit_step(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
 
@@ -155,13 +149,10 @@ def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
 def build(rig: Rig, cache: str, backend: str, cache_bucket: str = "") -> BuildManifest:
     """Build llama.cpp on the rig for its GPU (cached, and shared through S3 with a cache bucket); keep the
     build manifest."""
-    from llamacpp.build import BUILD_SCRIPT, patch_files
-    from provision.build import build as build_step
 
     bucket = cache_bucket or (rig.stack_outputs or {}).get("buildCacheBucket") or ""
     store = None
     if bucket:
-        from provision.build_cache import S3BuildCache
 
         store = S3BuildCache(bucket)
     return build_step(rig.c, rig.profile, rig.paths, build_script=BUILD_SCRIPT, cache=cache or None,
@@ -170,7 +161,6 @@ def build(rig: Rig, cache: str, backend: str, cache_bucket: str = "") -> BuildMa
 
 def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
     """The profile's synthetic model and drafter, written here for the download step to upload."""
-    from llamacpp.synthetic_models import write_synthetic_model
 
     files = {}
     for role, model in (("model", profile.model), ("drafter", profile.drafter)):
@@ -183,7 +173,6 @@ def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
 
 def download(rig: Rig) -> None:
     """The profile's model and drafter into the NVMe folder, resumable, sha256 verified (HF_TOKEN, HF_ENDPOINT)."""
-    from provision.download import download as download_step
 
     with tempfile.TemporaryDirectory() as folder:
         written = synthetic_files(rig.profile, Path(folder))
@@ -192,7 +181,6 @@ def download(rig: Rig) -> None:
 
 def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> None:
     """Serve the profile with llama-server (systemd unit, or a supervised process) and wait for /health."""
-    from provision.serve import serve as serve_step
 
     serve_step(rig.c, rig.profile, rig.paths, port=server_port, public=public,
                      api_key=api_key or os.environ.get(API_KEY_VARIABLE) or None, health_timeout=health_timeout,
@@ -201,7 +189,6 @@ def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout
 
 def up(rig: Rig, server_port: int, cache: str) -> None:
     """toolkit, build, download and serve in one go (each step is safe to repeat)."""
-    from provision.serve import serve as serve_step
 
     toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
     build(rig, cache=cache, backend="auto")  # the stack's buildCacheBucket, when it has one
@@ -211,7 +198,6 @@ def up(rig: Rig, server_port: int, cache: str) -> None:
 
 def setup(rig: Rig, timeout: int, marker: str) -> dict:
     """Wait until a new rig answers over SSH and its own set-up (the stack's user data) has finished."""
-    from provision.setup_marker import DEFAULT_SETUP_MARKER, wait_for_setup
 
     marker = marker or (rig.stack_outputs or {}).get("setupMarker") or DEFAULT_SETUP_MARKER
     found = wait_for_setup(rig.c, marker, timeout=timeout)
@@ -221,28 +207,24 @@ def setup(rig: Rig, timeout: int, marker: str) -> dict:
 
 def stop(rig: Rig) -> None:
     """Stop llama-server on the rig."""
-    from provision.serve import stop as stop_step
 
     stop_step(rig.c, rig.paths)
 
 
 def status(rig: Rig) -> None:
     """Service state, /health, slots and GPU memory used, as JSON."""
-    from provision.serve import status as status_step
 
     status_step(rig.c, rig.paths)
 
 
 def logs(rig: Rig, lines: int) -> None:
     """The last lines of llama-server's log on the rig."""
-    from provision.serve import logs as logs_step
 
     logs_step(rig.c, rig.paths, lines=lines)
 
 
 def bench(rig: Rig, repetitions: int) -> dict:
     """llama-bench pp512/tg128 at the profile's settings, saved as JSON in the rig's results."""
-    from provision.llama_bench import bench as bench_step
 
     report, _ = bench_step(rig.c, rig.profile, rig.paths, repetitions=repetitions)
     print(json.dumps(report.summary), flush=True)
@@ -251,14 +233,12 @@ def bench(rig: Rig, repetitions: int) -> dict:
 
 def tunnel(rig: Rig, local_port: int, server_port: int) -> None:
     """Forward 127.0.0.1:LOCAL_PORT here to the rig's llama-server until Ctrl-C."""
-    from provision.tunnel import hold_tunnel
 
     hold_tunnel(rig.c, local_port, server_port)
 
 
 def project(rig: Rig) -> None:
     """Install this checkout on the rig (a virtualenv in the NVMe folder) for the sweep."""
-    from provision.sweep import install_project
 
     print(install_project(rig.c, rig.paths), flush=True)
 
@@ -266,15 +246,14 @@ def project(rig: Rig) -> None:
 def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, warmup: float, measure: str,
           runs_dir: str, rigbench: str, sweep_args: str) -> list[Path]:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
-    from provision.sweep import sweep as sweep_step
 
     # read here, so a mistyped list stops the command before anything runs on the rig
-    user_steps, rate_steps = parse_load_steps(steps or None, rates or None, SWEEP_STEPS)
+    user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
     parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     parse_arrival(arrival)
     if arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {arrival_seed}")
-    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or SWEEP_STEPS, rates=rates or None,
+    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or DEFAULT_USER_STEPS, rates=rates or None,
                         arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
                         local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
                         extra=shlex.split(sweep_args))
@@ -285,16 +264,14 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
 
 def fetch(rig: Rig, runs_dir: str) -> list[Path]:
     """Copy every run directory and bench result from the rig into local runs/."""
-    from provision.sweep import fetch as fetch_step
 
     return fetch_step(rig.c, rig.paths, runs_dir)
 
 
 def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
            ladder_args: str, cache: str) -> None:
-    """Quantize, benchmark and evaluate each rung on the rig (``rigbench ladder``), then copy the ladder here."""
-    from provision.download import model_paths
-    from provision.quality import ladder as ladder_step
+    """Quantize, benchmark and evaluate each rung on the rig (``rigbench quality ladder``), then copy the ladder
+    here."""
 
     question_file = Path(questions)
     if not question_file.is_file():
@@ -306,9 +283,9 @@ def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_di
                       rigbench=rigbench or None, local_runs=runs_dir, cache=cache or None), flush=True)
 
 
-SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig", old=("--port",))
+SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig")
 CACHE_OPTION = StepOption("cache", "", "build cache on the rig (default: in the work folder)")
-RUNS_OPTION = StepOption("runs_dir", "runs", "local folder for run directories", old=("--runs",))
+RUNS_OPTION = StepOption("runs_dir", "runs", "local folder for run directories")
 
 STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("toolkit", toolkit, (
@@ -344,7 +321,7 @@ STEPS: tuple[ProvisionStep, ...] = (
                   uses_work=False),
     ProvisionStep("project", project),
     ProvisionStep("sweep", sweep, (
-        StepOption("steps", "", f"user counts, one step each (default {SWEEP_STEPS})"),
+        StepOption("steps", "", f"user counts, one step each (default {DEFAULT_USER_STEPS})"),
         StepOption("rates", "", RATES_HELP),
         StepOption("arrival", "poisson", "open-loop arrivals: poisson or constant"),
         StepOption("arrival_seed", 0, "seed of the poisson arrivals"),
@@ -356,13 +333,14 @@ STEPS: tuple[ProvisionStep, ...] = (
     ), needs_profile=True),
     ProvisionStep("fetch", fetch, (RUNS_OPTION,)),
     ProvisionStep("ladder", ladder, (
-        StepOption("questions", "", "question file here (rigbench questions generate / gsm8k)"),
+        StepOption("questions", "", "question file here (rigbench quality questions generate / gsm8k)"),
         StepOption("source", "", "GGUF on the rig, or smollm2 (default: the profile's model)"),
         StepOption("rungs", DEFAULT_RUNGS, "llama-quantize types, widest first"),
         StepOption("name", "", "the ladder folder's name (default: ladder-PROFILE-QUESTIONS)"),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
-        StepOption("ladder_args", "", "more `rigbench ladder` options, e.g. '--repeat-rungs F16,Q4_K_M --no-bench'"),
+        StepOption("ladder_args", "",
+                   "more `rigbench quality ladder` options, e.g. '--repeat-rungs F16,Q4_K_M --no-bench'"),
         CACHE_OPTION,
     ), needs_profile=True),
 )

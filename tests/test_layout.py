@@ -179,3 +179,56 @@ def test_no_two_test_files_share_a_name() -> None:
     for path in (ROOT / "tests").rglob("test_*.py"):
         names[path.name].append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
+# Imported where they are used, each for its reason.
+CALL_SITE_IMPORTS = {
+    # clients of AWS and Pulumi: boto3 alone takes most of a second to import, which every report,
+    # plan and sweep would pay though only the cloud paths call them
+    "boto3": "AWS", "botocore": "AWS", "pulumi": "Pulumi",
+    # the socket client's event-loop read runs only inside Locust; a pre-flight check in the CLI's
+    # own process uses the blocking read and never starts a gevent hub
+    "gevent": "Locust's event loop",
+}
+
+
+def imports_inside_functions(source: str) -> list[int]:
+    """Lines of imports inside functions, but for TYPE_CHECKING-only ones, optional dependencies (inside
+    a ``try`` that catches ImportError) and CALL_SITE_IMPORTS."""
+    found: list[int] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Try) and any(
+                handler.type is not None and "ImportError" in ast.unparse(handler.type) for handler in child.handlers
+            ):
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom) and in_function:
+                names = [alias.name for alias in child.names] if isinstance(child, ast.Import) else [child.module or ""]
+                if not all(name.split(".")[0] in CALL_SITE_IMPORTS for name in names):
+                    found.append(child.lineno)
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_imports_sit_at_the_top_of_each_module() -> None:
+    # `rigbench --help` stays quick by loading each command's module only when it is run (rigbench.cli),
+    # not by hiding imports in functions, where an import error or a cycle shows only when the path runs
+    inside = sorted(
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in FILES.values()
+        if str(path.relative_to(ROOT)) not in STANDALONE
+        for line in imports_inside_functions(path.read_text())
+    )
+    assert not inside, "imports inside functions: " + ", ".join(inside)
+
+
+def test_the_function_import_finder_finds_one() -> None:
+    source = ("import json\nfrom typing import TYPE_CHECKING\n\n\ndef f():\n    import httpx\n    if TYPE_CHECKING:\n"
+              "        import pandas\n    try:\n        import gguf\n    except ImportError:\n        gguf = None\n"
+              "    import boto3\n")
+    assert imports_inside_functions(source) == [6]

@@ -11,7 +11,7 @@ estimate, so the loop's record keeps the hours and cost each rig really took bes
 from __future__ import annotations
 
 from core.instance_types import get_instance_type
-from core.lists import parse_seconds, seconds_per_step
+from core.lists import seconds_per_step
 from rigbench.cloud.attempts import PlannedAttempt
 from rigbench.cloud.record import RigEstimate
 
@@ -36,8 +36,8 @@ BENCH_SECONDS = 120.0
 EXTRAS_USD_PER_HOUR = 0.027
 
 
-def sweep_seconds(steps: list[int], warmup: float, measure: str) -> float:
-    windows = seconds_per_step(parse_seconds(measure, "--measure"), len(steps))
+def sweep_seconds(steps: list[int], warmup: float, measure: float | list[float]) -> float:
+    windows = seconds_per_step(measure, len(steps))
     return sum(warmup + window + STEP_OVERHEAD_S for window in windows)
 
 

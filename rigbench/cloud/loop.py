@@ -67,7 +67,7 @@ def study_seconds(settings: CloudSettings) -> dict[str, float]:
     seconds = {}
     for study in settings.studies:
         if study == "sweep":
-            seconds["sweep"] = sweep_seconds(settings.step_counts, settings.warmup, settings.measure)
+            seconds["sweep"] = sweep_seconds(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
         elif study == "bench":
             seconds["bench"] = BENCH_SECONDS
     return seconds

@@ -14,9 +14,12 @@ from rich.console import Console
 from rich.text import Text
 from tabulate import tabulate
 
+from analysis.plan import Targets, plan_table, plans_for_sections
+from analysis.report import build_sections, write_files
 from core.errors import RigbenchError
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord
 from rigbench.cloud.settings import CloudSettings
+from rigbench.decode_bytes import decode_bytes_for_runs
 
 REPORT_FOLDER = "report"
 PLAN_FILE = "plan.md"
@@ -48,9 +51,6 @@ def run_paths(folder: CloudRunFolder, record: CloudRunRecord) -> list[Path]:
 def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, record: CloudRunRecord,
                           console: Console) -> None:
     """The cross-run report of every rig's runs and the plan over them, into the loop's folder."""
-    from analysis.plan import Targets, plan_table, plans_for_sections
-    from analysis.report import build_sections, write_files
-    from rigbench.decode_bytes import decode_bytes_for_runs
 
     runs = run_paths(folder, record)
     if not runs:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import CloudError, RigbenchError
+from core.lists import format_counts, format_seconds
 from core.pulumi_cli import QUIET_FLAGS, pulumi_executable, pulumi_json
 from infra.spot_placement import failure_scope, retryable_failure
 from provision.connection import known_hosts_path
@@ -277,7 +278,8 @@ class RigDriver:
         if name == "setup":
             return ["--timeout", str(settings.setup_timeout_s)]
         if name == "sweep":
-            return ["--steps", settings.steps, "--warmup", f"{settings.warmup:g}", "--measure", settings.measure,
+            return ["--steps", format_counts(settings.user_steps), "--warmup", f"{settings.warmup_seconds:g}",
+                    "--measure", format_seconds(settings.measure_seconds),
                     "--runs-dir", str(self.runs_dir), *rigbench,
                     *(["--sweep-args", settings.sweep_args] if settings.sweep_args else [])]
         if name == "fetch":

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.lists import parse_counts
+from core.lists import DEFAULT_USER_STEPS, SWEEP_MEASURE, SWEEP_WARMUP_SECONDS, parse_counts
 
 
 class CloudSettings(BaseModel):
@@ -15,9 +15,10 @@ class CloudSettings(BaseModel):
     stacks: list[str]
     profile: str
     studies: list[str]
-    steps: str = "1,2,4,8,16,32,64"
-    warmup: float = 10.0
-    measure: str = "30"
+    # the sweep's load, named and typed as core.rundir.LoadSettings names them (a test holds the two together)
+    user_steps: list[int] = Field(default_factory=lambda: parse_counts(DEFAULT_USER_STEPS, "--steps"))
+    warmup_seconds: float = SWEEP_WARMUP_SECONDS
+    measure_seconds: float | list[float] = float(SWEEP_MEASURE)
     sweep_args: str = ""
     fallback_types: list[str] = Field(default_factory=list)
     fallback_market: Literal["on-demand"] | None = None
@@ -30,9 +31,5 @@ class CloudSettings(BaseModel):
     plan_ttft_p90_s: float = 2.0
 
     @property
-    def step_counts(self) -> list[int]:
-        return parse_counts(self.steps, "--steps")
-
-    @property
     def users_to_plan(self) -> int:
-        return self.plan_users or max(self.step_counts)
+        return self.plan_users or max(self.user_steps)

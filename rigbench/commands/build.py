@@ -12,15 +12,17 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("build", epilog=EXIT_CODES)
-    def build(
-        profile: str = typer.Option("tiny", "--profile", "-p", help="whose llama.cpp source and CMake options"),
-        backend: str = typer.Option("auto", "--backend", help=", ".join(BACKENDS)),
-    ) -> None:
-        """Build llama-server, llama-bench, llama-quantize and llama-batched-bench for this machine (cached);
-        print the build manifest."""
-        chosen = load_profile(profile)
-        manifest = build_llama_cpp(chosen.llama_cpp.spec(), backend, extra_options=chosen.llama_cpp.cmake_options,
-                                   patches=chosen.llama_cpp.patches)
-        typer.echo(manifest.model_dump_json(indent=2))
+app = typer.Typer()
+
+
+@app.command("build", epilog=EXIT_CODES)
+def build(
+    profile: str = typer.Option("tiny", "--profile", "-p", help="whose llama.cpp source and CMake options"),
+    backend: str = typer.Option("auto", "--backend", help=", ".join(BACKENDS)),
+) -> None:
+    """Build llama-server, llama-bench, llama-quantize and llama-batched-bench for this machine (cached);
+    print the build manifest."""
+    chosen = load_profile(profile)
+    manifest = build_llama_cpp(chosen.llama_cpp.spec(), backend, extra_options=chosen.llama_cpp.cmake_options,
+                               patches=chosen.llama_cpp.patches)
+    typer.echo(manifest.model_dump_json(indent=2))

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from tabulate import tabulate
 
 from core.rundir.check import CheckReport, check_run
 
 
 def report_lines(report: CheckReport) -> list[str]:
     """The readable report: manifest, shards, steps, telemetry, then every finding."""
-    from tabulate import tabulate
 
     lines = [f"run {report.path}"]
     manifest = report.manifest
@@ -56,15 +56,17 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("check", epilog=EXIT_CODES)
-    def check(
-        run: Path = typer.Argument(..., help="run directory, e.g. runs/<run-id>"),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the one-line summary"),
-    ) -> None:
-        """Verify a run directory (manifest, shards, step counts, telemetry, status); exit 1 if damaged."""
-        report = check_run(run)
-        for line in [report.summary()] if quiet else report_lines(report):
-            typer.echo(line)
-        if not report.healthy:
-            raise typer.Exit(1)
+app = typer.Typer()
+
+
+@app.command("check", epilog=EXIT_CODES)
+def check(
+    run: Path = typer.Argument(..., help="run directory, e.g. runs/<run-id>"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the one-line summary"),
+) -> None:
+    """Verify a run directory (manifest, shards, step counts, telemetry, status); exit 1 if damaged."""
+    report = check_run(run)
+    for line in [report.summary()] if quiet else report_lines(report):
+        typer.echo(line)
+    if not report.healthy:
+        raise typer.Exit(1)

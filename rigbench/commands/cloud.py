@@ -1,4 +1,5 @@
-"""``rigbench cloud run``: up, set-up, provision, studies, fetch and destroy for each stack, in parallel."""
+"""``rigbench cloud run``: up, set-up, provision, studies, fetch and destroy for each stack, in parallel;
+``rigbench cloud orphans``: what a loop may have left running."""
 
 from __future__ import annotations
 
@@ -8,9 +9,32 @@ import time
 from functools import cache
 from pathlib import Path
 
+import boto3
+import botocore.exceptions
 import typer
+from rich.console import Console
+from rich.text import Text
+from tabulate import tabulate
 
 from core.errors import CloudError, InfraError
+from core.instance_types import get_instance_type
+from core.lists import (
+    DEFAULT_USER_STEPS,
+    MEASURE_HELP,
+    SWEEP_MEASURE,
+    SWEEP_WARMUP_SECONDS,
+    parse_choices,
+    parse_counts,
+    parse_windows,
+)
+from core.profile import load_profile
+from core.pulumi_cli import pulumi_executable
+from infra.spot_placement import rank_zones
+from rigbench.cloud.loop import CloudLoop, check_budget, loop_folder, new_record, plan_loop
+from rigbench.cloud.record import STUDIES, CloudRunFolder
+from rigbench.cloud.settings import CloudSettings
+from rigbench.cloud.stacks import check_stacks, read_settings
+from rigbench.commands import orphans
 
 EXIT_CODES = (
     "Exit codes: 0 every rig finished and was destroyed (or kept with --keep); 1 a rig failed or the loop was "
@@ -20,12 +44,9 @@ EXIT_CODES = (
 
 def ranking_for(region: str | None):
     """Zones per (type, best|cheapest) from EC2, asked once each, for the stacks of ``region``."""
-    from infra.spot_placement import rank_zones
 
     @cache
     def ranking(instance_type: str, by: str):
-        import boto3
-        import botocore.exceptions
 
         try:
             return rank_zones(boto3.client("ec2", region_name=region), instance_type, 1, by)  # type: ignore[arg-type]
@@ -49,99 +70,90 @@ def confirm(total: float, yes: bool) -> None:
         raise typer.Exit(2)
 
 
-def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="The whole cloud loop in one command: rigs up, studies, report, destroy.",
-                        no_args_is_help=True)
+app = typer.Typer(help="The whole cloud loop in one command (rigs up, studies, report, destroy), and its leftovers.",
+                  no_args_is_help=True)
 
-    @group.command("run", epilog=EXIT_CODES)
-    def run(
-        stack: list[str] = typer.Option([], "--stack", help="a Pulumi stack, one rig each (repeatable)"),
-        profile: str = typer.Option("gemma4-e2b", "--profile", "-p", help="bundled profile name or .toml path"),
-        study: str = typer.Option("sweep", "--study", help="comma-separated, in order: sweep, bench"),
-        steps: str = typer.Option("1,2,4,8,16,32,64", "--steps", help="the sweep's user counts"),
-        warmup: float = typer.Option(10.0, "--warmup", min=0, help="warm-up seconds per sweep step"),
-        measure: str = typer.Option("30", "--measure", help="measured seconds per step: one, or one per step"),
-        sweep_args: str = typer.Option("", "--sweep-args", help="more `rigbench sweep` options for the rigs"),
-        fallback_type: list[str] = typer.Option(
-            [], "--fallback-type", help="instance type to try when the stack's type finds no capacity (repeatable)"),
-        fallback_market: str = typer.Option(
-            "", "--fallback-market", help="on-demand: try on-demand after every spot attempt failed"),
-        keep: bool = typer.Option(False, "--keep", help="leave the rigs up at the end (their TTL still ends them)"),
-        yes: bool = typer.Option(False, "--yes", "-y", help="launch without asking"),
-        max_usd: float = typer.Option(None, "--max-usd", min=0, help="refuse when the estimate is above this"),
-        resume: str = typer.Option(None, "--resume", help="an earlier loop's id or folder: skip what it finished"),
-        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where runs/cloud-<id>/ goes"),
-        project_dir: Path = typer.Option(Path("."), "--project-dir", help="the folder with Pulumi.yaml"),
-        rigbench_on_rig: str = typer.Option(
-            "", "--rigbench", help="rigbench already installed on the rigs (skips the project phase)"),
-        users: int = typer.Option(None, "--users", min=1, help="users the plan serves (default: the largest step)"),
-        min_tok_s: float = typer.Option(10.0, "--min-tok-s", min=0, help="per-user tok/s the plan requires"),
-        ttft_p90: float = typer.Option(2.0, "--ttft-p90", min=0, help="TTFT p90 ceiling (s) the plan requires"),
-        setup_timeout: int = typer.Option(900, "--setup-timeout", min=1, help="seconds to wait for a rig's set-up"),
-    ) -> None:
-        """For each stack in parallel: pulumi up (zones by spot placement score, then fallbacks), wait for the
-        rig's set-up, provision, the studies, fetch, and always pulumi destroy; then one cross-run report and a
-        capacity plan over every rig, and a table of each rig's hours and cost."""
-        from rich.console import Console
-        from rich.text import Text
+@app.command("run", epilog=EXIT_CODES)
+def run(
+    stack: list[str] = typer.Option([], "--stack", help="a Pulumi stack, one rig each (repeatable)"),
+    profile: str = typer.Option("gemma4-e2b", "--profile", "-p", help="bundled profile name or .toml path"),
+    study: str = typer.Option("sweep", "--study", help="comma-separated, in order: sweep, bench"),
+    steps: str = typer.Option(DEFAULT_USER_STEPS, "--steps", help="the sweep's user counts, one step each"),
+    warmup: float = typer.Option(SWEEP_WARMUP_SECONDS, "--warmup", min=0, help="warm-up seconds per sweep step"),
+    measure: str = typer.Option(SWEEP_MEASURE, "--measure", help=MEASURE_HELP),
+    sweep_args: str = typer.Option("", "--sweep-args", help="more `rigbench sweep` options for the rigs"),
+    fallback_type: list[str] = typer.Option(
+        [], "--fallback-type", help="instance type to try when the stack's type finds no capacity (repeatable)"),
+    fallback_market: str = typer.Option(
+        "", "--fallback-market", help="on-demand: try on-demand after every spot attempt failed"),
+    keep: bool = typer.Option(False, "--keep", help="leave the rigs up at the end (their TTL still ends them)"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="launch without asking"),
+    max_usd: float = typer.Option(None, "--max-usd", min=0, help="refuse when the estimate is above this"),
+    resume: str = typer.Option(None, "--resume", help="an earlier loop's id or folder: skip what it finished"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where runs/cloud-<id>/ goes"),
+    project_dir: Path = typer.Option(Path("."), "--project-dir", help="the folder with Pulumi.yaml"),
+    rigbench_on_rig: str = typer.Option(
+        "", "--rigbench", help="rigbench already installed on the rigs (skips the project phase)"),
+    users: int = typer.Option(None, "--users", min=1, help="users the plan serves (default: the largest step)"),
+    min_tok_s: float = typer.Option(10.0, "--min-tok-s", min=0, help="per-user tok/s the plan requires"),
+    ttft_p90: float = typer.Option(2.0, "--ttft-p90", min=0, help="TTFT p90 ceiling (s) the plan requires"),
+    setup_timeout: int = typer.Option(900, "--setup-timeout", min=1, help="seconds to wait for a rig's set-up"),
+) -> None:
+    """For each stack in parallel: pulumi up (zones by spot placement score, then fallbacks), wait for the
+    rig's set-up, provision, the studies, fetch, and always pulumi destroy; then one cross-run report and a
+    capacity plan over every rig, and a table of each rig's hours and cost."""
 
-        from core.lists import parse_choices, parse_counts, parse_windows
-        from core.profile import load_profile
-        from core.pulumi_cli import pulumi_executable
-        from rigbench.cloud.loop import CloudLoop, check_budget, loop_folder, new_record, plan_loop
-        from rigbench.cloud.record import STUDIES, CloudRunFolder
-        from rigbench.cloud.settings import CloudSettings
-        from rigbench.cloud.stacks import check_stacks, read_settings
 
-        console = Console()
-        pulumi_executable(CloudError)  # a missing CLI: one line, before anything else
-        if resume:
-            candidate = Path(resume) if Path(resume).is_dir() else runs_dir / (
-                resume if resume.startswith("cloud-") else f"cloud-{resume}")
-            folder = CloudRunFolder(candidate)
-            record = folder.load()
-            settings = CloudSettings.model_validate(record.settings)
-            console.print(Text(f"resuming {folder.root}: stacks {', '.join(settings.stacks)}"))
-        else:
-            if fallback_market not in ("", "on-demand"):
-                raise CloudError(f"--fallback-market: expected on-demand, found {fallback_market!r}")
-            studies = parse_choices(study, "--study", STUDIES, example="sweep,bench")
-            parse_windows(measure, parse_counts(steps, "--steps"))
-            from core.instance_types import get_instance_type
+    console = Console()
+    pulumi_executable(CloudError)  # a missing CLI: one line, before anything else
+    if resume:
+        candidate = Path(resume) if Path(resume).is_dir() else runs_dir / (
+            resume if resume.startswith("cloud-") else f"cloud-{resume}")
+        folder = CloudRunFolder(candidate)
+        record = folder.load()
+        settings = CloudSettings.model_validate(record.settings)
+        console.print(Text(f"resuming {folder.root}: stacks {', '.join(settings.stacks)}"))
+    else:
+        if fallback_market not in ("", "on-demand"):
+            raise CloudError(f"--fallback-market: expected on-demand, found {fallback_market!r}")
+        studies = parse_choices(study, "--study", STUDIES, example="sweep,bench")
+        user_steps = parse_counts(steps, "--steps")
+        measure_seconds = parse_windows(measure, user_steps)
 
-            for name in fallback_type:
-                try:
-                    get_instance_type(name)
-                except InfraError as error:
-                    raise CloudError(f"--fallback-type: {error}") from None
-            settings = CloudSettings(
-                stacks=list(stack), profile=profile, studies=studies, steps=steps, warmup=warmup, measure=measure,
-                sweep_args=sweep_args, fallback_types=list(fallback_type), fallback_market=fallback_market or None,
-                keep=keep, rig_rigbench=rigbench_on_rig or None, project_dir=str(project_dir.resolve()),
-                setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90)
-            folder = record = None
-        loaded = load_profile(settings.profile)  # a bad profile stops here
-        project = Path(settings.project_dir)
-        check_stacks(settings.stacks, project)
-        stacks = {name: read_settings(name, project) for name in settings.stacks}
-        plan = plan_loop(settings, stacks, ranking_for, loaded.model.size_bytes)
-        show_estimate(console, plan)
-        check_budget(plan, max_usd)
-        confirm(plan.usd, yes)
-        if record is None:
-            loop_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
-            folder = loop_folder(runs_dir, loop_id)
-            record = new_record(settings, loop_id, plan.estimate)
-        assert folder is not None
-        code = CloudLoop(settings, plan, folder, record, console, resume=bool(resume)).run()
-        raise typer.Exit(code)
+        for name in fallback_type:
+            try:
+                get_instance_type(name)
+            except InfraError as error:
+                raise CloudError(f"--fallback-type: {error}") from None
+        settings = CloudSettings(
+            stacks=list(stack), profile=profile, studies=studies, user_steps=user_steps, warmup_seconds=warmup,
+            measure_seconds=measure_seconds,
+            sweep_args=sweep_args, fallback_types=list(fallback_type), fallback_market=fallback_market or None,
+            keep=keep, rig_rigbench=rigbench_on_rig or None, project_dir=str(project_dir.resolve()),
+            setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90)
+        folder = record = None
+    loaded = load_profile(settings.profile)  # a bad profile stops here
+    project = Path(settings.project_dir)
+    check_stacks(settings.stacks, project)
+    stacks = {name: read_settings(name, project) for name in settings.stacks}
+    plan = plan_loop(settings, stacks, ranking_for, loaded.model.size_bytes)
+    show_estimate(console, plan)
+    check_budget(plan, max_usd)
+    confirm(plan.usd, yes)
+    if record is None:
+        loop_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
+        folder = loop_folder(runs_dir, loop_id)
+        record = new_record(settings, loop_id, plan.estimate)
+    assert folder is not None
+    code = CloudLoop(settings, plan, folder, record, console, resume=bool(resume)).run()
+    raise typer.Exit(code)
 
-    app.add_typer(group, name="cloud")
+
+
+app.command("orphans", epilog=orphans.EXIT_CODES)(orphans.orphans)
 
 
 def show_estimate(console, plan) -> None:
-    from rich.text import Text
-    from tabulate import tabulate
 
     rows = [[rig.stack, rig.instance_type, rig.market, f"{rig.usd_per_hour:.4f}", rig.price_basis,
              f"{rig.hours:.2f}", f"{rig.usd:.2f}"] for rig in plan.estimate]

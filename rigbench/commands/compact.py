@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from core.errors import RigbenchError
 from core.rundir.compact import compact_run
 
 EXIT_CODES = (
@@ -14,22 +15,23 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("compact", epilog=EXIT_CODES)
-    def compact(
-        runs: list[Path] = typer.Argument(..., help="finished run directories"),
-    ) -> None:
-        """Gzip records and logs in place and drop the space reserve (analysis reads both forms)."""
-        from core.errors import RigbenchError
+app = typer.Typer()
 
-        refused = 0
-        for run in runs:
-            try:
-                written = compact_run(run)
-            except RigbenchError as error:  # say so and go on: one bad run must not stop the rest
-                typer.echo(f"{run}: not compacted: {error}", err=True)
-                refused += 1
-                continue
-            typer.echo(f"{run}: {len(written)} file(s) gzipped")
-        if refused:
-            raise typer.Exit(1)
+
+@app.command("compact", epilog=EXIT_CODES)
+def compact(
+    runs: list[Path] = typer.Argument(..., help="finished run directories"),
+) -> None:
+    """Gzip records and logs in place and drop the space reserve (analysis reads both forms)."""
+
+    refused = 0
+    for run in runs:
+        try:
+            written = compact_run(run)
+        except RigbenchError as error:  # say so and go on: one bad run must not stop the rest
+            typer.echo(f"{run}: not compacted: {error}", err=True)
+            refused += 1
+            continue
+        typer.echo(f"{run}: {len(written)} file(s) gzipped")
+    if refused:
+        raise typer.Exit(1)

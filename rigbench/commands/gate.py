@@ -6,6 +6,12 @@ from pathlib import Path
 
 import typer
 
+from analysis.gate import GatedRun, Thresholds
+from analysis.gate import gate as judge
+from analysis.gate_output import markdown_table, outcome_line, write_junit
+from analysis.prices import PriceBook
+from analysis.report_model import build_section
+
 EXIT_CODES = (
     "Exit codes: 0 no regression and every limit met; 1 a regression or a missed limit (the table says which); "
     "2 unusable input: a run that cannot be read or analysed, runs of different workloads without "
@@ -13,62 +19,61 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("gate", epilog=EXIT_CODES)
-    def gate(
-        run: Path = typer.Argument(..., help="the run to judge, e.g. runs/<run-id> from this build"),
-        baseline: Path = typer.Option(..., "--baseline", help="the run it must keep up with (a run directory)"),
-        max_drop: float = typer.Option(
-            5.0,
-            "--max-drop",
-            min=0,
-            help="percent of the baseline's value a figure may get worse by; beyond it a regression counts only "
-            "when the two 95% intervals do not overlap",
-        ),
-        min_tok_s: float | None = typer.Option(
-            None,
-            "--min-tok-s",
-            min=0,
-            help="fail every step of RUN whose median per-user decode tok/s (its value, client measure; the "
-            "report's per-user column) is below this",
-        ),
-        max_ttft_p90: float | None = typer.Option(
-            None, "--max-ttft-p90", min=0, help="seconds; fail every step of RUN whose TTFT p90 (its value) is above it"
-        ),
-        junit: Path | None = typer.Option(
-            None, "--junit", help="also write JUnit XML here: a testcase per step and figure, failures for regressions"
-        ),
-        allow_different: bool = typer.Option(
-            False,
-            "--allow-different",
-            help="compare runs of different models, prompt sets, reply lengths, temperatures or arrivals "
-            "(refused otherwise, naming what differs)",
-        ),
-    ) -> None:
-        """Judge RUN against BASELINE step by step (paired by users, or by rate for open-loop runs): aggregate
-        tok/s, per-user tok/s, TTFT p90, error rate and $/Mtok, printed as a markdown table for the CI log.
+app = typer.Typer()
 
-        Both runs are analysed afresh from their records, as `rigbench report` does (their summary.json is not
-        read, and nothing is written but --junit's file)."""
-        from analysis.gate import GatedRun, Thresholds
-        from analysis.gate import gate as judge
-        from analysis.gate_output import markdown_table, outcome_line, write_junit
-        from analysis.prices import PriceBook
-        from analysis.report_model import build_section
 
-        book = PriceBook.default()
-        ours, theirs = (GatedRun.from_section(build_section(path, book)) for path in (run, baseline))
-        thresholds = Thresholds(max_drop=max_drop / 100, min_tok_s=min_tok_s, max_ttft_p90_s=max_ttft_p90)
-        result = judge(ours, theirs, thresholds, allow_different=allow_different)
-        typer.echo(f"run      = {ours.label}\nbaseline = {theirs.label}")
-        typer.echo(
-            f"a regression: worse than the baseline by more than {max_drop:g}% with the two 95% intervals apart\n"
-        )
-        for note in result.notes:
-            typer.echo(f"note: {note}")
-        typer.echo(markdown_table(result))
-        typer.echo(f"\n{outcome_line(result)}")
-        if junit is not None:
-            typer.echo(f"junit: {write_junit(result, junit)}")
-        if not result.passed:
-            raise typer.Exit(1)
+@app.command("gate", epilog=EXIT_CODES)
+def gate(
+    run: Path = typer.Argument(..., help="the run to judge, e.g. runs/<run-id> from this build"),
+    baseline: Path = typer.Option(..., "--baseline", help="the run it must keep up with (a run directory)"),
+    max_drop: float = typer.Option(
+        5.0,
+        "--max-drop",
+        min=0,
+        help="percent of the baseline's value a figure may get worse by; beyond it a regression counts only "
+        "when the two 95% intervals do not overlap",
+    ),
+    min_tok_s: float | None = typer.Option(
+        None,
+        "--min-tok-s",
+        min=0,
+        help="fail every step of RUN whose median per-user decode tok/s (its value, client measure; the "
+        "report's per-user column) is below this",
+    ),
+    max_ttft_p90: float | None = typer.Option(
+        None, "--max-ttft-p90", min=0, help="seconds; fail every step of RUN whose TTFT p90 (its value) is above it"
+    ),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="also write JUnit XML here: a testcase per step and figure, failures for regressions"
+    ),
+    allow_different: bool = typer.Option(
+        False,
+        "--allow-different",
+        help="compare runs of different models, prompt sets, reply lengths, temperatures or arrivals "
+        "(refused otherwise, naming what differs)",
+    ),
+) -> None:
+    """Judge RUN against BASELINE step by step, for CI: pass, or fail naming the figure that moved.
+
+    Steps are paired by users, or by rate for open-loop runs: aggregate tok/s, per-user tok/s, TTFT p90,
+    error rate and $/Mtok, printed as a markdown table for the CI log.
+
+    Both runs are analysed afresh from their records, as `rigbench report` does (their summary.json is not
+    read, and nothing is written but --junit's file)."""
+
+    book = PriceBook.default()
+    ours, theirs = (GatedRun.from_section(build_section(path, book)) for path in (run, baseline))
+    thresholds = Thresholds(max_drop=max_drop / 100, min_tok_s=min_tok_s, max_ttft_p90_s=max_ttft_p90)
+    result = judge(ours, theirs, thresholds, allow_different=allow_different)
+    typer.echo(f"run      = {ours.label}\nbaseline = {theirs.label}")
+    typer.echo(
+        f"a regression: worse than the baseline by more than {max_drop:g}% with the two 95% intervals apart\n"
+    )
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(markdown_table(result))
+    typer.echo(f"\n{outcome_line(result)}")
+    if junit is not None:
+        typer.echo(f"junit: {write_junit(result, junit)}")
+    if not result.passed:
+        raise typer.Exit(1)

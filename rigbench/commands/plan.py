@@ -8,6 +8,9 @@ from pathlib import Path
 
 import typer
 
+from analysis.plan import Targets, plan_table, plans_for_sections
+from analysis.prices import PriceBook
+from analysis.report_model import build_section
 from core.errors import UsageError
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
@@ -18,59 +21,58 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("plan", epilog=EXIT_CODES)
-    def plan(
-        runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
-        users: int = typer.Option(None, "--users", min=1, help="concurrent users to serve (closed-loop runs)"),
-        rate: float = typer.Option(
-            None, "--rate", min=0.0, help="requests per second to serve (open-loop runs, swept with --rates)"
-        ),
-        min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
-        ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
-        price_as: list[str] = typer.Option(
-            [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
-        ),
-        out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
-        gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
-    ) -> None:
-        """Rank rigs by $/h to serve the users (or the request rate), reading each sweep conservatively
-        (95% interval ends)."""
-        from analysis.plan import Targets, plan_table, plans_for_sections
-        from analysis.prices import PriceBook
-        from analysis.report_model import build_section
+app = typer.Typer()
 
-        if (users is None) == (rate is None) or rate == 0:
-            raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
-                             "sweeps made with --rates), one of the two")
-        book = PriceBook.default()
-        known = decode_bytes_for_runs(runs, gguf)
-        sections = [build_section(path, book, price_as or None, known) for path in runs]
-        targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
-        plans = plans_for_sections(sections, targets)
-        demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
+
+@app.command("plan", epilog=EXIT_CODES)
+def plan(
+    runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
+    users: int = typer.Option(None, "--users", min=1, help="concurrent users to serve (closed-loop runs)"),
+    rate: float = typer.Option(
+        None, "--rate", min=0.0, help="requests per second to serve (open-loop runs, swept with --rates)"
+    ),
+    min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
+    ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
+    price_as: list[str] = typer.Option(
+        [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
+    ),
+    out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
+    gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
+) -> None:
+    """Rank rigs by $/h to serve the users (or the request rate), reading each sweep conservatively
+    (95% interval ends)."""
+
+    if (users is None) == (rate is None) or rate == 0:
+        raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
+                         "sweeps made with --rates), one of the two")
+    book = PriceBook.default()
+    known = decode_bytes_for_runs(runs, gguf)
+    sections = [build_section(path, book, price_as or None, known) for path in runs]
+    targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
+    plans = plans_for_sections(sections, targets)
+    demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
+    typer.echo(
+        f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
+        f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
+    )
+    typer.echo(plan_table(plans))
+    best = plans[0] if plans and plans[0].instances is not None else None
+    if best is None:
+        typer.echo("\nno measured rig meets the targets; relax them or measure smaller user steps")
+    else:
         typer.echo(
-            f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
-            f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
+            f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances} instance(s) of "
+            f"{best.capacity.describe()}, ${best.usd_per_hour:.3f}/h"
         )
-        typer.echo(plan_table(plans))
-        best = plans[0] if plans and plans[0].instances is not None else None
-        if best is None:
-            typer.echo("\nno measured rig meets the targets; relax them or measure smaller user steps")
-        else:
-            typer.echo(
-                f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances} instance(s) of "
-                f"{best.capacity.describe()}, ${best.usd_per_hour:.3f}/h"
-            )
-        if out is not None:
-            payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}
-            out.write_text(json.dumps(payload, indent=2) + "\n")
-        for plan in plans:
-            if plan.price.hypothetical:
-                typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on")
-                break
-        for section in sections:
-            for warning in section.warnings:
-                typer.echo(f"warning: {section.label}: {warning}")
-        if best is None:
-            raise typer.Exit(NO_PLAN_EXIT_CODE)
+    if out is not None:
+        payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}
+        out.write_text(json.dumps(payload, indent=2) + "\n")
+    for plan in plans:
+        if plan.price.hypothetical:
+            typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on")
+            break
+    for section in sections:
+        for warning in section.warnings:
+            typer.echo(f"warning: {section.label}: {warning}")
+    if best is None:
+        raise typer.Exit(NO_PLAN_EXIT_CODE)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import typer
 
-prices_app = typer.Typer(
+from analysis.prices import PriceBook, default_cache_path, fetch_on_demand, fetch_spot, save_quotes
+
+app = typer.Typer(
     epilog="Exit codes: 0 shown or fetched; 2 an unknown instance type, or AWS refused the call.",
     help="Instance prices: AWS Price List and spot history, cached with source and date.", no_args_is_help=True
 )
 
 
-@prices_app.command("show")
+@app.command("show")
 def show(
     instance_types: list[str] = typer.Argument(None, help="instance types (default: all known)"),
     region: str = typer.Option("us-east-1", "--region"),
 ) -> None:
     """Print the quotes the price book holds (cache first, then the bundled snapshot)."""
-    from analysis.prices import PriceBook, default_cache_path
 
     book = PriceBook.default()
     cache = default_cache_path()
@@ -26,14 +27,13 @@ def show(
             typer.echo(quote.describe())
 
 
-@prices_app.command("fetch")
+@app.command("fetch")
 def fetch(
     instance_types: list[str] = typer.Argument(..., help="instance types, e.g. g6.xlarge g6.2xlarge"),
     region: str = typer.Option("us-east-1", "--region"),
     spot: bool = typer.Option(True, "--spot/--no-spot", help="also fetch spot prices per AZ"),
 ) -> None:
     """Ask AWS (needs credentials) and save the quotes to the cache snapshot."""
-    from analysis.prices import fetch_on_demand, fetch_spot, save_quotes
 
     quotes = []
     for instance_type in instance_types:
@@ -45,6 +45,3 @@ def fetch(
         typer.echo(quote.describe())
     typer.echo(f"saved to {path}")
 
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(prices_app, name="prices")

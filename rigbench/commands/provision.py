@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from pydantic import TypeAdapter
 
+from provision.stack import RigTarget, resolve_target
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
     PROFILE_HELP,
@@ -33,12 +34,6 @@ def typer_option(option: StepOption) -> Any:
 def step_command(step: ProvisionStep, rig_of: Any) -> Any:
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     signature = step.signature([context], typer_option)
-    old = [
-        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=option.type | None,
-                          default=typer.Option(None, "--" + name.removeprefix("old_").replace("_", "-"), hidden=True))
-        for name, option in step.old_spellings().items()
-    ]
-    signature = signature.replace(parameters=[*signature.parameters.values(), *old])
 
     def body(ctx: typer.Context, **options: Any) -> None:
         result = step.execute(rig_of(ctx), **options)
@@ -57,39 +52,35 @@ def write_result(path: Path, result: Any) -> None:
     partial.replace(path)
 
 
-def register(app: typer.Typer) -> None:
-    group = typer.Typer(
-        epilog="Exit codes: 0 the step is done; 2 the step failed or was refused (one line names the step and "
-        "the host; a remote sweep's runs are copied first).",
-        help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...", no_args_is_help=True
-    )
+app = typer.Typer(
+    epilog="Exit codes: 0 the step is done; 2 the step failed or was refused (one line names the step and "
+    "the host; a remote sweep's runs are copied first).",
+    help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...", no_args_is_help=True
+)
 
-    @group.callback()
-    def options(
-        ctx: typer.Context,
-        host: str = typer.Option(None, "--host", help="rig address (default: the stack's publicIp)"),
-        user: str = typer.Option(None, "--user", help="SSH user (default: the stack's sshUser, else ubuntu)"),
-        port: int = typer.Option(22, "--port", help="SSH port"),
-        key: str = typer.Option(None, "--key", "-i", help="private key file (default: agent and ~/.ssh keys)"),
-        stack: str = typer.Option(None, "--stack", help="Pulumi stack (default: the selected one)"),
-        work: str = typer.Option(None, "--work", help="NVMe work folder (default: the stack's nvmePath)"),
-        profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help=PROFILE_HELP),
-        strict: bool = typer.Option(False, "--strict", help="refuse a host key that is not pinned yet"),
-        result: Path = typer.Option(None, "--result", help="also write the step's result as JSON to this file"),
-    ) -> None:
-        # Resolved on first use, so `rigbench provision STEP --help` needs no stack.
-        ctx.obj = {"target": dict(host=host, user=user, port=port, key=key, stack=stack, work=work, strict=strict),
-                   "profile": profile, "result": result}
+@app.callback()
+def options(
+    ctx: typer.Context,
+    host: str = typer.Option(None, "--host", help="rig address (default: the stack's publicIp)"),
+    user: str = typer.Option(None, "--user", help="SSH user (default: the stack's sshUser, else ubuntu)"),
+    port: int = typer.Option(22, "--port", help="SSH port"),
+    key: str = typer.Option(None, "--key", "-i", help="private key file (default: agent and ~/.ssh keys)"),
+    stack: str = typer.Option(None, "--stack", help="Pulumi stack (default: the selected one)"),
+    work: str = typer.Option(None, "--work", help="NVMe work folder (default: the stack's nvmePath)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help=PROFILE_HELP),
+    strict: bool = typer.Option(False, "--strict", help="refuse a host key that is not pinned yet"),
+    result: Path = typer.Option(None, "--result", help="also write the step's result as JSON to this file"),
+) -> None:
+    # Resolved on first use, so `rigbench provision STEP --help` needs no stack.
+    ctx.obj = {"target": dict(host=host, user=user, port=port, key=key, stack=stack, work=work, strict=strict),
+               "profile": profile, "result": result}
 
-    def rig_of(ctx: typer.Context) -> Rig:
-        from provision.stack import RigTarget, resolve_target  # Fabric: loaded when a step runs
+def rig_of(ctx: typer.Context) -> Rig:
 
-        target = ctx.obj["target"]
-        if not isinstance(target, RigTarget):
-            target = ctx.obj["target"] = resolve_target(**target)
-        return Rig(target.connection(), target.paths(), ctx.obj["profile"], target.outputs)
+    target = ctx.obj["target"]
+    if not isinstance(target, RigTarget):
+        target = ctx.obj["target"] = resolve_target(**target)
+    return Rig(target.connection(), target.paths(), ctx.obj["profile"], target.outputs)
 
-    for step in STEPS:
-        group.command(step.name)(step_command(step, rig_of))
-
-    app.add_typer(group, name="provision")
+for step in STEPS:
+    app.command(step.name)(step_command(step, rig_of))

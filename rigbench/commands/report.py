@@ -1,4 +1,5 @@
-"""``rigbench report RUN...``: report.md (or .html, .csv), summary.json and plots from run directories."""
+"""``rigbench report RUN...``: report.md (or .html, .csv), summary.json and plots from run directories;
+with several runs, each is compared with the first (B/A ratios per step, printed and in the report)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from pathlib import Path
 
 import typer
 
+from analysis.compare import compare_runs
+from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
+from core.errors import AnalysisError
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
@@ -18,26 +22,39 @@ FORMAT_HELP = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("report", epilog=EXIT_CODES)
-    def report(
-        runs: list[Path] = typer.Argument(..., help="run directories (runs/<run-id>); several give a cross-run report"),
-        out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),
-        price_as: list[str] = typer.Option(
-            [], "--price-as", help="also price the runs at this instance type, labelled hypothetical (repeatable)"
-        ),
-        formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
-        gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
-        ceiling: list[Path] = typer.Option(
-            [], "--ceiling", help="a llama-batched-bench report (JSON) of the same model and card, set beside the "
-            "served curve (ones in the run's folder or the two above it are found without it; repeatable)",
-        ),
-    ) -> None:
-        """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots."""
-        from analysis.report import build_sections, default_out_dir, parse_formats, write_files
+app = typer.Typer()
 
-        chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
-        sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf),
-                                  ceilings=ceiling)
-        for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen):
-            typer.echo(str(path))
+
+@app.command("report", epilog=EXIT_CODES)
+def report(
+    runs: list[Path] = typer.Argument(
+        ..., help="run directories (runs/<run-id>); several give a cross-run report, each compared with the first"
+    ),
+    out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),
+    price_as: list[str] = typer.Option(
+        [], "--price-as", help="also price the runs at this instance type, labelled hypothetical (repeatable)"
+    ),
+    formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
+    gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
+    ceiling: list[Path] = typer.Option(
+        [], "--ceiling", help="a llama-batched-bench report (JSON) of the same model and card, set beside the "
+        "served curve (ones in the run's folder or the two above it are found without it; repeatable)",
+    ),
+) -> None:
+    """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots; two runs also
+    give B/A ratios.
+
+    With several runs, the first is A (the baseline, e.g. without the drafter) and each other one B:
+    per-step ratios B/A of per-user tok/s, aggregate tok/s and TTFT p90, with 95% intervals, paired
+    by prompt category, are printed here and written in the cross-run report."""
+    chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
+    sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf),
+                              ceilings=ceiling)
+    for section in sections[1:]:
+        try:
+            rows = compare_runs(sections[0].figures, section.figures)
+        except AnalysisError:
+            continue  # the report says why these two cannot be compared
+        typer.echo(f"A = {sections[0].label}\nB = {section.label}\n\n{comparison_table(rows)}\n")
+    for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen):
+        typer.echo(str(path))

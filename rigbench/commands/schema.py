@@ -8,6 +8,9 @@ from pathlib import Path
 
 import typer
 
+from analysis import summary
+from core.rundir import schema as run_schema
+
 EXIT_CODES = (
     "Exit codes: 0 printed or written; 2 an unknown schema name."
 )
@@ -21,26 +24,24 @@ class SchemaName(StrEnum):
 def schema_source(name: SchemaName) -> tuple[Path, Callable[[], str]]:
     """(the committed file, the text generated from the models) of a schema."""
     if name is SchemaName.summary:
-        from analysis.summary import SCHEMA_FILE, schema_text
-
-        return SCHEMA_FILE, schema_text
-    from core.rundir.schema import SCHEMA_FILE, schema_text
-
-    return SCHEMA_FILE, schema_text
+        return summary.SCHEMA_FILE, summary.schema_text
+    return run_schema.SCHEMA_FILE, run_schema.schema_text
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("schema", epilog=EXIT_CODES)
-    def schema(
-        name: SchemaName = typer.Argument(
-            SchemaName.run, help="run: the run directory's files (manifest, records, telemetry); summary: summary.json"
-        ),
-        write: bool = typer.Option(False, "--write", help="write the committed copy in the package instead"),
-    ) -> None:
-        """Print the JSON Schema of run directories (manifest, records, telemetry), or of a report's summary.json."""
-        path, text = schema_source(name)
-        if write:
-            path.write_text(text())
-            typer.echo(f"wrote {path}")
-        else:
-            typer.echo(text(), nl=False)
+app = typer.Typer()
+
+
+@app.command("schema", epilog=EXIT_CODES)
+def schema(
+    name: SchemaName = typer.Argument(
+        SchemaName.run, help="run: the run directory's files (manifest, records, telemetry); summary: summary.json"
+    ),
+    write: bool = typer.Option(False, "--write", help="write the committed copy in the package instead"),
+) -> None:
+    """Print the JSON Schema of run directories (manifest, records, telemetry), or of a report's summary.json."""
+    path, text = schema_source(name)
+    if write:
+        path.write_text(text())
+        typer.echo(f"wrote {path}")
+    else:
+        typer.echo(text(), nl=False)

@@ -29,32 +29,34 @@ EXIT_CODES = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("serve", epilog=EXIT_CODES)
-    def serve(
-        profile: str = profile_option(),
-        port: int = typer.Option(8080, "--port", min=1, max=65535, help="port on 127.0.0.1"),
-        backend: str = backend_option(),
-        model_file: Path | None = model_file_option(),
-        drafter: Path | None = drafter_option(),
-        no_drafter: bool = no_drafter_option(),
-        server_arg: list[str] = server_arg_option(),
-    ) -> None:
-        """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
-        console = Console(stderr=True)
-        options = LocalRigOptions(
-            profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
-            server_overrides=server_overrides(server_arg),
-        )
-        prepared = prepare_server(options, console, port=port)
-        with prepared.server as server:
-            console.print(f"llama-server for {prepared.profile.name} at {server.base_url} (log {server.log_path}); "
-                          "Ctrl-C stops it")
-            typer.echo(server.base_url)
-            try:
-                while server.process is not None and server.process.poll() is None:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                console.print("stopped")
-                return
-        raise typer.Exit(2)  # the server ended on its own
+app = typer.Typer()
+
+
+@app.command("serve", epilog=EXIT_CODES)
+def serve(
+    profile: str = profile_option(),
+    port: int = typer.Option(8080, "--port", min=1, max=65535, help="port on 127.0.0.1"),
+    backend: str = backend_option(),
+    model_file: Path | None = model_file_option(),
+    drafter: Path | None = drafter_option(),
+    no_drafter: bool = no_drafter_option(),
+    server_arg: list[str] = server_arg_option(),
+) -> None:
+    """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
+    console = Console(stderr=True)
+    options = LocalRigOptions(
+        profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
+        server_overrides=server_overrides(server_arg),
+    )
+    prepared = prepare_server(options, console, port=port)
+    with prepared.server as server:
+        console.print(f"llama-server for {prepared.profile.name} at {server.base_url} (log {server.log_path}); "
+                      "Ctrl-C stops it")
+        typer.echo(server.base_url)
+        try:
+            while server.process is not None and server.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            console.print("stopped")
+            return
+    raise typer.Exit(2)  # the server ended on its own

@@ -1,6 +1,6 @@
 """``rigbench sweep``: drive a running llama-server (or any OpenAI-compatible server).
 
-One run directory per arm and per context length, linked to each other in their
+One run directory per server (``--url NAME=URL``) and per context length, linked to each other in their
 manifests, so a drafter on/off comparison or a long-context series is one command.
 """
 
@@ -13,11 +13,10 @@ import typer
 
 from core.errors import RunIncomplete, UsageError
 from core.lists import (
-    ARRIVAL_HELP,
-    ARRIVAL_SEED_HELP,
-    MEASURE_HELP,
-    RATES_HELP,
-    STEPS_HELP,
+    SWEEP_MAX_ERROR_RATE,
+    SWEEP_MEASURE,
+    SWEEP_READ_TIMEOUT_S,
+    SWEEP_WARMUP_SECONDS,
     check_pin_slots,
     parse_arrival,
     parse_counts,
@@ -28,8 +27,22 @@ from core.profile import RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
-from rigbench.load_processes import PROCESSES_HELP, auto_processes, parse_processes
-from rigbench.options import RUNS_DIR_HELP, old_spelling, renamed
+from loadtest.resume import check_resumable, resume_url, start_resumed_run
+from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
+from loadtest.telemetry import server_slots
+from rigbench.load_processes import auto_processes, parse_processes
+from rigbench.options import (
+    RUNS_DIR_HELP,
+    arrival_option,
+    arrival_seed_option,
+    measure_option,
+    pin_slots_option,
+    processes_option,
+    prompts_option,
+    rates_option,
+    steps_option,
+    warmup_option,
+)
 
 EXIT_CODES = (
     "Exit codes: 0 every sweep complete; 1 a sweep failed or was interrupted (its records are kept); "
@@ -37,20 +50,22 @@ EXIT_CODES = (
 )
 
 
-def parse_arms(arms: list[str], url: str | None) -> list[tuple[str | None, str]]:
-    """``--arm NAME=URL`` pairs, or the single ``--url`` as an unnamed arm; every URL checked."""
-    if not arms:
-        if not url:
-            raise UsageError("no server given; pass --url http://HOST:PORT or one --arm NAME=URL per configuration")
-        return [(None, check_url(url))]
-    parsed = []
-    for arm in arms:
-        name, sep, arm_url = arm.partition("=")
-        if not sep or not name or not arm_url:
-            raise UsageError(f"--arm: cannot read {arm!r}; expected NAME=URL, e.g. draft2=http://127.0.0.1:8081")
+def parse_servers(urls: list[str]) -> list[tuple[str | None, str]]:
+    """The ``--url`` values as (arm name, URL): one bare URL is an unnamed arm; several servers are each
+    named, ``--url NAME=URL``, one run each (the name goes in the run id and manifest); every URL checked."""
+    if not urls:
+        raise UsageError("no server given; pass --url http://HOST:PORT, or --url NAME=URL once per configuration")
+    if len(urls) == 1 and "=" not in urls[0]:
+        return [(None, check_url(urls[0]))]
+    parsed: list[tuple[str | None, str]] = []
+    for item in urls:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise UsageError(f"--url: cannot read {item!r}; with several servers give each as NAME=URL, "
+                             "e.g. draft2=http://127.0.0.1:8081")
         if name in {seen for seen, _ in parsed}:
-            raise UsageError(f"--arm: {name!r} is given twice; name each server configuration once")
-        parsed.append((name, check_url(arm_url, f"--arm {name}")))
+            raise UsageError(f"--url: {name!r} is given twice; name each server configuration once")
+        parsed.append((name, check_url(url, f"--url {name}")))
     return parsed
 
 
@@ -61,138 +76,138 @@ def profile_sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings
     return new_manifest(label, profile.name, load=settings, server=server_at(url, profile.server.args, slots))
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("sweep", epilog=EXIT_CODES)
-    def sweep(
-        url: str = typer.Option(None, "--url", help="server base URL, e.g. http://127.0.0.1:8080"),
-        arm: list[str] = typer.Option([], "--arm", help="NAME=URL, once per server configuration (one run each)"),
-        profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
-        steps: str = typer.Option(None, "--steps", help=STEPS_HELP),
-        rates: str = typer.Option(None, "--rates", help=RATES_HELP),
-        arrival: str = typer.Option("poisson", "--arrival", help=ARRIVAL_HELP),
-        arrival_seed: int = typer.Option(0, "--arrival-seed", min=0, help=ARRIVAL_SEED_HELP),
-        warmup: float = typer.Option(10.0, "--warmup", min=0.0, help="warm-up seconds per step"),
-        measure: str = typer.Option("30", "--measure", help=MEASURE_HELP),
-        max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
-        ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
-        prompts: str = typer.Option("mixed", "--prompts", help="mixed, a category, or a JSONL file"),
-        context_tokens: str = typer.Option(
-            "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
-        ),
-        processes: str = typer.Option("1", "--processes", help=PROCESSES_HELP),
-        runs_dir: str = typer.Option("runs", "--runs-dir", help=RUNS_DIR_HELP),
-        model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
-        model_old: str | None = old_spelling("--model"),
-        no_preflight: bool = typer.Option(
-            False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
-        ),
-        max_error_rate: float = typer.Option(0.5, "--max-error-rate", help="stop the sweep above this error share"),
-        read_timeout: float = typer.Option(
-            60.0, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
-        ),
-        timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
-        pin_slots: bool = typer.Option(
-            False, "--pin-slots", help="user i asks for server slot i (llama-server's id_slot; --steps, "
-            "--processes 1): an experiment's bound for the server's own slot choice, not real traffic",
-        ),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
-        interruption_marker: Path = typer.Option(
-            None,
-            "--interruption-marker",
-            help="stop the sweep (status interrupted, resumable) when this file appears; "
-            "default: the spot watcher's marker when run on a rig",
-        ),
-        resume: Path = typer.Option(
-            None,
-            "--resume",
-            help="continue an interrupted run's remaining steps (its own settings) into a linked run; "
-            "--url for a new server",
-        ),
-    ) -> None:
-        """Step a streaming chat load through user counts (or open-loop arrival rates) against a running server.
+app = typer.Typer()
 
-        Before anything is created, every server is checked: its URL is a server's root, /health
-        (or /v1/models) answers, and one streamed reply comes back whole."""
-        from loadtest.sweep import default_interruption_marker
-        from loadtest.telemetry import server_slots
 
-        model = renamed("--model-name", model_name, "--model", model_old)
-        marker = interruption_marker or default_interruption_marker()
-        if resume is not None:
-            _resume(resume, url, marker, progress=progress, model=model, max_error_rate=max_error_rate,
-                    read_timeout=read_timeout, preflight=not no_preflight)
-            return
-        profile = load_profile(profile_name)
-        user_steps, rate_steps = parse_load_steps(steps, rates)
-        arrival = parse_arrival(arrival)
-        load_processes = parse_processes(processes)
-        check_pin_slots(pin_slots, bool(rate_steps), load_processes)
-        contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
-        measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
-        load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
-        arms = parse_arms(arm, url)
-        if not no_preflight:
-            for _, arm_url in arms:
-                check_health(arm_url)
-                check_reply(arm_url, model, timeout=read_timeout)
-        if max(contexts) > 0:
-            for _, arm_url in arms:
-                check_context(arm_url, max(contexts))
-        if load_processes is None:
-            load_processes, line = auto_processes(
-                arms[0][1], model, user_steps=user_steps, rate_steps=rate_steps,
+@app.command("sweep", epilog=EXIT_CODES)
+def sweep(
+    url: list[str] = typer.Option(
+        [], "--url", help="server base URL, e.g. http://127.0.0.1:8080; or NAME=URL, once per server configuration "
+        "(one linked run each)",
+    ),
+    profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
+    steps: str = steps_option(),
+    rates: str = rates_option(),
+    arrival: str = arrival_option(),
+    arrival_seed: int = arrival_seed_option(),
+    warmup: float = warmup_option(SWEEP_WARMUP_SECONDS),
+    measure: str = measure_option(SWEEP_MEASURE),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
+    ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
+    prompts: str = prompts_option(),
+    context_tokens: str = typer.Option(
+        "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
+    ),
+    processes: str = processes_option(),
+    runs_dir: str = typer.Option("runs", "--runs-dir", help=RUNS_DIR_HELP),
+    model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
+    no_preflight: bool = typer.Option(
+        False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
+    ),
+    max_error_rate: float = typer.Option(
+        SWEEP_MAX_ERROR_RATE, "--max-error-rate", help="stop the sweep above this error share"
+    ),
+    read_timeout: float = typer.Option(
+        SWEEP_READ_TIMEOUT_S, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
+    ),
+    timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
+    pin_slots: bool = pin_slots_option(),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    interruption_marker: Path = typer.Option(
+        None,
+        "--interruption-marker",
+        help="stop the sweep (status interrupted, resumable) when this file appears; "
+        "default: the spot watcher's marker when run on a rig",
+    ),
+    resume: Path = typer.Option(
+        None,
+        "--resume",
+        help="continue an interrupted run's remaining steps (its own settings) into a linked run; "
+        "--url for a new server",
+    ),
+) -> None:
+    """Step a streaming chat load through user counts (or open-loop arrival rates) against a running server.
+
+    Before anything is created, every server is checked: its URL is a server's root, /health
+    (or /v1/models) answers, and one streamed reply comes back whole."""
+    marker = interruption_marker or default_interruption_marker()
+    if resume is not None:
+        if len(url) > 1 or (url and "=" in url[0]):
+            raise UsageError("--resume: give at most one --url, a bare URL for the new server (the run keeps its arm)")
+        _resume(resume, url[0] if url else None, marker, progress=progress, model=model_name,
+                max_error_rate=max_error_rate,
+                read_timeout=read_timeout, preflight=not no_preflight)
+        return
+    profile = load_profile(profile_name)
+    user_steps, rate_steps = parse_load_steps(steps, rates)
+    arrival = parse_arrival(arrival)
+    load_processes = parse_processes(processes)
+    check_pin_slots(pin_slots, bool(rate_steps), load_processes)
+    contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
+    measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
+    load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
+    arms = parse_servers(url)
+    if not no_preflight:
+        for _, arm_url in arms:
+            check_health(arm_url)
+            check_reply(arm_url, model_name, timeout=read_timeout)
+    if max(contexts) > 0:
+        for _, arm_url in arms:
+            check_context(arm_url, max(contexts))
+    if load_processes is None:
+        load_processes, line = auto_processes(
+            arms[0][1], model_name, user_steps=user_steps, rate_steps=rate_steps,
+            max_tokens=max_tokens or profile.request.max_tokens,
+        )
+        typer.echo(line)
+    runs: list[RunDir] = []
+    failures = []
+    for arm_name, arm_url in arms:
+        slots = server_slots(arm_url) or profile.server.parallel_slots
+        for context in contexts:
+            settings = LoadSettings(
+                user_steps=user_steps,
+                rate_steps=rate_steps,
+                arrival=arrival,  # type: ignore[arg-type]
+                arrival_seed=arrival_seed,
+                warmup_seconds=warmup,
+                measure_seconds=measure_seconds,
                 max_tokens=max_tokens or profile.request.max_tokens,
+                temperature=profile.request.temperature,
+                cache_prompt=profile.request.cache_prompt,
+                ignore_eos=profile.request.ignore_eos if ignore_eos is None else ignore_eos,
+                prompts=prompts,
+                context_tokens=context,
+                processes=load_processes,
+                arm=arm_name,
+                pin_slots=pin_slots,
             )
-            typer.echo(line)
-        runs: list[RunDir] = []
-        failures = []
-        for arm_name, arm_url in arms:
-            slots = server_slots(arm_url) or profile.server.parallel_slots
-            for context in contexts:
-                settings = LoadSettings(
-                    user_steps=user_steps,
-                    rate_steps=rate_steps,
-                    arrival=arrival,  # type: ignore[arg-type]
-                    arrival_seed=arrival_seed,
-                    warmup_seconds=warmup,
-                    measure_seconds=measure_seconds,
-                    max_tokens=max_tokens or profile.request.max_tokens,
-                    temperature=profile.request.temperature,
-                    cache_prompt=profile.request.cache_prompt,
-                    ignore_eos=profile.request.ignore_eos if ignore_eos is None else ignore_eos,
-                    prompts=prompts,
-                    context_tokens=context,
-                    processes=load_processes,
-                    arm=arm_name,
-                    pin_slots=pin_slots,
-                )
-                run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
-                for earlier in runs:
-                    earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
-                run.update_manifest(linked_runs=[r.path.name for r in runs])
-                runs.append(run)
-                typer.echo(f"sweep {run.path} ({arm_name or 'default'} arm, context {context}) against {arm_url}")
-                manifest = _sweep_and_say(
-                    run,
-                    arm_url,
-                    progress=progress,
-                    model=model,
-                    max_error_rate=max_error_rate,
-                    read_timeout=read_timeout,
-                    timeline=timeline,
-                    interruption_marker=marker,
-                )
-                if manifest.status != "complete":
-                    failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
-                    if manifest.status == "interrupted":
-                        raise RunIncomplete("; ".join(failures) + "; remaining sweeps not run")
-        if failures:
-            raise RunIncomplete("; ".join(failures))
+            run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
+            for earlier in runs:
+                earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
+            run.update_manifest(linked_runs=[r.path.name for r in runs])
+            runs.append(run)
+            typer.echo(f"sweep {run.path} ({arm_name or 'default'} arm, context {context}) against {arm_url}")
+            manifest = _sweep_and_say(
+                run,
+                arm_url,
+                progress=progress,
+                model=model_name,
+                max_error_rate=max_error_rate,
+                read_timeout=read_timeout,
+                timeline=timeline,
+                interruption_marker=marker,
+            )
+            if manifest.status != "complete":
+                failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
+                if manifest.status == "interrupted":
+                    raise RunIncomplete("; ".join(failures) + "; remaining sweeps not run")
+    if failures:
+        raise RunIncomplete("; ".join(failures))
 
 
 def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
     """Run one sweep and print its warnings and final status; Ctrl-C/SIGTERM becomes one error line."""
-    from loadtest.sweep import interrupted_error, run_sweep
 
     try:
         manifest = run_sweep(run, url, **sweep_options)
@@ -209,8 +224,6 @@ def _resume(
     read_timeout: float, preflight: bool,
 ) -> None:
     """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
-    from loadtest.resume import check_resumable, resume_url, start_resumed_run
-    from loadtest.telemetry import server_slots
 
     old = RunDir(old_path)
     old_manifest = check_resumable(old)

@@ -109,9 +109,7 @@ def test_fab_without_a_host_is_one_line(tmp_path: Path) -> None:
 
 def test_fab_and_rigbench_provision_offer_the_same_steps_and_options() -> None:
     """Both are made from one table: the same task names, and each task's own options in both."""
-    import typer.main
-
-    from rigbench.cli import app
+    from rigbench.cli import load_command
     from rigbench.provision_steps import STEPS
 
     listed = subprocess.run([str(BIN / "fab"), "--list"], capture_output=True, text=True, cwd=REPO, timeout=60)
@@ -119,7 +117,7 @@ def test_fab_and_rigbench_provision_offer_the_same_steps_and_options() -> None:
     assert fab_tasks == {step.name for step in STEPS}
     fab = subprocess.run([str(BIN / "fab"), "--help", "serve"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert "--server-port=INT" in fab.stdout and "--api-key=STRING" in fab.stdout
-    group = typer.main.get_command(app).commands["provision"]
+    group = load_command("provision")
     assert set(group.commands) == fab_tasks
     for step in STEPS:
         flags = {flag for param in group.commands[step.name].params for flag in param.opts}

@@ -1,4 +1,4 @@
-"""The ladder step over real SSH: ``rigbench ladder`` runs on the rig, its folder comes home."""
+"""The ladder step over real SSH: ``rigbench quality ladder`` runs on the rig, its folder comes home."""
 
 from __future__ import annotations
 

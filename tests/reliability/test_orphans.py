@@ -199,7 +199,8 @@ def test_find_orphans_in_every_named_region(fleet):
 def test_cli_lists_then_terminates_only_after_confirmation(fleet):
     endpoint, ids = fleet
     runner = CliRunner()
-    base = ["orphans", "-r", "us-east-1", "-r", "us-west-2", "--known-stacks", "dev", "--endpoint-url", endpoint]
+    base = ["cloud", "orphans", "-r", "us-east-1", "-r", "us-west-2", "--known-stacks", "dev",
+            "--endpoint-url", endpoint]
 
     listed = runner.invoke(app, base)
     assert listed.exit_code == 0, listed.output
@@ -236,7 +237,8 @@ def test_cli_lists_then_terminates_only_after_confirmation(fleet):
 def test_cli_yes_skips_the_question_and_ttl_only_mode(fleet):
     endpoint, ids = fleet
     result = CliRunner().invoke(
-        app, ["orphans", "-r", "us-west-2", "--skip-stack-check", "--terminate", "--yes", "--endpoint-url", endpoint]
+        app, ["cloud", "orphans", "-r", "us-west-2", "--skip-stack-check", "--terminate", "--yes",
+              "--endpoint-url", endpoint]
     )
     assert result.exit_code == 0, result.output
     assert "(TTL check only)" in result.output

@@ -1,4 +1,4 @@
-"""``--processes auto``: from the measured ceiling, a probe of the server and the cores left."""
+"""``--processes auto``: from the measured per-process capacity, a probe of the server and the cores left."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from core.errors import UsageError
-from loadtest.ceiling import processes_for, save_ceiling
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.process_capacity import processes_for, save_capacity
 from rigbench.cli import app
 from rigbench.load_processes import auto_processes, parse_processes, server_cores_here
 
@@ -41,13 +41,13 @@ def test_a_local_server_takes_its_cores() -> None:
 
 @pytest.mark.timing
 @pytest.mark.integration
-def test_auto_probes_one_users_rate_against_the_saved_ceiling(tmp_path: Path, monkeypatch) -> None:
+def test_auto_probes_one_users_rate_against_the_saved_capacity(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
     config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")  # 200 tok/s per user
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        with pytest.raises(UsageError, match="per-process ceiling"):
+        with pytest.raises(UsageError, match="per-process capacity"):
             auto_processes(server.base_url, "default", user_steps=[64], rate_steps=[], max_tokens=32)
-        save_ceiling(4000.0, 1)
+        save_capacity(4000.0, 1)
         count, line = auto_processes(server.base_url, "default", user_steps=[8, 64], rate_steps=[], max_tokens=32,
                                      server_threads=0)
     # 64 users x ~200 tok/s = ~12,800 tok/s at 4,000 per process: 4 processes, if the cores are there
@@ -56,11 +56,11 @@ def test_auto_probes_one_users_rate_against_the_saved_ceiling(tmp_path: Path, mo
 
 
 @pytest.mark.integration
-def test_sweep_refuses_auto_without_a_ceiling_and_a_bad_count_before_any_run(tmp_path: Path, monkeypatch) -> None:
+def test_sweep_refuses_auto_without_a_capacity_and_a_bad_count_before_any_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
     runs = tmp_path / "runs"
     with GroundTruthServer(GroundTruthConfig(model="default"), tmp_path / "truth.jsonl") as server:
-        for value, said in (("auto", "per-process ceiling"), ("two", "neither a whole number nor auto")):
+        for value, said in (("auto", "per-process capacity"), ("two", "neither a whole number nor auto")):
             result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--processes", value,
                                               "--runs-dir", str(runs)])
             assert result.exception.exit_code == 2 and said in str(result.exception), result.output

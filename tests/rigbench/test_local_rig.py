@@ -6,15 +6,18 @@ import re
 
 import pytest
 
+from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.rundir import RunDir
-from rigbench.local_rig import DEFAULT_USER_STEPS, LocalRigOptions, run_local_rig
+from rigbench.local_rig import LocalRigOptions, run_local_rig
+
+USER_STEPS = parse_counts(DEFAULT_USER_STEPS, "--steps")
 
 
 @pytest.mark.integration
 def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
     # 32 and 64 users queue behind the tiny profile's 4 slots: a request started in a 1.5 s window at
     # those steps may not end inside it (one that outlives the sweep is stopped), so their windows are longer
-    windows = [1.5] * (len(DEFAULT_USER_STEPS) - 2) + [3.0, 4.0]
+    windows = [1.5] * (len(USER_STEPS) - 2) + [3.0, 4.0]
     report = run_local_rig(
         LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu")
     )
@@ -24,7 +27,7 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     assert manifest.rig.kind == "local" and manifest.rig.machine.cpu_cores > 0
     assert manifest.build.key == llama_build.key and manifest.build.backend == "cpu"
     assert manifest.model.synthetic and len(manifest.model.sha256) == 64
-    assert [step.users for step in manifest.steps] == list(DEFAULT_USER_STEPS)
+    assert [step.users for step in manifest.steps] == list(USER_STEPS)
     assert all(step.measure_end and step.measure_end > step.measure_start for step in manifest.steps)
     assert "--host" in manifest.server.args and str(manifest.server.port) in manifest.server.args
     records = run.read_records()
@@ -32,7 +35,7 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     stopped = [r for r in records if r.interrupted]
     assert all(r.ok and r.content_chunks <= manifest.load.max_tokens for r in stopped)
     measured = [r for r in records if r.phase == "measure" and r.ok and not r.interrupted]
-    assert {r.users for r in measured} == set(DEFAULT_USER_STEPS)
+    assert {r.users for r in measured} == set(USER_STEPS)
     for record in measured:
         assert record.completion_tokens == record.content_chunks == manifest.load.max_tokens
         assert record.timings.predicted_n == record.completion_tokens
@@ -40,12 +43,12 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     text = report.read_text()
     rows = [line for line in text.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
     users_seen = [int(row.split("|")[1]) for row in rows]
-    for users in DEFAULT_USER_STEPS:
+    for users in USER_STEPS:
         assert users in users_seen, f"step with {users} users missing from the report table"
     header = next(line for line in text.splitlines() if "users" in line.lower() and "|" in line)
     columns = [c.strip().lower() for c in header.split("|")]
     aggregate = next(i for i, c in enumerate(columns) if "aggregate" in c)
-    for row in rows[: len(DEFAULT_USER_STEPS)]:
+    for row in rows[: len(USER_STEPS)]:
         value = row.split("|")[aggregate].strip().split()[0].replace(",", "")
         assert float(value) > 0, row
 

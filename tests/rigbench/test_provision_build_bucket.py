@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from provision import build as build_module
+import rigbench.provision_steps as steps
 from provision.rig_paths import RigPaths
 from rigbench.provision_steps import STEPS, Rig, build, up
 
@@ -18,7 +18,7 @@ def calls(monkeypatch) -> list[dict]:
         seen.append(kwargs)
         return "the manifest"
 
-    monkeypatch.setattr(build_module, "build", fake_build)
+    monkeypatch.setattr(steps, "build_step", fake_build)
     return seen
 
 
@@ -51,12 +51,9 @@ def test_the_bucket_is_the_option_else_the_stack_output(calls, monkeypatch, outp
 
 
 def test_up_builds_with_the_stack_bucket(calls, monkeypatch):
-    import provision.serve
-    import rigbench.provision_steps as steps
-
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setattr(steps, "toolkit", lambda *args, **kwargs: None)
     monkeypatch.setattr(steps, "download", lambda *args, **kwargs: None)
-    monkeypatch.setattr(provision.serve, "serve", lambda *args, **kwargs: None)
+    monkeypatch.setattr(steps, "serve_step", lambda *args, **kwargs: None)
     up(rig({"buildCacheBucket": "stack-builds"}), server_port=8080, cache="")
     assert bucket_of(calls[0]) == "stack-builds"

@@ -22,9 +22,9 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
             app,
             [
                 "sweep",
-                "--arm",
+                "--url",
                 f"off={a.base_url}",
-                "--arm",
+                "--url",
                 f"draft2={b.base_url}",
                 "--steps",
                 "2,4",
@@ -62,7 +62,7 @@ def test_sweep_without_a_server_is_one_clear_line() -> None:
     assert "pass --url" in str(result.exception)
 
 
-def test_selftest_writes_its_table_and_ceiling(tmp_path: Path) -> None:
+def test_selftest_writes_its_table_and_capacity(tmp_path: Path) -> None:
     out = tmp_path / "selftest.md"
     ceiling_home = tmp_path / "home"
     result = CliRunner(env={"HOME": str(ceiling_home)}).invoke(

@@ -94,7 +94,7 @@ def test_an_attempt_config_is_a_copy_with_the_changes_and_the_users_file_is_unto
 
 def test_the_estimate_adds_the_phases_and_prices_the_first_attempt() -> None:
     assert sweep_seconds([1, 2, 4], 10, "30") == 3 * (10 + 30 + 10)
-    assert sweep_seconds([1, 2], 5, "8,20") == (5 + 8 + 10) + (5 + 20 + 10)
+    assert sweep_seconds([1, 2], 5, [8.0, 20.0]) == (5 + 8 + 10) + (5 + 20 + 10)
     spot = estimate_rig("a", PlannedAttempt("g6.xlarge", "spot", "us-east-1b", 9, 0.41), {"sweep": 360.0},
                         2_000_000_000, skip=set())
     expected_s = sum(PHASE_SECONDS.values()) + 20.0 + 360.0
