@@ -25,7 +25,7 @@ from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.report_csv import write_csv
 from analysis.report_html import write_html
-from analysis.report_model import Report, RunSection, build_section, compare_sections
+from analysis.report_model import Report, RunComparison, RunSection, build_section, compare_sections
 from analysis.roofline import roofline_section
 from analysis.step import StepFigures
 from analysis.summary import SUMMARY_FILE, build_summary, summary_text
@@ -343,14 +343,17 @@ def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:
     return REPORT_FORMATS if "all" in chosen else tuple(name for name in REPORT_FORMATS if name in chosen)
 
 
-def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",)) -> list[Path]:
+def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",),
+                comparisons: list[RunComparison] | None = None) -> list[Path]:
     """Render already-built sections in ``formats`` (compare with the first run when there are
-    several); summary.json and plots/ are written whatever the formats. Returns the report files."""
+    several, unless the caller has: ``compare_sections``'s result); summary.json and plots/ are
+    written whatever the formats. Returns the report files."""
     unknown = sorted(set(formats) - set(REPORT_FORMATS))
     if unknown or not formats:
         found = ", ".join(unknown) or "none"
         raise UsageError(f"report formats: found {found}; expected one or more of {', '.join(REPORT_FORMATS)}")
-    comparisons = compare_sections(sections)
+    if comparisons is None:
+        comparisons = compare_sections(sections)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(sections, comparisons, write_plots(sections, out / "plots"), out)
     markdown = render(report)

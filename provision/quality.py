@@ -36,7 +36,8 @@ def ladder(
     cache: str | None = None,
     timeout: int = SWEEP_TIMEOUT_S,
 ) -> Path:
-    """Run ``rigbench quality ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into ``local_runs``."""
+    """Run ``rigbench quality ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into
+    ``local_runs``."""
     rigbench = rigbench or rig_rigbench(paths)
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"ladder: no rigbench at {rigbench} on the rig; run the project step first")
@@ -65,8 +66,8 @@ def ladder(
     result = run(c, f"{environment} {shown}", timeout=timeout, hide=False, warn=True)
     if result.exited in (None, -1):
         raise ProvisionError(
-            f"ladder: lost the SSH session to {describe_host(c)} while `rigbench quality ladder` ran on the rig; it goes on "
-            f"there: once it has ended, `rigbench provision fetch` copies {name}"
+            f"ladder: lost the SSH session to {describe_host(c)} while `rigbench quality ladder` ran on the rig; it "
+            f"goes on there: once it has ended, `rigbench provision fetch` copies {name}"
         )
     if not result.ok:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-5:])

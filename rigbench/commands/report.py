@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from analysis.compare import compare_runs
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
-from core.errors import AnalysisError
+from analysis.report_model import compare_sections
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
@@ -50,11 +49,8 @@ def report(
     chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
     sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf),
                               ceilings=ceiling)
-    for section in sections[1:]:
-        try:
-            rows = compare_runs(sections[0].figures, section.figures)
-        except AnalysisError:
-            continue  # the report says why these two cannot be compared
-        typer.echo(f"A = {sections[0].label}\nB = {section.label}\n\n{comparison_table(rows)}\n")
-    for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen):
+    comparisons = compare_sections(sections)  # a pair that cannot be compared: the report says why
+    for comparison in comparisons:
+        typer.echo(f"A = {comparison.a}\nB = {comparison.b}\n\n{comparison_table(comparison.steps)}\n")
+    for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen, comparisons):
         typer.echo(str(path))

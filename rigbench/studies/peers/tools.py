@@ -165,14 +165,12 @@ def parse_servebench(run_json: dict) -> ToolReport:
 
 
 @dataclass(frozen=True)
-class ServebenchTool:
-    """servebench 1.x from its virtualenv: one level of ``--concurrency N`` (or ``--rate``), its ``run.json``."""
+class VirtualenvTool:
+    """A peer installed in its own virtualenv: run there, from the run's folder, with the virtualenv's
+    environment; its version is what that virtualenv has installed."""
 
     venv: Path
-    name: ClassVar[str] = "servebench"
-
-    def command(self, run: ToolRun) -> list[str]:
-        return servebench_command(self.venv, run.base_url, run.load, run.durations, run.folder / "run.json")
+    name: ClassVar[str]
 
     def cwd(self, run: ToolRun) -> Path:
         return run.folder
@@ -180,11 +178,21 @@ class ServebenchTool:
     def env(self) -> dict[str, str] | None:
         return peer_env(self.venv)
 
-    def read(self, run: ToolRun) -> ToolReport:
-        return parse_servebench(json.loads((run.folder / "run.json").read_text()))
-
     def version(self) -> str | None:
         return installed_version(self.venv / "bin" / "python", self.name)
+
+
+@dataclass(frozen=True)
+class ServebenchTool(VirtualenvTool):
+    """servebench 1.x from its virtualenv: one level of ``--concurrency N`` (or ``--rate``), its ``run.json``."""
+
+    name: ClassVar[str] = "servebench"
+
+    def command(self, run: ToolRun) -> list[str]:
+        return servebench_command(self.venv, run.base_url, run.load, run.durations, run.folder / "run.json")
+
+    def read(self, run: ToolRun) -> ToolReport:
+        return parse_servebench(json.loads((run.folder / "run.json").read_text()))
 
 
 def guidellm_data(path: Path, rows: int) -> Path:
@@ -248,10 +256,9 @@ def parse_guidellm(report: dict) -> ToolReport:
 
 
 @dataclass(frozen=True)
-class GuidellmTool:
+class GuidellmTool(VirtualenvTool):
     """guidellm from its virtualenv, on a prompt file that fixes the reply length; its benchmarks JSON."""
 
-    venv: Path
     name: ClassVar[str] = "guidellm"
 
     def command(self, run: ToolRun) -> list[str]:
@@ -261,17 +268,8 @@ class GuidellmTool:
         return guidellm_command(self.venv, run.base_url, run.load, run.durations, data,
                                 run.folder / "benchmarks.json")
 
-    def cwd(self, run: ToolRun) -> Path:
-        return run.folder
-
-    def env(self) -> dict[str, str] | None:
-        return peer_env(self.venv)
-
     def read(self, run: ToolRun) -> ToolReport:
         return parse_guidellm(json.loads((run.folder / "benchmarks.json").read_text()))
-
-    def version(self) -> str | None:
-        return installed_version(self.venv / "bin" / "python", self.name)
 
 
 PEER_TOOLS: dict[str, type[ServebenchTool] | type[GuidellmTool]] = {
