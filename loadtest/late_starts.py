@@ -9,13 +9,21 @@ Only measured requests count: the warm-up is where a sweep's first dispatch sett
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass, field
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from core.rundir import RunDir, StepWindow
+from core.rundir.columns import read_record_table
 from loadtest.arrivals import LATE_START_S
 from loadtest.schedule import stage_label
+
+
+def is_measured(table: pa.Table) -> np.ndarray:
+    """Which records of a run's table were sent in a measured window (``phase`` is dictionary-encoded)."""
+    return pc.equal(table.column("phase").cast(pa.string()), "measure").to_numpy(zero_copy_only=False)
 
 
 @dataclass
@@ -27,17 +35,21 @@ class LateStarts:
     late: dict[int, int] = field(default_factory=dict)
     worst_s: dict[int, float] = field(default_factory=dict)
 
-    def add(self, record: dict) -> None:
-        """One record as read from a shard (a dict: a million records are not made into models)."""
-        intended = record.get("t_intended")
-        if intended is None or record.get("phase") != "measure":
-            return
-        step = record.get("step", -1)
-        self.measured[step] = self.measured.get(step, 0) + 1
-        lag = record.get("t_start", intended) - intended
-        if lag > self.threshold_s:
-            self.late[step] = self.late.get(step, 0) + 1
-        self.worst_s[step] = max(self.worst_s.get(step, 0.0), lag)
+    @classmethod
+    def of_table(cls, table: pa.Table, threshold_s: float = LATE_START_S) -> LateStarts:
+        """Counted over a run's record table (core.rundir.columns); closed-loop records have no schedule."""
+        intended = table.column("t_intended").to_numpy()
+        chosen = is_measured(table) & ~np.isnan(intended)
+        steps = table.column("step").to_numpy()[chosen].astype(int)
+        lags = table.column("t_start").to_numpy()[chosen] - intended[chosen]
+        found = cls(threshold_s=threshold_s)
+        for step in np.unique(steps):
+            lag = lags[steps == step]
+            found.measured[int(step)] = len(lag)
+            found.worst_s[int(step)] = max(0.0, float(lag.max()))
+            if (late := int((lag > threshold_s).sum())) > 0:
+                found.late[int(step)] = late
+        return found
 
     def warnings(self, steps: list[StepWindow]) -> list[str]:
         labels = {step.index: stage_label(step.users, step.rate) for step in steps}
@@ -53,12 +65,8 @@ class LateStarts:
 def note_late_starts(run: RunDir) -> None:
     """Read a run's records once and add the late-start warnings to its manifest (a hand-run
     Locust's end; ``rigbench sweep`` counts them in the one pass it makes over the records)."""
-    late = LateStarts()
-    for path in run.shard_paths():
-        for _, line, _ in run.iter_record_lines(path):
-            with contextlib.suppress(ValueError):
-                late.add(json.loads(line))
     manifest = run.read_manifest()
+    late = LateStarts.of_table(read_record_table(run, manifest).table)
     found = [warning for warning in late.warnings(manifest.steps) if warning not in manifest.warnings]
     if found:
         run.update_manifest(warnings=[*manifest.warnings, *found])

@@ -11,26 +11,27 @@ it draws progress from the run directory and makes sure the manifest never stays
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import zlib
 from collections import deque
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
+import pyarrow as pa
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from core.errors import LoadTestError, RunDirError, RunIncomplete
 from core.lists import format_seconds, seconds_per_step
 from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
+from core.rundir.columns import read_record_table
 from core.signals import sigterm_as_keyboard_interrupt
-from loadtest.late_starts import LateStarts
+from loadtest.late_starts import LateStarts, is_measured
 from loadtest.long_context import context_for_tokens
 from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
@@ -298,36 +299,32 @@ def run_sweep(
 
 
 def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -> RunManifest:
-    """Read the records once the load is over (line by line, a few fields each: a long sweep
-    writes a million). A complete run in which no request of a step ended successfully inside or
-    after its measured window measured nothing there, and is failed, not complete; a step that
-    asked more tok/s of each load process than ``rigbench selftest`` found one process follows
-    within 1 % on this machine gets a warning, and so does an open-loop step whose requests started
-    late against their schedule (``loadtest.late_starts``)."""
-    tokens: dict[int, int] = {}
-    late = LateStarts()
-    last_ok_end: dict[int, float] = {}
-    others: dict[int, dict[str, int]] = {}
+    """Read the records once the load is over, as the run's record table (core.rundir.columns:
+    parsed in bulk, and kept as the run's ``records.arrow`` when the run is large, so the first
+    report reads it in milliseconds). A complete run in which no request of a step ended
+    successfully inside or after its measured window measured nothing there, and is failed, not
+    complete; a step that asked more tok/s of each load process than ``rigbench selftest`` found
+    one process follows within 1 % on this machine gets a warning, and so does an open-loop step
+    whose requests started late against their schedule (``loadtest.late_starts``)."""
     try:
-        for path in run.shard_paths():
-            for _, line, _ in run.iter_record_lines(path):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # a truncated last line; `rigbench check` names it
-                step = record.get("step", -1)
-                late.add(record)
-                if record.get("phase") == "measure":
-                    tokens[step] = tokens.get(step, 0) + (record.get("completion_tokens") or 0)
-                if record.get("error_kind") is None and not record.get("interrupted"):
-                    last_ok_end[step] = max(last_ok_end.get(step, 0.0), record.get("t_end", 0.0))
-                else:
-                    kind = "interrupted" if record.get("interrupted") else record["error_kind"]
-                    others.setdefault(step, {})[kind] = others.setdefault(step, {}).get(kind, 0) + 1
-    except (RunDirError, OSError, EOFError, zlib.error) as error:  # the status says what happened
+        table = read_record_table(run, manifest).table
+    except (RunDirError, OSError) as error:  # the status says what happened; `rigbench check` names the line
         return run.update_manifest(warnings=[*manifest.warnings, f"records not judged: {error}"])
+    late = LateStarts.of_table(table)
+    steps = table.column("step").to_numpy().astype(int)
+    measured = is_measured(table)
+    completion = np.nan_to_num(table.column("completion_tokens").to_numpy())
+    tokens = {int(step): float(completion[measured & (steps == step)].sum()) for step in np.unique(steps)}
+    interrupted = table.column("interrupted").fill_null(False).to_numpy(zero_copy_only=False)
+    kinds = np.where(interrupted, "interrupted",
+                     table.column("error_kind").cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False))
+    good = kinds == ""
+    ends = table.column("t_end").to_numpy()
+    last_ok_end = {int(step): float(ends[good & (steps == step)].max()) for step in np.unique(steps[good])}
+    others: dict[int, dict[str, int]] = {}
+    for step, kind in zip(steps[~good], kinds[~good], strict=True):
+        counts = others.setdefault(int(step), {})
+        counts[str(kind)] = counts.get(str(kind), 0) + 1
     changes: dict = {}
     empty = [step for step in manifest.steps
              if step.measure_end is not None and last_ok_end.get(step.index, 0.0) <= step.measure_start]

@@ -29,6 +29,17 @@ FENCE = re.compile(r"^```(\w*)\s*$")
 ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 
 
+# Programs that run another command line: the docs' line is checked as the command it wraps.
+WRAPPERS = {"taskset": 2, "time": 0, "nice": 0}
+
+
+def without_wrapper(words: list[str]) -> list[str]:
+    """``taskset -c 0 python -m x`` is ``python -m x`` pinned to a core; the wrapped line is the one to check."""
+    while words and Path(words[0]).name in WRAPPERS:
+        words = words[1 + WRAPPERS[Path(words[0]).name]:]
+    return words
+
+
 def shell_lines(path: Path) -> list[tuple[str, int, list[str]]]:
     """(file, line number, words) of every command in a fenced shell block, continuations joined."""
     found = []
@@ -49,6 +60,7 @@ def shell_lines(path: Path) -> list[tuple[str, int, list[str]]]:
         pending = ""
         while words and ASSIGNMENT.match(words[0]):
             words.pop(0)
+        words = without_wrapper(words)
         if words:
             found.append((path.name, start, words))
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
@@ -130,10 +131,16 @@ def test_the_locustfile_options_make_open_loop_settings_or_refuse_naming_the_fla
 
 
 def test_late_starts_are_counted_per_measured_step() -> None:
-    late = LateStarts()
-    for step, phase, lag in [(0, "measure", 0.001), (0, "measure", 0.05), (0, "warmup", 0.5), (1, "measure", 0.002)]:
-        late.add({"step": step, "phase": phase, "t_intended": 100.0, "t_start": 100.0 + lag})
-    late.add({"step": 1, "phase": "measure", "t_start": 3.0})  # closed loop: no schedule to keep
+    rows = [(0, "measure", 100.0, 0.001), (0, "measure", 100.0, 0.05), (0, "warmup", 100.0, 0.5),
+            (1, "measure", 100.0, 0.002), (1, "measure", None, 3.0)]  # the last: closed loop, no schedule to keep
+    table = pa.table({
+        "step": [float(row[0]) for row in rows],
+        "phase": pa.array([row[1] for row in rows]).dictionary_encode(),
+        "t_intended": pa.array([row[2] for row in rows], pa.float64()),
+        "t_start": [(row[2] or 0.0) + row[3] for row in rows],
+    })
+    late = LateStarts.of_table(table)
+    assert late.measured == {0: 2, 1: 1}
     steps = [StepWindow(index=0, users=0, rate=2.0, started_at=0, measure_start=1),
              StepWindow(index=1, users=0, rate=4.0, started_at=5, measure_start=6)]
     (warning,) = late.warnings(steps)
