@@ -18,7 +18,6 @@ start at zero: a slide that cuts the axis makes a small difference look large.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,10 +169,10 @@ def _save(figure, path: Path) -> None:
     """A palette PNG: a plot has few colours, and 256 of them keep every line's exact colour and
     its anti-aliased edges at about a third of the bytes of full colour (no dithering: flat areas
     stay flat and compress)."""
-    drawn = io.BytesIO()
-    figure.savefig(drawn, format="png", dpi=DPI)
+    figure.canvas.draw()  # the pixels as savefig would draw them, without encoding a PNG only to decode it
+    image = Image.frombuffer("RGBA", figure.canvas.get_width_height(physical=True), figure.canvas.buffer_rgba(),
+                             "raw", "RGBA", 0, 1).convert("RGB")
     plt.close(figure)
-    image = Image.open(drawn).convert("RGB")
     image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
 
 

@@ -10,24 +10,21 @@ with the price's label in ``price``.
 
 ``requests.csv`` is one row per request record of every run, with the RequestRecord fields as
 the analysis reads them (``timings`` flattened to ``timings_<key>``; ``/tokenize`` counts of cut
-requests merged into ``streamed_tokens``), whole-number fields kept whole (empty when absent),
+requests merged into ``streamed_tokens``), whole numbers without a decimal point (empty when absent),
 floats in their shortest exact form (pandas reads back the exact bits), text quoted, true/false.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import NoneType, UnionType
-from typing import Union, get_args, get_origin
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from analysis.load import TIMING_KEYS
 from analysis.report_model import Report, RunSection
-from core.rundir import RequestRecord, ServerTimings
+from core.rundir import RequestRecord
 
 STEPS_CSV = "steps.csv"
 REQUESTS_CSV = "requests.csv"
@@ -77,24 +74,13 @@ def step_frame(sections: list[RunSection]) -> pd.DataFrame:
     return frame
 
 
-def _whole(annotation: object) -> bool:
-    """An ``int`` or ``int | None`` field: written without a decimal point."""
-    if annotation is int:
-        return True
-    return get_origin(annotation) in (Union, UnionType) and set(get_args(annotation)) == {int, NoneType}
-
-
-def record_columns() -> list[tuple[str, bool]]:
-    """(column, whole number) in RequestRecord's field order, ``timings`` flattened as load.py does."""
+def record_columns() -> list[str]:
+    """The columns in RequestRecord's field order, ``timings`` flattened as load.py does."""
     columns = []
-    for name, field in RequestRecord.model_fields.items():
+    for name in RequestRecord.model_fields:
         if name == "schema_version":
             continue
-        if name == "timings":
-            fields = ServerTimings.model_fields
-            columns += [(f"timings_{key}", _whole(fields[key].annotation)) for key in TIMING_KEYS]
-        else:
-            columns.append((name, _whole(field.annotation)))
+        columns += [f"timings_{key}" for key in TIMING_KEYS] if name == "timings" else [name]
     return columns
 
 
@@ -103,28 +89,24 @@ def request_table(section: RunSection) -> pa.Table:
     records = section.figures.run.records
     rows = len(records)
     columns = {
-        "run_id": pa.array([section.figures.run.manifest.run_id] * rows, pa.string()),
-        "label": pa.array([section.label] * rows, pa.string()),
+        "run_id": pa.repeat(pa.scalar(section.figures.run.manifest.run_id, pa.string()), rows),
+        "label": pa.repeat(pa.scalar(section.label, pa.string()), rows),
     }
-    for name, whole in record_columns():
+    for name in record_columns():
         column = records[name]
         if isinstance(column.dtype, pd.CategoricalDtype):
             columns[name] = pa.array(column, from_pandas=True).dictionary_decode()
         elif not pd.api.types.is_numeric_dtype(column.dtype):
             columns[name] = pa.array(column, pa.string(), from_pandas=True)
-        elif whole and column.dtype.kind == "f":
-            values = column.to_numpy()
-            missing = np.isnan(values)
-            columns[name] = pa.array(np.where(missing, 0, values).astype(np.int64), pa.int64(), mask=missing)
-        else:
-            columns[name] = pa.array(column.to_numpy(), from_pandas=True)  # NaN written as missing (empty)
+        else:  # NaN written as missing (empty); a whole float is written as Arrow writes it, without ".0"
+            columns[name] = pa.array(column.to_numpy(), from_pandas=True)
     return pa.table(columns)
 
 
 def write_requests_csv(sections: list[RunSection], path: Path) -> None:
     """requests.csv through Arrow's CSV writer (C++: a million records in a second, where pandas takes
     tens): the header unquoted, text quoted, floats in their shortest exact form, missing values empty."""
-    names = ["run_id", "label", *(name for name, _ in record_columns())]
+    names = ["run_id", "label", *record_columns()]
     with open(path, "wb") as sink:
         sink.write((",".join(names) + "\n").encode())
         for section in sections:
