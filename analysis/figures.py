@@ -42,6 +42,10 @@ Definitions (the report repeats them):
 - Completed in window = successful requests whose ``t_end`` falls inside the window (completed
   req/s divides it by the window); fewer than a closed-loop step's users means the window is
   shorter than a request (a counted warning).
+- The load that ran: requests in flight = every request's time between ``t_start`` and ``t_end``
+  inside the window, summed, / window length (Little's law); load reached = in flight / users on
+  a closed-loop step, sent req/s / offered rate on an open-loop one. Under 95% the step is named
+  in the warnings; under 50% the sweep fails the run (``core.load_reached``).
 - Geometric mean over prompt categories of each category's mean per-request tok/s (server
   timings, else client), the seeds' single-number figure.
 - Drafter acceptance = sum(draft_n_accepted) / sum(draft_n); tokens per decode step =
@@ -72,6 +76,7 @@ from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
+from core.load_reached import MARK_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
 from core.rundir import StepWindow, TelemetrySnapshot
 
 SUB_WINDOWS = 10
@@ -275,10 +280,8 @@ def step_figures(
         drafted = ~np.isnan(draft_n) & ~np.isnan(accepted) & ~np.isnan(predicted) & (draft_n > 0)
     draft_n, accepted, predicted = draft_n[drafted], accepted[drafted], predicted[drafted]
     steps_taken = predicted.sum() - accepted.sum()
-    sent = None
-    if rate is not None:
-        t_start = requests["t_start"][measured]
-        sent = int(((t_start >= start) & (t_start < end)).sum()) / (end - start)
+    sent = sent_rate(requests["t_start"][measured], start, end) if rate is not None else None
+    in_flight = mean_in_flight(requests["t_start"], t_end, start, end)
     chunks_code = TOKEN_METHODS.index("chunks")
     return StepFigures(
         index=index,
@@ -312,6 +315,8 @@ def step_figures(
         server_timings_tok_s=server_timings_tok_s(requests, start, end),
         token_methods=method_counts(requests.method[measured]),
         cut_counted_by_chunks=int((near_cut & (requests.method == chunks_code)).sum()),
+        mean_in_flight=in_flight,
+        load_reached=load_reached(window.users, rate, in_flight, sent),
     )
 
 
@@ -444,11 +449,12 @@ def run_figures(run: LoadedRun) -> RunFigures:
                 f"{name}: aggregate tok/s counts {figures.cut_counted_by_chunks} cut request(s) by their content "
                 "chunks (no per-chunk or /tokenize count): it undercounts a server that packs several tokens per chunk"
             )
-        if window.rate is not None and figures.sent_rate is not None and figures.sent_rate < 0.9 * window.rate:
-            warnings.append(
-                f"{name}: only {figures.sent_rate:.2f} req/s were sent in the window, under 90% of the offered "
-                "rate: the load generator fell behind (latency still counts from the intended starts)"
-            )
+        if figures.load_reached is not None and figures.load_reached < MARK_BELOW:
+            why = ("the load generator fell behind (latency still counts from the intended starts)"
+                   if window.rate is not None else
+                   "users were not all started, or waited (backoff after refusals) instead of sending")
+            warnings.append(describe_shortfall(name, figures.load_reached, figures.mean_in_flight,
+                                               figures.sent_rate, window.rate) + f": {why}")
         steps.append(figures)
     if not steps:
         raise AnalysisError(

@@ -221,7 +221,8 @@ def _describe_run(section: RunSection) -> str:
         parts.append(f"model {manifest.model.label or manifest.model.name} ({manifest.model.sha256[:12]})")
     parts.append(f"drafter {manifest.drafter.name}" if manifest.drafter is not None else "no drafter")
     if manifest.server is not None:
-        parts.append(f"parallel slots {manifest.server.parallel_slots}")
+        slots = manifest.server.parallel_slots
+        parts.append(f"parallel slots {slots}" if slots else "parallel slots unknown (the server has no /slots)")
     if manifest.load is not None:
         load = manifest.load
         parts.append(

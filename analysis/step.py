@@ -48,6 +48,8 @@ class StepFigures(BaseModel):
     server_timings_tok_s: float | None
     token_methods: dict[str, int]
     cut_counted_by_chunks: int
+    mean_in_flight: float = Field(description="requests in flight over the window, on average (Little's law)")
+    load_reached: float | None = Field(description="mean in flight / users, or sent rate / rate (core.load_reached)")
     window_seconds: float = Field(description="window_end - window_start")
 
     @property

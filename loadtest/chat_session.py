@@ -35,13 +35,14 @@ class ChatSession:
         self.idle: list[SSEClient] = []  # clients free for the next request
         self.closed = False
 
-    def chat(self, prompt: Prompt, *, intended: float | None = None, slot: int | None = None) -> RequestRecord:
+    def chat(self, prompt: Prompt, *, intended: float | None = None, slot: int | None = None) -> StreamResult:
         """Stream one reply to ``prompt`` (the run's document put ahead of it) and keep it.
 
         Without ``intended`` (a closed loop) the request goes now and belongs to the step and
         phase of its exact start; with it (an open loop's scheduled unix time) the request is
         built, sent at that time, and belongs to the step and phase it was meant to start in.
-        ``slot``: the server slot it asks for (``--pin-slots``)."""
+        ``slot``: the server slot it asks for (``--pin-slots``). Returns the kept record with what
+        the answer said beyond it (a refusal's ``Retry-After``, for the user's backoff)."""
         context = self.context
         prompt = prompt.with_context(context.context_text)
         payload = build_payload(list(prompt.messages), **self.request_options)
@@ -61,7 +62,7 @@ class ChatSession:
         context.write(result, self.environment)
         self.process.live.add(result.record)
         self._fire_request_event(result.record)
-        return result.record
+        return result
 
     def close(self) -> None:
         """Close every connection; a request still streaming closes its own as it ends."""
@@ -93,7 +94,8 @@ class ChatSession:
         else:
             exact = self.context.meta_for(result.record.t_start, category)
             update = {"step": exact.step, "users": exact.users, "phase": exact.phase}
-        return StreamResult(record=result.record.model_copy(update=update), chunk_times=result.chunk_times)
+        return StreamResult(record=result.record.model_copy(update=update), chunk_times=result.chunk_times,
+                            retry_after_s=result.retry_after_s)
 
     def _fire_request_event(self, record: RequestRecord) -> None:
         """One Locust request per request: its whole time, and its output tokens as the "size"

@@ -26,11 +26,14 @@ FIXES = {
     "timeout": "streams stall past --read-timeout: the server is stuck or overloaded (fewer users, or a longer "
                "--read-timeout)",
     "disconnect": "the server closes streams early: check its log (a crash or a restart?)",
-    "server_error": "the server gave up mid-stream: check its log (context full? raise -c or lower --max-tokens)",
+    "server_error": "the server ended streams with an error event: its words are above, its log says more",
     "malformed_sse": "the server does not stream OpenAI-style JSON events: is it an OpenAI-compatible server?",
     "bad_model": "the server does not know the model name: pass --model-name as it lists at /v1/models",
     "http_404": "the server answers 404: the URL must be its root (no API path)",
     "http_503": "the server is busy or still loading: wait for /health to answer 200, or serve fewer users",
+    "http_429": "the server limits the request rate: serve fewer users or raise its limit",
+    "http_502": "a proxy in front of the server got no answer from it: is the server behind it running?",
+    "http_504": "a proxy in front of the server timed out waiting for it: the server is overloaded (fewer users)",
 }
 
 
@@ -90,8 +93,23 @@ class ErrorWatch:
         if requests < self.min_requests or failures / requests <= self.max_error_rate:
             return None
         dominant, count = max(kinds.items(), key=lambda item: item[1]) if kinds else ("unknown", 0)
+        words = server_said(errors, dominant)
         return (
             f"error rate {failures / requests:.0%} over {requests} requests exceeds the limit of "
-            f"{self.max_error_rate:.0%}; most are {dominant} ({count} of {failures}): {fix_for(dominant)}. "
+            f"{self.max_error_rate:.0%}; most are {dominant} ({count} of {failures}"
+            f"{f', the server said: {words!r}' if words else ''}): {fix_for(dominant)}. "
             "Sweep stopped, records kept (--max-error-rate sets the limit)"
         )
+
+
+def server_said(errors: list[tuple[str, int]], kind: str) -> str | None:
+    """The most common message of the failures of ``kind``, as the record has it (the server's words)."""
+    messages: dict[str, int] = {}
+    for message, count in errors:
+        if error_kind(message) == kind:
+            text = message[ERROR_KIND.search(message).end():].strip()  # type: ignore[union-attr]
+            if message.startswith("Exception(") and text[-2:] in ("')", '")'):
+                text = text[:-2]  # a worker's failure, as the exception's repr
+            messages[text] = messages.get(text, 0) + count
+    found = max(messages.items(), key=lambda item: item[1])[0] if messages else ""
+    return found[:160] or None

@@ -20,9 +20,11 @@ client. Like llama-server, the last chunk carries ``usage`` and ``timings``; ``/
 ``/slots``, ``/tokenize`` and ``/health`` exist for the sweep's telemetry.
 
 Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % n]``:
-``none``, ``http_500``, ``disconnect`` (closes mid-stream), ``malformed`` (a non-JSON
-event), ``stall`` (stops sending for ``stall_seconds``), ``error_event`` (llama-server's
-mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens). A model name other than
+``none``, ``http_500``, ``http_503`` and ``http_429`` (overload answers with ``Retry-After:
+retry_after_s`` and an OpenAI-style error body), ``disconnect`` (closes mid-stream), ``malformed``
+(a non-JSON event), ``stall`` (stops sending for ``stall_seconds``), ``error_event`` (llama-server's
+mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens); with ``overload_after`` every
+request from that one on is answered ``http_503``, as a server that tips over mid-run. A model name other than
 ``model`` gets a 404 ``model_not_found``, as OpenAI answers. With ``queue`` at most ``slots``
 replies stream at once and the rest wait, as on a real server: its capacity is then
 ``slots`` / (one reply's time), and the log's ``t_received`` keeps the time a request arrived,
@@ -52,7 +54,12 @@ from pydantic import BaseModel, Field
 from core.errors import LoadTestError
 from core.network import free_port
 
-FAULTS = ("none", "http_500", "disconnect", "malformed", "stall", "error_event")
+FAULTS = ("none", "http_500", "http_503", "http_429", "disconnect", "malformed", "stall", "error_event")
+# The overload answers, in llama-server's words where it has them; each carries Retry-After.
+OVERLOAD = {
+    "http_503": ("503 Service Unavailable", {"code": 503, "message": "Loading model", "type": "unavailable_error"}),
+    "http_429": ("429 Too Many Requests", {"code": 429, "message": "Too many requests", "type": "rate_limit_error"}),
+}
 CONTEXT_EXCEEDED = {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}
 
 
@@ -70,6 +77,10 @@ class GroundTruthConfig(BaseModel):
     seed: int = 0
     per_chunk_counts: bool = Field(True, description="honour timings_per_token and continuous_usage_stats")
     queue: bool = Field(False, description="at most `slots` replies at once, the rest wait in arrival order")
+    overload_after: int | None = Field(None, ge=0, description="from this request on, every answer is http_503")
+    llama_endpoints: bool = Field(True, description="/slots, /metrics and /tokenize, as llama-server has; off: "
+                                  "an OpenAI-compatible server that is not llama-server (they answer 404)")
+    retry_after_s: int = Field(1, ge=0, description="the Retry-After an overload answer carries")
 
 
 class _Stats:
@@ -254,9 +265,11 @@ class GroundTruthApp:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def respond(self, writer: asyncio.StreamWriter, status: str, body: bytes, ctype: str) -> bool:
+    async def respond(self, writer: asyncio.StreamWriter, status: str, body: bytes, ctype: str,
+                      extra: str = "") -> bool:
         writer.write(
-            f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode()
+            + body
         )
         await writer.drain()
         return True
@@ -264,6 +277,8 @@ class GroundTruthApp:
     async def route(self, method: str, path: str, headers: dict, body: bytes, received: float, writer) -> bool:
         if path == "/health":
             return await self.respond(writer, "200 OK", b'{"status":"ok"}', "application/json")
+        if path in ("/metrics", "/slots", "/tokenize") and not self.config.llama_endpoints:
+            return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
         if path == "/metrics":
             return await self.respond(writer, "200 OK", self.metrics_text().encode(), "text/plain; version=0.0.4")
         if path == "/slots":
@@ -331,8 +346,15 @@ class GroundTruthApp:
                 {"error": {"code": "model_not_found", "message": f"model {request['model']!r} not found"}}
             )
             return await self.respond(writer, "404 Not Found", body.encode(), "application/json")
+        if config.overload_after is not None and request_index >= config.overload_after:
+            fault = "http_503"
         if fault == "http_500":
             return await self.respond(writer, "500 Internal Server Error", b'{"error":"injected"}', "application/json")
+        if fault in OVERLOAD:
+            status, error = OVERLOAD[fault]
+            self._log(_SendLog(request_id, received), fault)
+            return await self.respond(writer, status, json.dumps({"error": error}).encode(), "application/json",
+                                      f"Retry-After: {config.retry_after_s}\r\n")
         n_tokens = config.tokens or int(request.get("max_tokens") or 16)
         if config.length_jitter:
             # deterministic spread (a Weyl sequence over the request counter), never below one token

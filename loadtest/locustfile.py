@@ -60,8 +60,10 @@ def refuse(message: str) -> NoReturn:
 
 def _new_run_dir(options: Any, host: str) -> RunDir:
     """A run directory for a hand-started Locust (``rigbench sweep`` makes its own)."""
-    slots = options.parallel_slots or server_slots(host) or 1
-    server = server_at(host, slots=slots)
+    if options.parallel_slots:
+        server = server_at(host, slots=options.parallel_slots, slots_from="flags")
+    else:
+        server = server_at(host, slots=server_slots(host), slots_from="server")
     manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server)
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)

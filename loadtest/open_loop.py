@@ -103,8 +103,8 @@ class OpenLoopDispatcher(User):
     def _send(self, number: int, intended: float) -> None:
         prompts = self.context.prompts
         # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
-        record = self.session.chat(prompts[number % len(prompts)], intended=intended)
-        self._note_late(record)
+        result = self.session.chat(prompts[number % len(prompts)], intended=intended)
+        self._note_late(result.record)
 
     def _note_late(self, record: RequestRecord) -> None:
         dispatch = self.process.dispatch

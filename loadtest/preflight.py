@@ -20,8 +20,9 @@ import httpx
 from core.errors import LoadTestError, UsageError
 from core.rundir import RequestRecord
 from loadtest.error_watch import fix_for
+from loadtest.http_errors import describe_http_error
 from loadtest.long_context import context_for_tokens
-from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, stream_chat
+from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, server_words, stream_chat
 
 HEALTH_TIMEOUT_S = 5.0
 REPLY_TIMEOUT_S = 60.0
@@ -69,27 +70,45 @@ def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
     for path in ("/health", "/v1/models"):
         try:
             response = httpx.get(url + path, timeout=timeout)
-        except httpx.ConnectError:
-            raise LoadTestError(f"{url}: nothing is listening (connection refused); {FIXES['connect']}") from None
+        except httpx.ConnectError as error:
+            raise LoadTestError(unreachable(url, error)) from None
         except httpx.TimeoutException:
             raise LoadTestError(
                 f"{url}: no answer to GET {path} within {timeout:g} s; check the host, the port and any firewall"
             ) from None
         except httpx.HTTPError as error:
-            raise LoadTestError(f"{url}: GET {path} failed: {type(error).__name__}: {error}") from None
+            raise LoadTestError(f"{url}: {describe_http_error(error)}") from None
         if response.status_code == 200:
             return path
         if response.status_code == 503:
             raise LoadTestError(
-                f"{url}{path} answers 503 ({response.text.strip()[:120]}): the server is still loading its model; "
-                "wait until it answers 200, then run again"
+                f"{url}{path} answers 503 ({server_words(response.text) or 'no reason given'}): the server is still "
+                "loading its model; wait until it answers 200, then run again"
+            )
+        if response.status_code == 400 and url.startswith("http://") and "https" in response.text.lower():
+            raise LoadTestError(
+                f"{url}{path} answers 400 ({response.text.strip()[:120]}): the server speaks TLS; use "
+                f"https://{url.removeprefix('http://')}"
             )
         if response.status_code != 404:
-            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}: {response.text.strip()[:200]}")
+            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}: {server_words(response.text)}")
     raise LoadTestError(
         f"{url}: /health and /v1/models both answer 404, so this is not the root of an OpenAI-compatible "
         "server; check the URL (no API path) and the port"
     )
+
+
+def unreachable(url: str, error: Exception) -> str:
+    """Why no connection was made, in one line: a TLS handshake that failed is not "nothing listening"."""
+    text = str(error)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        reason = text.split("certificate verify failed:", 1)[-1].split("(_ssl", 1)[0].strip(" )") or text
+        return f"{url}: its TLS certificate is not trusted ({reason}); serve a certificate this machine trusts"
+    if "SSL" in text or "TLS" in text:
+        plain = f"http://{url.removeprefix('https://')}"
+        return (f"{url}: the TLS handshake failed ({text.split(' (_ssl', 1)[0]}): the server does not speak TLS "
+                f"on this port; for a plain-HTTP server use {plain}")
+    return f"{url}: nothing is listening (connection refused); {FIXES['connect']}"
 
 
 def probe_reply(url: str, prompt: str, model_name: str, *, max_tokens: int, ignore_eos: bool,
@@ -135,7 +154,7 @@ def check_context(url: str, tokens: int) -> None:
         context_for_tokens(url, tokens)
     except httpx.HTTPError as error:
         raise LoadTestError(f"{url}: --context-tokens {tokens} needs /tokenize, which failed: "
-                            f"{type(error).__name__}: {error}") from None
+                            f"{describe_http_error(error)}") from None
     except LoadTestError as error:
         raise LoadTestError(f"--context-tokens {tokens}: {error}") from None
 

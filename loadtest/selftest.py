@@ -65,12 +65,12 @@ def run_selftest(
     )
     server_args = ["ground-truth", config.model_dump_json()]
     # the port is known once the ground-truth server listens
-    pending = ServerInfo(args=server_args, host="127.0.0.1", port=0, parallel_slots=config.slots)
+    pending = ServerInfo(args=server_args, host="127.0.0.1", port=0, parallel_slots=config.slots, slots_from="server")
     manifest = new_manifest("selftest", "selftest", load=settings, server=pending)
     run = RunDir.create(runs_dir, manifest)
     truth_log = run.path / TRUTH_LOG
     with GroundTruthServer(config, truth_log) as server:
-        run.update_manifest(server=server_at(server.base_url, server_args, config.slots))
+        run.update_manifest(server=server_at(server.base_url, server_args, config.slots, "server"))
         final = run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
     if final.status != "complete":
         # a sweep that failed has steps it did not follow for a reason of its own: no capacity from it

@@ -32,6 +32,7 @@ Ctrl-C): that arrives as a ``BaseException`` that is not an ``Exception`` (geven
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import ssl
@@ -46,6 +47,7 @@ import orjson
 from pydantic import ValidationError
 
 from core.rundir import RequestRecord, RunDir, ServerTimings
+from loadtest.backoff import retry_after_seconds
 from loadtest.sse_client import (
     ConnectFailed,
     ConnectionLost,
@@ -77,6 +79,7 @@ class RequestMeta:
 class StreamResult:
     record: RequestRecord
     chunk_times: list[float] = field(default_factory=list)
+    retry_after_s: float | None = None  # a refusal's Retry-After, in seconds (loadtest.backoff)
 
 
 def build_payload(
@@ -152,7 +155,7 @@ class _Stream:
     decodes each event once (orjson) and looks only at the keys the record needs."""
 
     __slots__ = ("status", "error", "usage", "timings", "done", "finished", "count", "first_count",
-                 "chunk_times", "text")
+                 "chunk_times", "text", "retry_after_s")
 
     def __init__(self) -> None:
         self.status: int | None = None
@@ -165,6 +168,7 @@ class _Stream:
         self.first_count: int | None = None  # the count sent with the first content chunk
         self.chunk_times: list[float] = []
         self.text: list[str] | None = []  # streamed text, dropped once the server sends counts
+        self.retry_after_s: float | None = None
 
     @property
     def completed(self) -> bool:
@@ -283,7 +287,7 @@ def stream_chat(
             on_abort(StreamResult(record=record, chunk_times=stream.chunk_times))
         raise
     record = _kept_record(request_id, meta, t_start, time.time(), stream, error_kind, error_message)
-    return StreamResult(record=record, chunk_times=stream.chunk_times)
+    return StreamResult(record=record, chunk_times=stream.chunk_times, retry_after_s=stream.retry_after_s)
 
 
 def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream,
@@ -310,9 +314,26 @@ def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: s
             if parser.response is not None:
                 stream.status = parser.response.status
     if stream.status != 200:
-        body = b"".join(parser.body)[:500].decode("utf-8", "replace")
-        stream.error = (_error_kind_for_status(stream.status, body), body.strip()[:300] or None)
+        body = b"".join(parser.body)[:2000].decode("utf-8", "replace")
+        stream.error = (_error_kind_for_status(stream.status, body), server_words(body))
+        if parser.response is not None:
+            stream.retry_after_s = retry_after_seconds(parser.response.headers.get("retry-after"))
     return t_start
+
+
+def server_words(body: str) -> str | None:
+    """What a refusal's body says, in the server's words: an OpenAI-style ``{"error": {"message": …}}``
+    body gives its message (with its code and type), any other body its text, at most 300 characters."""
+    text = body.strip()
+    if text[:1] == "{":
+        with contextlib.suppress(ValueError):
+            error = json.loads(text).get("error")
+            if isinstance(error, dict) and error.get("message"):
+                kind = f" ({error['type']})" if error.get("type") else ""
+                return f"{error['message']}{kind}"[:300]
+            if isinstance(error, str) and error:
+                return error[:300]
+    return text[:300] or None
 
 
 SPIN_S = 0.0012  # timers wake up to a millisecond late (epoll's resolution): the last stretch yields in a loop

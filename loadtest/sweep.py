@@ -27,10 +27,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from core.errors import LoadTestError, RunDirError, RunIncomplete
 from core.lists import format_seconds, seconds_per_step
+from core.load_reached import FAIL_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
 from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.rundir.columns import read_record_table
 from core.signals import sigterm_as_keyboard_interrupt
+from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
 from loadtest.long_context import context_for_tokens
 from loadtest.process_capacity import read_capacity
@@ -50,7 +52,7 @@ def locust_command(
     base_url: str,
     settings: LoadSettings,
     *,
-    parallel_slots: int,
+    parallel_slots: int | None,
     model: str = "default",
     stop_timeout: float = 0.0,
     max_error_rate: float = 0.5,
@@ -85,7 +87,7 @@ def locust_command(
         "--context-tokens",
         str(settings.context_tokens),
         "--parallel-slots",
-        str(parallel_slots),
+        str(parallel_slots or 0),  # 0: Locust asks the server's /slots
         "--max-error-rate",
         str(max_error_rate),
         "--model-name",
@@ -251,8 +253,9 @@ def run_sweep(
         try:  # fail here, in one clear line, rather than in every simulated user
             context_for_tokens(base_url, settings.context_tokens)
         except (LoadTestError, httpx.HTTPError) as error:
-            run.update_manifest(status="failed", status_detail=str(error), ended_at=utc_now())
-            raise LoadTestError(f"long-context sweep cannot start: {error}") from None
+            said = describe_http_error(error) if isinstance(error, httpx.HTTPError) else str(error)
+            run.update_manifest(status="failed", status_detail=said, ended_at=utc_now())
+            raise LoadTestError(f"long-context sweep cannot start: {said}") from None
     # how long a Ctrl-C'd Locust may take to write up
     stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, settings.step_count))
     command = locust_command(
@@ -305,7 +308,8 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
     successfully inside or after its measured window measured nothing there, and is failed, not
     complete; a step that asked more tok/s of each load process than ``rigbench selftest`` found
     one process follows within 1 % on this machine gets a warning, and so does an open-loop step
-    whose requests started late against their schedule (``loadtest.late_starts``)."""
+    whose requests started late against their schedule (``loadtest.late_starts``); a complete run
+    with a step that ran under half the load it names (``core.load_reached``) is failed, saying so."""
     try:
         table = read_record_table(run, manifest).table
     except (RunDirError, OSError) as error:  # the status says what happened; `rigbench check` names the line
@@ -340,6 +344,10 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
                 "sweep ended, give the step a longer --measure"
             ),
         }
+    if manifest.status == "complete" and "status" not in changes:
+        shortfall = _load_shortfall(table, steps, measured, manifest)
+        if shortfall is not None:
+            changes |= {"status": "failed", "status_detail": shortfall}
     capacity = read_capacity()
     warnings = list(manifest.warnings) + late.warnings(manifest.steps)
     for step in manifest.steps:
@@ -354,6 +362,25 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
     if warnings != manifest.warnings:
         changes["warnings"] = warnings
     return run.update_manifest(**changes) if changes else manifest
+
+
+def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, manifest: RunManifest) -> str | None:
+    """The first step that ran under ``FAIL_BELOW`` of the load it names (core.load_reached), as the reason
+    the run fails: its figures would stand for a load that never ran."""
+    starts, ends = table.column("t_start").to_numpy(), table.column("t_end").to_numpy()
+    for window in manifest.steps:
+        if window.measure_end is None or window.measure_end <= window.measure_start:
+            continue
+        start, end = window.measure_start, window.measure_end
+        in_flight = mean_in_flight(starts, ends, start, end)
+        sent = sent_rate(starts[measured & (steps == window.index)], start, end) if window.rate is not None else None
+        reached = load_reached(window.users, window.rate, in_flight, sent)
+        if reached is not None and reached < FAIL_BELOW:
+            label = f"step {window.index} ({stage_label(window.users, window.rate)})"
+            return (describe_shortfall(label, reached, in_flight, sent, window.rate)
+                    + f", under {FAIL_BELOW:.0%}: its figures would stand for a load that did not run; give the "
+                    "step a longer --warmup, fewer users or --processes N")
+    return None
 
 
 def _stop(process: subprocess.Popen, grace: float) -> None:

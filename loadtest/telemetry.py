@@ -18,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.rundir import TelemetrySnapshot
+from loadtest.http_errors import describe_http_error
 
 LOADGEN_CPU_METRIC = "rigbench_loadgen_cpu_percent"
 BUSIEST_PROCESS_CPU_METRIC = "rigbench_loadgen_cpu_percent_busiest"
@@ -66,7 +67,7 @@ class ServerTelemetry:
         try:
             response = self.client.get(path)
         except httpx.HTTPError as error:
-            problems.append(f"{path}: {type(error).__name__}: {error}")
+            problems.append(describe_http_error(error))
             return None
         if response.status_code in NOT_THERE:
             self.absent[path] = (

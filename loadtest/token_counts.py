@@ -16,6 +16,7 @@ import json
 import httpx
 
 from core.rundir import RunDir, TokenCount
+from loadtest.http_errors import describe_http_error
 
 TOKENIZE_PATH = "/tokenize"
 
@@ -58,8 +59,11 @@ def count_cut_requests(run: RunDir, base_url: str, *, timeout: float = 10.0) -> 
         for request_id, text in texts.items():
             try:
                 counts.append(TokenCount(request_id=request_id, streamed_tokens=tokenize_count(client, text)))
-            except (httpx.HTTPError, ValueError) as error:
-                problem = f"{type(error).__name__}: {str(error)[:160]}"
+            except httpx.HTTPError as error:
+                problem = describe_http_error(error)
+                break
+            except ValueError as error:
+                problem = str(error)[:160]
                 break
     if counts:
         run.write_token_counts(counts)

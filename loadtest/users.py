@@ -9,25 +9,20 @@ from __future__ import annotations
 
 from locust import User, task
 
+from loadtest.backoff import Backoff
 from loadtest.chat_session import ChatSession
 from loadtest.prompts import rotation
 
-# After a refused connection a user waits before its next request, doubling up to the cap, so a
-# server that is gone is asked a few times a second, not thousands (the error-rate rule then stops it).
-BACKOFF_FIRST_S = 0.05
-BACKOFF_CAP_S = 5.0
-
 
 class StreamingChatUser(User):
-    """One user = one connection sending requests back to back; after a refused connection it
-    backs off (doubling, capped) instead of spinning."""
-
-    backoff = 0.0
+    """One user = one connection sending requests back to back; after a refusal (a refused
+    connection, 429, 502, 503, 504) it backs off (``loadtest.backoff``) instead of spinning."""
 
     def wait_time(self) -> float:
-        return self.backoff
+        return self.backoff.wait_s
 
     def on_start(self) -> None:
+        self.backoff = Backoff()
         self.session = ChatSession(self.environment, self.host)
         context = self.session.context
         self.prompts = rotation(context.prompts, offset=next(context.user_counter))
@@ -44,6 +39,5 @@ class StreamingChatUser(User):
 
     @task
     def chat(self) -> None:
-        record = self.session.chat(next(self.prompts), slot=self.slot)
-        refused = record.error_kind == "connect"
-        self.backoff = min(BACKOFF_CAP_S, max(BACKOFF_FIRST_S, self.backoff * 2)) if refused else 0.0
+        result = self.session.chat(next(self.prompts), slot=self.slot)
+        self.backoff.after(result.record.error_kind, result.retry_after_s)

@@ -218,7 +218,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         f"{profile.name}-{options.label}" if options.label else profile.name,
         profile.name,
         load=load,
-        server=server_at(server.base_url, server.args, parallel_slots(server_args)),
+        server=server_at(server.base_url, server.args, parallel_slots(server_args), "flags"),
         rig=RigInfo(kind="local", machine=machine_info()),
         build=built.build_info(),
         model=model,

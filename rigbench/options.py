@@ -9,7 +9,9 @@ autotune), read by :func:`parse_named_flags`.
 
 from __future__ import annotations
 
+import os
 import shlex
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -19,6 +21,33 @@ from core.lists import ARRIVAL_HELP, ARRIVAL_SEED_HELP, MEASURE_HELP, RATES_HELP
 from rigbench.load_processes import PROCESSES_HELP
 
 RUNS_DIR_HELP = "folder the run directories go in"
+
+
+def folder_to_write(path: Path | str | None, flag: str) -> Path | None:
+    """A folder a command will create things in: refused, before anything is made, when it or the
+    nearest part of it that exists is a file, or cannot be written."""
+    if path is None:
+        return None
+    path = Path(path)
+    for existing in (path, *path.parents):
+        if not existing.exists():
+            continue
+        if not existing.is_dir():
+            named = "" if existing == path else f" ({existing} is a file)"
+            raise UsageError(f"{flag} {path}: not a folder{named}; give a folder (created if missing)")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path}: {existing} cannot be written by this user")
+        break
+    return path
+
+
+def folder_option(default: Any, flag: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
+    """``--runs-dir`` or a folder ``--out``, checked by :func:`folder_to_write` as it is parsed."""
+    return typer.Option(default, flag, help=help, callback=lambda value: folder_to_write(value, flag))
+
+
+def runs_dir_option(default: Path | str = Path("runs"), help: str = RUNS_DIR_HELP) -> Any:  # noqa: A002
+    return folder_option(Path(default), "--runs-dir", help)
 
 
 def parse_named_flags(items: list[str], option: str) -> list[tuple[str, list[str]]]:

@@ -11,7 +11,8 @@ import datetime as dt
 import secrets
 from urllib.parse import urlsplit
 
-from core.rundir.models import BuildInfo, LoadSettings, ModelInfo, RigInfo, RunManifest, ServerInfo
+from core.profile import parallel_slots
+from core.rundir.models import BuildInfo, LoadSettings, ModelInfo, RigInfo, RunManifest, ServerInfo, SlotsFrom
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -26,14 +27,19 @@ def new_run_id(label: str) -> str:
     return f"{stamp}-{label}-{secrets.token_hex(2)}"
 
 
-def server_at(url: str, args: list[str] | None = None, slots: int = 1) -> ServerInfo:
-    """The manifest's server entry for a server reached at ``url``."""
+def server_at(url: str, args: list[str] | None = None, slots: int | None = None,
+              slots_from: SlotsFrom | None = None) -> ServerInfo:
+    """The manifest's server entry for a server reached at ``url``: ``slots`` as given (and where
+    they came from), else the count the served ``args`` set, else unknown."""
     parts = urlsplit(url)
+    if slots is None and args:
+        slots, slots_from = parallel_slots(args), "flags"
     return ServerInfo(
         args=list(args or []),
         host=parts.hostname or "",
         port=parts.port if parts.port is not None else DEFAULT_PORTS.get(parts.scheme, 80),
         parallel_slots=slots,
+        slots_from=slots_from if slots is not None else None,
     )
 
 

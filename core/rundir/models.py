@@ -102,11 +102,19 @@ class ModelInfo(Strict):
     decode_bytes: DecodeBytes | None = None
 
 
+SlotsFrom = Literal["server", "profile", "flags"]
+
+
 class ServerInfo(Strict):
+    """The server a run's load went to. Its slot count is read, not guessed: from the server's own
+    ``/slots``, else from the llama-server flags rigbench served it with or the profile that names
+    them; ``None`` when none of these said (a server that is not llama-server, given by URL)."""
+
     args: list[str]
     host: str
     port: int
-    parallel_slots: int = 1
+    parallel_slots: int | None = None
+    slots_from: SlotsFrom | None = None
     endpoint: str = "/v1/chat/completions"
 
 

@@ -16,6 +16,7 @@ from rigbench.options import (
     no_drafter_option,
     parse_named_flags,
     profile_option,
+    runs_dir_option,
 )
 
 app = typer.Typer()
@@ -30,9 +31,8 @@ def autotune(
     steps: str = typer.Option("1,64", "--steps", help="user counts, one step each; each trial sweeps these"),
     warmup: float = typer.Option(2.0, "--warmup", min=0.0, help="warm-up seconds per step (rigbench sweep: 10)"),
     measure: str = typer.Option("10", "--measure", help=MEASURE_HELP + " (rigbench sweep: 30)"),
-    runs_dir: Path = typer.Option(
-        Path("runs/autotune"), "--runs-dir", help="folder for the trials' run directories and autotune.jsonl"
-    ),
+    runs_dir: Path = runs_dir_option(Path("runs/autotune"),
+                                     "folder for the trials' run directories and autotune.jsonl"),
     model_file: Path | None = model_file_option(),
     drafter: Path | None = drafter_option(),
     no_drafter: bool = no_drafter_option(),

@@ -35,6 +35,7 @@ from rigbench.cloud.record import STUDIES, CloudRunFolder
 from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import check_stacks, read_settings
 from rigbench.commands import orphans
+from rigbench.options import runs_dir_option
 
 EXIT_CODES = (
     "Exit codes: 0 every rig finished and was destroyed (or kept with --keep); 1 a rig failed or the loop was "
@@ -90,7 +91,7 @@ def run(
     yes: bool = typer.Option(False, "--yes", "-y", help="launch without asking"),
     max_usd: float = typer.Option(None, "--max-usd", min=0, help="refuse when the estimate is above this"),
     resume: str = typer.Option(None, "--resume", help="an earlier loop's id or folder: skip what it finished"),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where runs/cloud-<id>/ goes"),
+    runs_dir: Path = runs_dir_option(help="where runs/cloud-<id>/ goes"),
     project_dir: Path = typer.Option(Path("."), "--project-dir", help="the folder with Pulumi.yaml"),
     rigbench_on_rig: str = typer.Option(
         "", "--rigbench", help="rigbench already installed on the rigs (skips the project phase)"),

@@ -16,7 +16,6 @@ from llamacpp.build import BACKENDS
 from rigbench.load_processes import parse_processes
 from rigbench.local_rig import LocalRigOptions, run_local_rig
 from rigbench.options import (
-    RUNS_DIR_HELP,
     arrival_option,
     arrival_seed_option,
     backend_option,
@@ -29,6 +28,7 @@ from rigbench.options import (
     profile_option,
     prompts_option,
     rates_option,
+    runs_dir_option,
     server_arg_option,
     server_overrides,
     steps_option,
@@ -53,7 +53,7 @@ def local(
     arrival_seed: int = arrival_seed_option(),
     warmup: float = warmup_option(1.0, " (a quick look here; rigbench sweep: 10)"),
     measure: str = measure_option("3", " (a quick look here; rigbench sweep: 30)"),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help=RUNS_DIR_HELP),
+    runs_dir: Path = runs_dir_option(),
     backend: str = backend_option(),
     model_file: Path | None = model_file_option(),
     drafter: Path | None = drafter_option(),

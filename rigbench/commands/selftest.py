@@ -12,6 +12,7 @@ from core.lists import DEFAULT_USER_STEPS, STEPS_HELP, parse_counts, parse_rates
 from loadtest.process_capacity import save_capacity
 from rigbench import fidelity
 from rigbench.fidelity import capacity, results_table
+from rigbench.options import runs_dir_option
 
 EXIT_CODES = (
     "Exit codes: 0 measured; 2 the selftest could not run or measured no step."
@@ -37,7 +38,7 @@ def selftest(
     warmup: float = typer.Option(2.0, "--warmup"),
     measure: float = typer.Option(5.0, "--measure"),
     processes: int = typer.Option(1, "--processes", help="load processes (Locust --processes)"),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+    runs_dir: Path = runs_dir_option(),
     output: Path = typer.Option(None, "--output", help="also write the table as Markdown"),
     save: bool = typer.Option(True, "--save/--no-save", help="remember the per-process capacity for sweeps"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),

@@ -30,7 +30,7 @@ from core.rundir.quality import EvalSettings
 from llamacpp.build import BACKENDS
 from llamacpp.gemma4_shapes import PRESETS
 from llamacpp.quantize import DEFAULT_RUNGS
-from rigbench.options import RUNS_DIR_HELP, backend_option
+from rigbench.options import RUNS_DIR_HELP, backend_option, runs_dir_option
 from rigbench.quality_runs import LadderOptions, resolve_source, run_ladder
 from rigbench.studies.fidelity_report import write_fidelity_report
 from rigbench.studies.gpu_study import PHASES, run_gpu_study
@@ -109,8 +109,8 @@ def peers(
 @app.command("fidelity", epilog=EXIT_CODES)
 def fidelity(
     out: Path | None = typer.Option(None, "--out", help="the Markdown report (default: runs/selftest-<host>.md)"),
-    runs_dir: Path = typer.Option(Path(tempfile.gettempdir()) / "rigbench-fidelity", "--runs-dir",
-                                  help=f"{RUNS_DIR_HELP} (scratch: only the report is meant to be committed)"),
+    runs_dir: Path = runs_dir_option(Path(tempfile.gettempdir()) / "rigbench-fidelity",
+                                     f"{RUNS_DIR_HELP} (scratch: only the report is meant to be committed)"),
     measure: float = typer.Option(5.0, "--measure", min=0.1, help="measured seconds of every step"),
     capacity_rate: float = typer.Option(
         200.0, "--capacity-rate", min=0.1, help="per-user tok/s in the capacity search"

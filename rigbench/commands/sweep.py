@@ -23,8 +23,9 @@ from core.lists import (
     parse_load_steps,
     parse_windows,
 )
-from core.profile import RigProfile, load_profile
+from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
+from core.rundir.models import SlotsFrom
 from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
@@ -32,7 +33,6 @@ from loadtest.sweep import default_interruption_marker, interrupted_error, run_s
 from loadtest.telemetry import server_slots
 from rigbench.load_processes import auto_processes, parse_processes
 from rigbench.options import (
-    RUNS_DIR_HELP,
     arrival_option,
     arrival_seed_option,
     measure_option,
@@ -40,6 +40,7 @@ from rigbench.options import (
     processes_option,
     prompts_option,
     rates_option,
+    runs_dir_option,
     steps_option,
     warmup_option,
 )
@@ -69,11 +70,28 @@ def parse_servers(urls: list[str]) -> list[tuple[str | None, str]]:
     return parsed
 
 
-def profile_sweep_manifest(profile: RigProfile, url: str, settings: LoadSettings, slots: int) -> RunManifest:
-    label = "-".join(
-        filter(None, [profile.name, settings.arm, f"d{settings.context_tokens}" if settings.context_tokens else None])
-    )
-    return new_manifest(label, profile.name, load=settings, server=server_at(url, profile.server.args, slots))
+NO_PROFILE = "none"
+
+
+def profile_sweep_manifest(profile: RigProfile | None, url: str, settings: LoadSettings, slots: int | None,
+                           slots_from: SlotsFrom | None) -> RunManifest:
+    """The run's manifest: without a profile, the server is described only as it described itself
+    (its /slots), and the profile is recorded as ``none``."""
+    name = profile.name if profile is not None else NO_PROFILE
+    label = "-".join(filter(None, [name if profile is not None else "sweep", settings.arm,
+                                   f"d{settings.context_tokens}" if settings.context_tokens else None]))
+    args = profile.server.args if profile is not None else []
+    return new_manifest(label, name, load=settings, server=server_at(url, args, slots, slots_from))
+
+
+def sweep_slots(url: str, profile: RigProfile | None) -> tuple[int | None, SlotsFrom | None]:
+    """The server's slot count from its own /slots; else the profile's when one is named; else unknown."""
+    slots = server_slots(url)
+    if slots is not None:
+        return slots, "server"
+    if profile is not None:
+        return profile.server.parallel_slots, "profile"
+    return None, None
 
 
 app = typer.Typer()
@@ -85,27 +103,31 @@ def sweep(
         [], "--url", help="server base URL, e.g. http://127.0.0.1:8080; or NAME=URL, once per server configuration "
         "(one linked run each)",
     ),
-    profile_name: str = typer.Option("tiny", "--profile", help="rig profile (request defaults, slots)"),
+    profile_name: str = typer.Option(
+        None, "--profile", help="rig profile the server was started with (its request defaults and slots); "
+        "default: none, so request defaults are rigbench's own and slots are the server's /slots",
+    ),
     steps: str = steps_option(),
     rates: str = rates_option(),
     arrival: str = arrival_option(),
     arrival_seed: int = arrival_seed_option(),
     warmup: float = warmup_option(SWEEP_WARMUP_SECONDS),
     measure: str = measure_option(SWEEP_MEASURE),
-    max_tokens: int = typer.Option(None, "--max-tokens", help="default: the profile's"),
-    ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's"),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="default: the profile's, else 256"),
+    ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="default: the profile's, else off"),
     prompts: str = prompts_option(),
     context_tokens: str = typer.Option(
         "0", "--context-tokens", help="document tokens ahead of each prompt, e.g. 0,8192"
     ),
     processes: str = processes_option(),
-    runs_dir: str = typer.Option("runs", "--runs-dir", help=RUNS_DIR_HELP),
+    runs_dir: Path = runs_dir_option(),
     model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
     no_preflight: bool = typer.Option(
         False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
     ),
     max_error_rate: float = typer.Option(
-        SWEEP_MAX_ERROR_RATE, "--max-error-rate", help="stop the sweep above this error share"
+        SWEEP_MAX_ERROR_RATE, "--max-error-rate", min=0.0, max=1.0,
+        help="stop the sweep above this share of failed requests (0 to 1)"
     ),
     read_timeout: float = typer.Option(
         SWEEP_READ_TIMEOUT_S, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
@@ -138,7 +160,8 @@ def sweep(
                 max_error_rate=max_error_rate,
                 read_timeout=read_timeout, preflight=not no_preflight)
         return
-    profile = load_profile(profile_name)
+    profile = load_profile(profile_name) if profile_name is not None else None
+    request = profile.request if profile is not None else RequestDefaults()
     user_steps, rate_steps = parse_load_steps(steps, rates)
     arrival = parse_arrival(arrival)
     load_processes = parse_processes(processes)
@@ -157,13 +180,13 @@ def sweep(
     if load_processes is None:
         load_processes, line = auto_processes(
             arms[0][1], model_name, user_steps=user_steps, rate_steps=rate_steps,
-            max_tokens=max_tokens or profile.request.max_tokens,
+            max_tokens=request.max_tokens if max_tokens is None else max_tokens,
         )
         typer.echo(line)
     runs: list[RunDir] = []
     failures = []
     for arm_name, arm_url in arms:
-        slots = server_slots(arm_url) or profile.server.parallel_slots
+        slots, slots_from = sweep_slots(arm_url, profile)
         for context in contexts:
             settings = LoadSettings(
                 user_steps=user_steps,
@@ -172,17 +195,17 @@ def sweep(
                 arrival_seed=arrival_seed,
                 warmup_seconds=warmup,
                 measure_seconds=measure_seconds,
-                max_tokens=max_tokens or profile.request.max_tokens,
-                temperature=profile.request.temperature,
-                cache_prompt=profile.request.cache_prompt,
-                ignore_eos=profile.request.ignore_eos if ignore_eos is None else ignore_eos,
+                max_tokens=request.max_tokens if max_tokens is None else max_tokens,
+                temperature=request.temperature,
+                cache_prompt=request.cache_prompt,
+                ignore_eos=request.ignore_eos if ignore_eos is None else ignore_eos,
                 prompts=prompts,
                 context_tokens=context,
                 processes=load_processes,
                 arm=arm_name,
                 pin_slots=pin_slots,
             )
-            run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots))
+            run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots, slots_from))
             for earlier in runs:
                 earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
             run.update_manifest(linked_runs=[r.path.name for r in runs])
@@ -237,7 +260,8 @@ def _resume(
     manifest = run.read_manifest()
     slots = server_slots(server_url)
     if slots is not None and manifest.server is not None:
-        run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots}))
+        run.update_manifest(server=manifest.server.model_copy(update={"parallel_slots": slots,
+                                                                        "slots_from": "server"}))
     assert manifest.load is not None
     load = manifest.load
     kind, steps = ("rates", load.rate_steps) if load.open_loop else ("steps", load.user_steps)

@@ -127,6 +127,8 @@ def step(users: int, per_user: tuple, ttft_p90: tuple, aggregate: tuple, errors:
         server_timings_tok_s=None,
         token_methods={},
         cut_counted_by_chunks=0,
+        mean_in_flight=float(users),
+        load_reached=1.0,
         window_seconds=60.0,
     )
 

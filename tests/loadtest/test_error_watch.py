@@ -61,9 +61,13 @@ def test_the_error_rate_stop_names_the_commonest_kind_and_its_fix() -> None:
     watch = ErrorWatch(max_error_rate=0.3, min_requests=10)
     errors = [("http_500: slot crashed", 4), ("http_500: other text", 3), ("disconnect: closed", 2)]
     detail = watch.observe(20, 9, errors)
-    assert detail == ("error rate 45% over 20 requests exceeds the limit of 30%; most are http_500 (7 of 9): the "
-                      "server failed requests: check its log. Sweep stopped, records kept (--max-error-rate sets the "
-                      "limit)")
+    assert detail == ("error rate 45% over 20 requests exceeds the limit of 30%; most are http_500 (7 of 9, the "
+                      "server said: 'slot crashed'): the server failed requests: check its log. Sweep stopped, records "
+                      "kept (--max-error-rate sets the limit)")
+    from_workers = [("Exception('http_503: Loading model (unavailable_error)')", 6)]
+    detail = ErrorWatch(0.3, 5).observe(6, 6, from_workers)
+    assert "most are http_503 (6 of 6, the server said: 'Loading model (unavailable_error)'): the server is busy" \
+        in detail
     assert ErrorWatch(0.3, 10).observe(9, 9, errors) is None, "too few requests to judge"
 
 

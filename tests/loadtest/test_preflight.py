@@ -122,7 +122,7 @@ def dead_url() -> str:
 
 
 HEALTH = {
-    "loading": "{url}/health answers 503 ({\"error\": {\"message\": \"Loading model\"}}): the server is still loading "
+    "loading": "{url}/health answers 503 (Loading model): the server is still loading "
                "its model; wait until it answers 200, then run again",
     "not-an-api": "{url}: /health and /v1/models both answer 404, so this is not the root of an OpenAI-compatible "
                   "server; check the URL (no API path) and the port",
@@ -137,8 +137,8 @@ REPLY = {
              "loading?)",
     "no-chat": "{url}/v1/chat/completions answers HTTP 404 (File Not Found): the server has no OpenAI chat endpoint "
                "at this root; check the URL and the server",
-    "bad-model": "{url}/v1/chat/completions refused the model name 'default' ({\"error\": {\"message\": \"model not "
-                 "found: default\"}}): the server does not know the model name: pass --model-name as it lists at "
+    "bad-model": "{url}/v1/chat/completions refused the model name 'default' (model not "
+                 "found: default): the server does not know the model name: pass --model-name as it lists at "
                  "/v1/models",
     "error-event": "{url}/v1/chat/completions: a two-token streamed reply failed: server_error (error event, code "
                    "500: boom); the server gave up on a two-token reply; check its log",

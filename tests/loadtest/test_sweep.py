@@ -112,6 +112,42 @@ def test_errors_are_recorded_and_the_threshold_fails_the_run_keeping_records(tmp
     assert all(r.http_status == 500 for r in records if r.error_kind)
 
 
+def test_a_server_that_tips_into_503_is_backed_off_and_the_stop_quotes_its_words(tmp_path: Path) -> None:
+    users, retry_after = 8, 1
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=users, overload_after=40,
+                               retry_after_s=retry_after)
+    settings = LoadSettings(user_steps=[users], warmup_seconds=1, measure_seconds=12, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=users)
+        manifest = run_sweep(run, server.base_url, progress=False)
+    assert manifest.status == "failed"
+    assert "most are http_503" in manifest.status_detail
+    assert "the server said: 'Loading model (unavailable_error)'" in manifest.status_detail
+    records = run.read_records()
+    refused = [record for record in records if record.error_kind == "http_503"]
+    assert refused and all(record.error_message == "Loading model (unavailable_error)" for record in refused)
+    # every user waits the server's Retry-After after each 503: about users x seconds, where a
+    # client that does not back off sends thousands a second
+    span = max(record.t_start for record in refused) - min(record.t_start for record in refused)
+    assert len(refused) <= users * (span / retry_after + 1), (len(refused), span)
+    assert sum(record.ok for record in records) == 40
+
+
+def test_a_step_whose_users_mostly_waited_fails_with_the_load_that_ran(tmp_path: Path) -> None:
+    # three answers in four are 503 with Retry-After 2 s: the users spend the window backing off
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=8, retry_after_s=2,
+                               fault_cycle=["none", "http_503", "http_503", "http_503"])
+    settings = LoadSettings(user_steps=[8], warmup_seconds=1, measure_seconds=4, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = new_run(tmp_path, settings, server.port, slots=8)
+        manifest = run_sweep(run, server.base_url, progress=False, max_error_rate=1.0)
+    assert manifest.status == "failed", manifest.status_detail
+    assert manifest.status_detail.startswith("step 0 (8 users): the load that ran was ")
+    assert "of the load named (" in manifest.status_detail and "requests in flight on average), under 50%" in (
+        manifest.status_detail)
+    assert any(record.ok for record in run.read_records()), "records kept"
+
+
 @pytest.mark.timing
 def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=2)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -29,7 +30,9 @@ from core.errors import RigbenchError
 from core.profile import load_profile
 from core.rundir import LoadSettings, RecordWriter, RequestRecord, RunDir, RunManifest, StepWindow
 from infra.stack_config import load_rig_config
+from loadtest.http_errors import describe_http_error
 from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
+from loadtest.token_counts import tokenize_count
 from rigbench.cli import app
 
 RUN_ID = "20261130T040000Z-tiny-0bad"
@@ -122,6 +125,26 @@ def against_nothing(*args: str) -> Callable[[Path, str], str]:
         return cli(*args, "--url", dead).replace(dead, "{dead}")
 
     return act
+
+
+def overload_answer(ws: Path, url: str, path: str = "/503") -> str:
+    """An overload answer as the load records it, and the wait its Retry-After asks of the user."""
+    payload = build_payload([{"role": "user", "content": "hi"}], model="default", max_tokens=4, temperature=0.0,
+                            cache_prompt=False, ignore_eos=False)
+    meta = RequestMeta(shard="t", step=0, users=1, phase="measure", category="short")
+    with make_client(url, read_timeout=5, connect_timeout=2) as client:
+        result = stream_chat(client, payload, meta, path=path)
+    return f"{result.record.error_kind}: {result.record.error_message}; retry after {result.retry_after_s:.0f} s"
+
+
+def tokenize_missing(ws: Path, url: str) -> str:
+    """Counting a cut request's tokens after a run, against a server without /tokenize."""
+    with httpx.Client(base_url=url, timeout=5) as client:
+        try:
+            tokenize_count(client, "hello")
+        except httpx.HTTPError as error:
+            return describe_http_error(error)
+    raise AssertionError("the missing /tokenize was not noticed")
 
 
 def prompt_file_case(ws: Path, url: str, text: str) -> str:
@@ -462,14 +485,14 @@ CASES = [
     Case(
         "cli: sweep a server still loading",
         sweep_against("loading"),
-        "LoadTestError: {loading}/health answers 503 ({\"error\": {\"message\": \"Loading model\"}}): the server is "
+        "LoadTestError: {loading}/health answers 503 (Loading model): the server is "
         "still loading its model; wait until it answers 200, then run again (exit 2)",
     ),
     Case(
         "cli: sweep an unknown model name",
         sweep_against("bad-model", "--model-name", "nosuch"),
-        "LoadTestError: {bad-model}/v1/chat/completions refused the model name 'nosuch' ({\"error\": {\"message\": "
-        "\"model not found: nosuch\"}}): the server does not know the model name: pass --model-name as it lists at "
+        "LoadTestError: {bad-model}/v1/chat/completions refused the model name 'nosuch' (model not found: nosuch): "
+        "the server does not know the model name: pass --model-name as it lists at "
         "/v1/models (exit 2)",
     ),
     Case(
@@ -593,11 +616,11 @@ CASES = [
         "1); re-render it with `rigbench report RUN`",
     ),
     # server responses (a real HTTP server on 127.0.0.1)
-    Case("server: HTTP 500", request("/500"), 'http_500: {"error": "slot crashed"}'),
+    Case("server: HTTP 500", request("/500"), "http_500: slot crashed"),
     Case(
         "server: unknown model",
         request("/model", model="nosuch"),
-        'bad_model: {"error": {"message": "model not found: nosuch"}}',
+        "bad_model: model not found: nosuch",
     ),
     Case("server: event not JSON", request("/not-json"), "malformed_sse: event data is not JSON: '<html>oops</html>'"),
     Case(
@@ -607,6 +630,45 @@ CASES = [
     ),
     Case("server: stream cut short", request("/cut"), "disconnect: stream ended before finish_reason or [DONE]"),
     Case("server: nothing listening", dead_port, "connect"),
+    Case("server: overloaded, with Retry-After", overload_answer, "http_503: Loading model (unavailable_error); "
+         "retry after 2 s"),
+    Case("server: rate limited, Retry-After as a date", lambda ws, url: overload_answer(ws, url, "/429"),
+         "http_429: Too many requests; retry after 0 s"),
+    Case("server: /tokenize missing when cut requests are counted", tokenize_missing,
+         "POST /tokenize answered HTTP 404: no such path"),
+    # a server that is not llama-server, or a command line that would change the load unseen
+    Case(
+        "cli: sweep --runs-dir is a file",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1", "--runs-dir", "notes/todo.txt"),
+        "UsageError: --runs-dir notes/todo.txt: not a folder; give a folder (created if missing) (exit 2)",
+    ),
+    Case(
+        "cli: local --runs-dir under a file",
+        lambda ws, url: cli("local", "--runs-dir", "notes/todo.txt/runs"),
+        "UsageError: --runs-dir notes/todo.txt/runs: not a folder (notes/todo.txt is a file); give a folder "
+        "(created if missing) (exit 2)",
+    ),
+    Case(
+        "cli: selftest --runs-dir is a file",
+        lambda ws, url: cli("selftest", "--runs-dir", "notes/todo.txt"),
+        "UsageError: --runs-dir notes/todo.txt: not a folder; give a folder (created if missing) (exit 2)",
+    ),
+    Case(
+        "cli: sweep --max-tokens 0",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1", "--max-tokens", "0"),
+        "UsageError: Invalid value for '--max-tokens': Input should be greater than or equal to 1 (exit 2)",
+    ),
+    Case(
+        "cli: sweep --max-error-rate as a percentage",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "1", "--max-error-rate", "5"),
+        "UsageError: Invalid value for '--max-error-rate': Input should be less than or equal to 1 (exit 2)",
+    ),
+    Case(
+        "cli: sweep https:// against a plain-http server",
+        lambda ws, url: cli("sweep", "--url", "https" + url[4:], "--steps", "1").replace("https" + url[4:], "{tls}"),
+        "LoadTestError: {tls}: the TLS handshake failed ([SSL: WRONG_VERSION_NUMBER] wrong version number): the "
+        "server does not speak TLS on this port; for a plain-HTTP server use {url} (exit 2)",
+    ),
 ]
 
 
@@ -688,6 +750,13 @@ class BadServer(http.server.BaseHTTPRequestHandler):
             self.answer(200, "text/event-stream", body.encode())
         elif self.mode == "bad-model":
             self.answer(404, "application/json", b'{"error": {"message": "model not found: nosuch"}}')
+        elif self.path == "/503":
+            self.answer(503, "application/json",
+                        b'{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}',
+                        {"Retry-After": "2"})
+        elif self.path == "/429":  # an HTTP-date already past: wait no longer than the backoff's own
+            self.answer(429, "application/json", b'{"error": {"message": "Too many requests"}}',
+                        {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})
         elif self.path == "/500":
             self.answer(500, "application/json", b'{"error": "slot crashed"}')
         elif self.path == "/model":
@@ -702,8 +771,10 @@ class BadServer(http.server.BaseHTTPRequestHandler):
         else:
             self.answer(404, "text/plain", b"no such path")
 
-    def answer(self, status: int, content_type: str, body: bytes) -> None:
+    def answer(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")

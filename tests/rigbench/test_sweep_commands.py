@@ -56,6 +56,28 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
         assert all(r.error_kind is None for r in records)
 
 
+def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", llama_endpoints=False)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5",
+                                          "--measure", "1", "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (path,) = (tmp_path / "runs").iterdir()
+    manifest = RunDir(path).read_manifest()
+    assert manifest.profile == "none" and path.name.split("-")[1] == "sweep"
+    assert manifest.server.parallel_slots is None and manifest.server.slots_from is None
+    assert (manifest.load.max_tokens, manifest.load.temperature, manifest.load.ignore_eos) == (256, 0.0, False)
+    assert not [warning for warning in manifest.warnings if "parallel slots" in warning], manifest.warnings
+    with GroundTruthServer(GroundTruthConfig(model="default", slots=3), tmp_path / "t2.jsonl") as server:
+        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "0",
+                                          "--measure", "0.5", "--runs-dir", str(tmp_path / "with-slots"),
+                                          "--no-progress", "--max-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    (path,) = (tmp_path / "with-slots").iterdir()
+    server_info = RunDir(path).read_manifest().server
+    assert (server_info.parallel_slots, server_info.slots_from) == (3, "server")
+
+
 def test_sweep_without_a_server_is_one_clear_line() -> None:
     result = CliRunner().invoke(app, ["sweep", "--steps", "1"])
     assert result.exit_code != 0
