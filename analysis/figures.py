@@ -22,7 +22,8 @@ Definitions (the report repeats them):
 - ITL per chunk = ``(t_last_token - t_first_token) / (content_chunks - 1)``, a request's mean gap
   between content-chunk arrivals (what a reader of the stream sees); TPOT per token =
   ``(t_last_token - t_first_token) / (tokens - first_chunk_tokens)``, the mean decode time of one
-  token (``first_chunk_tokens`` is 1 when not recorded). They agree when the server sends one
+  token (``first_chunk_tokens`` when the server counted it, else the request's mean tokens per chunk,
+  which is 1 for a server that sends one token a chunk). They agree when the server sends one
   token per chunk; with 3 tokens per chunk at 10 ms a token, ITL reads 30 ms and TPOT 10 ms.
   Percentiles are taken over requests' means, numpy's linear interpolation (Hyndman-Fan type 7).
 - Client per-user decode tok/s = ``(tokens - first_chunk_tokens) / (t_last_token - t_first_token)``
@@ -115,7 +116,10 @@ def add_request_metrics(records: pd.DataFrame) -> pd.DataFrame:
     frame["tokens_from_chunks"] = np.isnan(tokens) & ok
     tokens = np.where(np.isnan(tokens), chunks, tokens)
     first_chunk = frame["first_chunk_tokens"].to_numpy()
-    decode_tokens = tokens - np.where(np.isnan(first_chunk), 1.0, first_chunk)
+    # without the server's count of the first chunk, its expected share: the request's mean tokens a chunk
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_chunk = np.where(chunks > 0, tokens / chunks, 1.0)
+    decode_tokens = tokens - np.where(np.isnan(first_chunk), mean_chunk, first_chunk)
     frame["token_method"] = token_methods(frame)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["ok"] = ok

@@ -21,6 +21,11 @@ SWEEP_WARMUP_SECONDS = 10.0
 SWEEP_MEASURE = "30"
 SWEEP_READ_TIMEOUT_S = 60.0
 SWEEP_MAX_ERROR_RATE = 0.5
+# After the last measured window no request starts and those in flight run to their end, for at most this
+# long (enough for a full reply at a few tok/s), so the last window's tokens are the server's counts.
+SWEEP_DRAIN_SECONDS = 60.0
+DRAIN_HELP = ("after the last measured window, seconds requests in flight may take to finish before the "
+              "sweep stops them (0: cut at once)")
 STEPS_HELP = (
     f"user counts, one step each (a closed loop: each user sends back to back), e.g. 1,2,4,8; "
     f"default {DEFAULT_USER_STEPS}"
@@ -49,6 +54,7 @@ LOAD_FLAGS = {
     "context_tokens": "--context-tokens",
     "processes": "--processes",
     "pin_slots": "--pin-slots",
+    "drain_seconds": "--drain",
 }
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")

@@ -54,9 +54,11 @@ class ChatSession:
             context.write(self._placed(stopped, prompt.category, intended), self.environment)
 
         client = self._client()
+        self.process.in_flight += 1
         try:
             result = stream_chat(client, payload, meta, not_before=intended, on_abort=keep_stopped)
         finally:
+            self.process.in_flight -= 1
             self._release(client)
         result = self._placed(result, prompt.category, intended)
         context.write(result, self.environment)

@@ -73,6 +73,9 @@ class GroundTruthConfig(BaseModel):
     stall_seconds: float = 30.0
     length_jitter: float = Field(0.0, ge=0, lt=1, description="replies shortened by up to this share, so users desync")
     tokens_per_chunk: int = Field(1, ge=1, description="tokens a content chunk carries (the last may carry fewer)")
+    tokens_per_chunk_max: int | None = Field(None, ge=1, description="given: each chunk carries a random count "
+                                             "from tokens_per_chunk to this (seeded per request)")
+    pause_ms: float = Field(0.0, ge=0, description="one pause mid-stream, after half of a reply's tokens")
     jitter: float = Field(0.0, ge=0, lt=1, description="each token gap spread uniformly by up to this share")
     seed: int = 0
     per_chunk_counts: bool = Field(True, description="honour timings_per_token and continuous_usage_stats")
@@ -321,10 +324,16 @@ class GroundTruthApp:
         for k in range(n_tokens):
             if k:
                 spread = rng.uniform(-config.jitter, config.jitter) if config.jitter else 0.0
-                at += config.itl_ms * (1.0 + spread)
+                at += config.itl_ms * (1.0 + spread) + (config.pause_ms if k == n_tokens // 2 else 0.0)
             made_at.append(at / 1000.0)
-        per = config.tokens_per_chunk
-        return [(made_at[min(end, n_tokens) - 1], min(end, n_tokens)) for end in range(per, n_tokens + per, per)]
+        plan, made = [], 0
+        while made < n_tokens:
+            per = config.tokens_per_chunk
+            if config.tokens_per_chunk_max is not None:
+                per = rng.randint(per, max(per, config.tokens_per_chunk_max))
+            made = min(made + per, n_tokens)
+            plan.append((made_at[made - 1], made))
+        return plan
 
     def count_style(self, request: dict) -> str | None:
         """Which running count the client asked for and gets: llama-server's timings win when

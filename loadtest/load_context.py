@@ -25,7 +25,7 @@ from core.rundir import RecordWriter, RunDir, utc_now
 from loadtest.locust_options import settings_from
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts
-from loadtest.schedule import Stage, locate_or_last, stages_for
+from loadtest.schedule import Stage, locate_or_last, stages_for, total_duration
 from loadtest.streaming import TIMELINES, RequestMeta, StreamResult
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,11 @@ class LoadContext:
 
     def t0(self) -> float | None:
         return getattr(self.options, "rigbench_t0", None)
+
+    def sweep_over(self, now: float) -> bool:
+        """Past the last measured window: the drain, when no request starts (those in flight run on)."""
+        t0 = self.t0()
+        return bool(t0) and bool(self.stages) and now - t0 >= total_duration(self.stages)
 
     def request_options(self) -> dict[str, Any]:
         """What ``build_payload`` takes besides the messages, from the run's options."""

@@ -28,6 +28,9 @@ class LoadProcess:
         self.dispatch = DispatchTally()
         self.stall_watch = StallWatch()
         self.dispatching = False  # an open-loop dispatcher sends this process's share
+        self.in_flight = 0  # requests this process is streaming now
+        # a master's workers' in-flight counts: client id -> (count, when its report came)
+        self.worker_in_flight: dict[str, tuple[int, float]] = {}
         self._context: LoadContext | None = None
         # making a context asks the server (a long context's /tokenize), which yields under gevent:
         # users starting together wait for the one context instead of each making its own

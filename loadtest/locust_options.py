@@ -22,9 +22,11 @@ from core.lists import (
     ARRIVAL_SEED_HELP,
     ARRIVALS,
     DEFAULT_USER_STEPS,
+    DRAIN_HELP,
     MEASURE_HELP,
     RATES_HELP,
     STEPS_HELP,
+    SWEEP_DRAIN_SECONDS,
     SWEEP_MAX_ERROR_RATE,
     SWEEP_MEASURE,
     SWEEP_READ_TIMEOUT_S,
@@ -71,6 +73,7 @@ def add_arguments(parser: Any) -> None:
     add("--context-tokens", type=int, default=setting_default("context_tokens"),
         help="document tokens ahead of each prompt")
     add("--read-timeout", type=float, default=SWEEP_READ_TIMEOUT_S, help="seconds a stream may stall")
+    add("--drain", type=float, default=SWEEP_DRAIN_SECONDS, help=DRAIN_HELP)
     add("--max-error-rate", type=float, default=SWEEP_MAX_ERROR_RATE,
         help="stop the sweep above this share of failed requests")
     add("--min-requests-for-error-rate", type=int, default=10, help="requests before the error rate is judged")
@@ -100,6 +103,8 @@ def settings_from(options: Any) -> LoadSettings:
     if options.arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {options.arrival_seed}")
     check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
+    if options.drain < 0:
+        raise UsageError(f"--drain: expected seconds >= 0, found {options.drain:g}")
     return LoadSettings(
         user_steps=user_steps,
         rate_steps=rate_steps,
@@ -115,4 +120,5 @@ def settings_from(options: Any) -> LoadSettings:
         context_tokens=options.context_tokens,
         processes=max(1, options.processes or 1),
         pin_slots=options.pin_slots,
+        drain_seconds=options.drain,
     )

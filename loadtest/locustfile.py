@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
 import gevent.lock
 from locust import events
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
 from core.errors import RigbenchError
 from core.rundir import RunDir, new_manifest, server_at
@@ -84,10 +85,13 @@ def share_tallies(environment: Any, process: LoadProcess) -> None:
     def send(client_id: str, data: dict, **_: Any) -> None:
         data["rigbench_steps"] = process.live.take()
         data["rigbench_dispatch"] = process.dispatch.take()
+        data["rigbench_in_flight"] = process.in_flight
 
     def merge(client_id: str, data: dict, **_: Any) -> None:
         process.live.merge(data.get("rigbench_steps") or {})
         process.dispatch.merge(data.get("rigbench_dispatch") or {})
+        if "rigbench_in_flight" in data:
+            process.worker_in_flight[client_id] = (int(data["rigbench_in_flight"]), time.time())
 
     def forget(**_: Any) -> None:
         # a second start from the web UI shows its own steps, not the last run's
@@ -138,6 +142,8 @@ class LocustSweep:
             refuse(str(error))
         if self.shape is not None:
             self.shape.stages = stages
+            self.shape.drain_seconds = options.drain
+            self.shape.in_flight = self.in_flight
         if environment.web_ui is not None:
             web_ui.install(environment.web_ui, self.process.live)
         if self.hand_run and environment.host:
@@ -147,6 +153,17 @@ class LocustSweep:
             self.shape.on_reset = self.on_reset
         environment.events.test_stop.add_listener(self.on_test_stop)
         environment.events.quitting.add_listener(self.on_quitting)
+
+    def in_flight(self, since: float) -> int | None:
+        """Requests streaming now in every load process; None while a worker has not reported since
+        ``since`` (a master hears its workers every few seconds, so an older count may be stale)."""
+        runner = self.environment.runner
+        if isinstance(runner, MasterRunner):
+            reports = self.process.worker_in_flight.values()
+            if len(reports) < runner.worker_count or any(at < since for _, at in reports):
+                return None
+            return sum(count for count, _ in reports)
+        return self.process.in_flight
 
     def on_reset(self, t0: float) -> None:
         """A start: the schedule and the host are read again (the web UI may have changed them)."""

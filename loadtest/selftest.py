@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import RunIncomplete
+from core.lists import SWEEP_DRAIN_SECONDS
 from core.rundir import LoadSettings, RunDir, ServerInfo, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
@@ -35,6 +36,12 @@ def run_selftest(
     measure: float = 5.0,
     processes: int = 1,
     progress: bool = True,
+    per_chunk_counts: bool = True,
+    tokens_per_chunk_max: int | None = None,
+    pause_ms: float = 0.0,
+    llama_endpoints: bool = True,
+    timeline: bool = True,
+    drain: float = SWEEP_DRAIN_SECONDS,
 ) -> tuple[RunDir, Path]:
     """Serve the ground truth, sweep it; returns the run and the server's send log in it.
 
@@ -52,6 +59,7 @@ def run_selftest(
         ignore_eos=True,
         processes=processes,
         arm="selftest",
+        drain_seconds=drain,
     )
     config = GroundTruthConfig(
         ttft_ms=ttft_ms,
@@ -62,6 +70,10 @@ def run_selftest(
         tokens_per_chunk=tokens_per_chunk,
         jitter=jitter,
         queue=open_loop,
+        per_chunk_counts=per_chunk_counts,
+        tokens_per_chunk_max=tokens_per_chunk_max,
+        pause_ms=pause_ms,
+        llama_endpoints=llama_endpoints,
     )
     server_args = ["ground-truth", config.model_dump_json()]
     # the port is known once the ground-truth server listens
@@ -71,7 +83,7 @@ def run_selftest(
     truth_log = run.path / TRUTH_LOG
     with GroundTruthServer(config, truth_log) as server:
         run.update_manifest(server=server_at(server.base_url, server_args, config.slots, "server"))
-        final = run_sweep(run, server.base_url, progress=progress, timeline=True, max_error_rate=0.05)
+        final = run_sweep(run, server.base_url, progress=progress, timeline=timeline, max_error_rate=0.05)
     if final.status != "complete":
         # a sweep that failed has steps it did not follow for a reason of its own: no capacity from it
         raise RunIncomplete(f"{run.path}: the self-test sweep ended {final.status} ({final.status_detail}); "

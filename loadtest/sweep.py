@@ -94,6 +94,8 @@ def locust_command(
         model,
         "--read-timeout",
         str(read_timeout),
+        "--drain",
+        str(settings.drain_seconds),
         "--stop-timeout",
         str(int(stop_timeout)),
         "--csv",

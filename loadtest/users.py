@@ -7,11 +7,15 @@ writes every record to the process's shard, tallies it and reports it to Locust.
 
 from __future__ import annotations
 
+import time
+
 from locust import User, task
 
 from loadtest.backoff import Backoff
 from loadtest.chat_session import ChatSession
 from loadtest.prompts import rotation
+
+DRAIN_POLL_S = 0.25  # how often a user that may send no more looks again (the shape stops it)
 
 
 class StreamingChatUser(User):
@@ -19,10 +23,11 @@ class StreamingChatUser(User):
     connection, 429, 502, 503, 504) it backs off (``loadtest.backoff``) instead of spinning."""
 
     def wait_time(self) -> float:
-        return self.backoff.wait_s
+        return DRAIN_POLL_S if self.draining else self.backoff.wait_s
 
     def on_start(self) -> None:
         self.backoff = Backoff()
+        self.draining = False
         self.session = ChatSession(self.environment, self.host)
         context = self.session.context
         self.prompts = rotation(context.prompts, offset=next(context.user_counter))
@@ -39,5 +44,8 @@ class StreamingChatUser(User):
 
     @task
     def chat(self) -> None:
+        if self.session.context.sweep_over(time.time()):
+            self.draining = True  # the last window has closed: send nothing more, the shape ends the drain
+            return
         result = self.session.chat(next(self.prompts), slot=self.slot)
         self.backoff.after(result.record.error_kind, result.retry_after_s)

@@ -19,7 +19,7 @@ from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError, ProfileError, RigbenchError, RunIncomplete
-from core.lists import DEFAULT_USER_STEPS, parse_counts
+from core.lists import DEFAULT_USER_STEPS, SWEEP_DRAIN_SECONDS, parse_counts
 from core.machine import machine_info
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.rundir import (
@@ -65,6 +65,7 @@ class LocalRigOptions:
     server_overrides: list[str] = field(default_factory=list)
     label: str | None = None
     pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
+    drain_seconds: float = SWEEP_DRAIN_SECONDS  # the last window's requests run to their end (LoadSettings)
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -213,6 +214,7 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
         context_tokens=options.context_tokens,
         arm=options.label,
         pin_slots=options.pin_slots,
+        drain_seconds=options.drain_seconds,
     )
     manifest = new_manifest(
         f"{profile.name}-{options.label}" if options.label else profile.name,

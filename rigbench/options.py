@@ -17,7 +17,15 @@ from typing import Any
 import typer
 
 from core.errors import UsageError
-from core.lists import ARRIVAL_HELP, ARRIVAL_SEED_HELP, MEASURE_HELP, RATES_HELP, STEPS_HELP
+from core.lists import (
+    ARRIVAL_HELP,
+    ARRIVAL_SEED_HELP,
+    DRAIN_HELP,
+    MEASURE_HELP,
+    RATES_HELP,
+    STEPS_HELP,
+    SWEEP_DRAIN_SECONDS,
+)
 from rigbench.load_processes import PROCESSES_HELP
 
 RUNS_DIR_HELP = "folder the run directories go in"
@@ -136,6 +144,10 @@ def prompts_option() -> Any:
 
 def processes_option() -> Any:
     return typer.Option("1", "--processes", help=PROCESSES_HELP)
+
+
+def drain_option() -> Any:
+    return typer.Option(SWEEP_DRAIN_SECONDS, "--drain", min=0.0, help=DRAIN_HELP)
 
 
 def pin_slots_option() -> Any:

@@ -20,6 +20,7 @@ from rigbench.options import (
     arrival_seed_option,
     backend_option,
     drafter_option,
+    drain_option,
     measure_option,
     model_file_option,
     no_drafter_option,
@@ -61,6 +62,7 @@ def local(
     processes: str = processes_option(),
     prompts: str = prompts_option(),
     pin_slots: bool = pin_slots_option(),
+    drain: float = drain_option(),
     context_tokens: int = typer.Option(
         0, "--context-tokens", min=0, help="tokens of a long document ahead of each prompt"
     ),
@@ -96,6 +98,7 @@ def local(
             no_drafter=no_drafter,
             prompts=prompts,
             pin_slots=pin_slots,
+            drain_seconds=drain,
         )
     )
     typer.echo(str(report))

@@ -35,6 +35,7 @@ from rigbench.load_processes import auto_processes, parse_processes
 from rigbench.options import (
     arrival_option,
     arrival_seed_option,
+    drain_option,
     measure_option,
     pin_slots_option,
     processes_option,
@@ -134,6 +135,7 @@ def sweep(
     ),
     timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
     pin_slots: bool = pin_slots_option(),
+    drain: float = drain_option(),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     interruption_marker: Path = typer.Option(
         None,
@@ -204,6 +206,7 @@ def sweep(
                 processes=load_processes,
                 arm=arm_name,
                 pin_slots=pin_slots,
+                drain_seconds=drain,
             )
             run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots, slots_from))
             for earlier in runs:
