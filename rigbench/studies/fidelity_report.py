@@ -10,7 +10,9 @@ server's own send log (``rigbench.fidelity``):
    reads ~3x TPOT per token; aggregate tok/s must still be exact);
 3. open loop: Poisson arrivals at 80 % of a queued server's capacity, latency from the
    intended starts against the server's arrival-to-first-send;
-4. the capacity: more users at a faster per-user rate until a process stops following the
+4. a server that is not llama-server (1-5 tokens a chunk, a pause, no running counts, no
+   ``/tokenize``) at 64, 128 and 256 users, cut at the last window's end and drained;
+5. the capacity: more users at a faster per-user rate until a process stops following the
    truth, with ``--processes 1`` and ``--processes 2`` (or more).
 
 Raw run directories go to a scratch folder; only the Markdown is meant to be committed.
@@ -89,6 +91,20 @@ def write_fidelity_report(out: Path, runs_dir: Path, *, measure: float = 5.0, ca
     ]
 
     steps = capacity_steps or [64, 128, 256]
+    sections += [
+        "## A server that is not llama-server: 1-5 tokens a chunk, a 100 ms pause mid-stream, no running counts",
+        "",
+        "No `timings_per_token`, no `continuous_usage_stats`, no `/tokenize`, no `/slots` or `/metrics`; users x 50 "
+        "tok/s, 64-token replies, each load its own sweep. `--drain 0` cuts the requests in flight when the last "
+        "window closes (they can only be counted by their chunks); the default drain lets them end with the "
+        "server's usage.",
+        "",
+    ]
+    no_counts = {"per_chunk_counts": False, "tokens_per_chunk": 1, "tokens_per_chunk_max": 5, "pause_ms": 100.0,
+                 "llama_endpoints": False, "timeline": False, "tok_s_per_user": 50.0, "reply_tokens": 64}
+    for label, drain in (("cut (--drain 0)", 0.0), ("drained (--drain 60)", 60.0)):
+        results = [selftest(runs_dir, user_steps=[users], drain=drain, **no_counts, **common)[1][0] for users in steps]
+        sections += [f"### {label}", "", fidelity_table(results), ""]
     sections += [f"## Capacity: users x {capacity_rate:g} tok/s each, by load processes", ""]
     summary = []
     for count in processes or [1, 2]:

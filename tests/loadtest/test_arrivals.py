@@ -106,7 +106,7 @@ def test_steps_or_rates_but_not_both() -> None:
 def locust_options(**changes: object) -> argparse.Namespace:
     values = dict(steps="", rates="", arrival="poisson", arrival_seed=0, warmup=1.0, measure="2", max_tokens=8,
                   temperature=0.0, cache_prompt=False, ignore_eos=False, prompts="mixed", context_tokens=0,
-                  processes=1, pin_slots=False)
+                  processes=1, pin_slots=False, drain=0.0)
     return argparse.Namespace(**{**values, **changes})
 
 
@@ -122,6 +122,8 @@ def test_the_locustfile_options_make_open_loop_settings_or_refuse_naming_the_fla
         settings_from(locust_options(rates="fast"))
     with pytest.raises(UsageError, match="--arrival-seed"):
         settings_from(locust_options(rates="1", arrival_seed=-1))
+    with pytest.raises(UsageError, match="--drain: expected seconds >= 0, found -1"):
+        settings_from(locust_options(drain=-1.0))
     with pytest.raises(UsageError, match="--measure: 3 measured windows for 2 rate steps"):
         settings_from(locust_options(rates="1,2", measure="1,2,3"))
     assert settings_from(locust_options(steps="1,4", pin_slots=True)).pin_slots is True

@@ -35,6 +35,7 @@ WIRING = {
     "context_tokens": ("--context-tokens", ["--context-tokens", "64"], 64),
     "processes": ("--processes", ["--processes", "3"], 3),  # Locust's own option
     "pin_slots": ("--pin-slots", ["--steps", "4", "--pin-slots"], True),
+    "drain_seconds": ("--drain", ["--drain", "12.5"], 12.5),
 }
 PARSE_AND_SETTLE = """
 import json, sys

@@ -39,10 +39,11 @@ def outside_tolerances(results) -> list:
 
 
 def test_a_self_test_that_measured_nothing_gives_no_figures(tmp_path: Path) -> None:
-    """13 s replies in a 1 s window: no request ends in it, so no capacity may be taken from the run."""
+    """13 s replies in a 1 s window cut at its end (no drain): no request ends in it or after it, so no
+    capacity may be taken from the run."""
     with pytest.raises(RunIncomplete, match="the self-test sweep ended failed") as raised:
         run_selftest(tmp_path, user_steps=[1], tok_s_per_user=10, reply_tokens=128, warmup=0.2, measure=1.0,
-                     progress=False)
+                     progress=False, drain=0.0)
     assert raised.value.exit_code == 1
     (run_path,) = tmp_path.iterdir()
     assert "so nothing was measured" in RunDir(run_path).read_manifest().status_detail
