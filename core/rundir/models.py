@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.lists import SWEEP_DRAIN_SECONDS
+
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 Phase = Literal["warmup", "measure"]
@@ -144,8 +146,9 @@ class LoadSettings(Strict):
     arm: str | None = None
     pin_slots: bool = Field(False, description="user i asks for server slot i (llama-server's id_slot): an "
                             "experiment's upper bound for the server's slot choice, not real traffic")
-    drain_seconds: float = Field(0.0, ge=0, description="after the last measured window, how long requests "
-                                 "in flight may run to their end before the sweep stops them (0: cut at once)")
+    drain_seconds: float = Field(SWEEP_DRAIN_SECONDS, ge=0, description="after the last measured window, how "
+                                 "long requests in flight may run to their end before the sweep stops them "
+                                 "(0: cut at once)")
 
     @property
     def open_loop(self) -> bool:

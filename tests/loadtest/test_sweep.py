@@ -256,13 +256,14 @@ def test_every_fault_kind_is_recorded_while_the_sweep_goes_on(tmp_path: Path) ->
 
 
 def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gone(tmp_path: Path) -> None:
-    """Each reply takes ~6 s, the whole sweep 4 s: at its end the harness stops the users, so
+    """Each reply takes ~6 s, the whole sweep 4 s with no drain: at its end the harness stops the users, so
     every request is recorded ``interrupted`` with the chunks it got (no ``disconnect``), every
     ``--processes`` worker has exited when run_sweep returns, and the last step has its
     telemetry ``end`` snapshot. No step holds a whole request, so the run measured nothing: it is
     failed, saying which step and why, not complete."""
     config = GroundTruthConfig(ttft_ms=20, itl_ms=20, model="default", tokens=300)
-    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=300, processes=2)
+    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=300, processes=2,
+                            drain_seconds=0.0)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=8)
         manifest = run_sweep(run, server.base_url, progress=False)
