@@ -282,6 +282,9 @@ class GroundTruthApp:
             return await self.respond(writer, "200 OK", b'{"status":"ok"}', "application/json")
         if path in ("/metrics", "/slots", "/tokenize") and not self.config.llama_endpoints:
             return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
+        if path == "/v1/models":
+            listing = {"object": "list", "data": [{"id": self.config.model, "object": "model"}]}
+            return await self.respond(writer, "200 OK", json.dumps(listing).encode(), "application/json")
         if path == "/metrics":
             return await self.respond(writer, "200 OK", self.metrics_text().encode(), "text/plain; version=0.0.4")
         if path == "/slots":

@@ -126,6 +126,22 @@ def probe_reply(url: str, prompt: str, model_name: str, *, max_tokens: int, igno
         return stream_chat(client, payload, PROBE_META).record
 
 
+def listed_model(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
+    """The one model the server lists at ``/v1/models`` (OpenAI's list), the name its requests must carry;
+    None when it lists none or has no such list. A server listing several is refused: which one to load
+    is the user's choice (``--model-name``)."""
+    try:
+        response = httpx.get(f"{url}/v1/models", timeout=timeout)
+        listed = response.json().get("data") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    names = [str(entry["id"]) for entry in listed or [] if isinstance(entry, dict) and entry.get("id")]
+    if len(names) > 1:
+        shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
+        raise UsageError(f"--model-name: {url} serves {len(names)} models ({shown}); name the one to load")
+    return names[0] if names else None
+
+
 def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:
     """One streamed chat completion of two tokens comes back whole within ``timeout`` seconds."""
     record = probe_reply(url, "Say OK.", model_name, max_tokens=2, ignore_eos=False, timeout=timeout)

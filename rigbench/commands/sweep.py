@@ -26,7 +26,7 @@ from core.lists import (
 from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from core.rundir.models import SlotsFrom
-from loadtest.preflight import check_context, check_health, check_reply, check_url
+from loadtest.preflight import check_context, check_health, check_reply, check_url, listed_model
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
@@ -72,6 +72,7 @@ def parse_servers(urls: list[str]) -> list[tuple[str | None, str]]:
 
 
 NO_PROFILE = "none"
+DEFAULT_MODEL_NAME = "default"  # what llama-server takes whatever model it serves
 
 
 def profile_sweep_manifest(profile: RigProfile | None, url: str, settings: LoadSettings, slots: int | None,
@@ -122,7 +123,10 @@ def sweep(
     ),
     processes: str = processes_option(),
     runs_dir: Path = runs_dir_option(),
-    model_name: str = typer.Option("default", "--model-name", help="model name sent in requests"),
+    model_name: str = typer.Option(
+        None, "--model-name", help="model name sent in requests; default: the one model the server lists at "
+        "/v1/models, else 'default' (llama-server takes any)",
+    ),
     no_preflight: bool = typer.Option(
         False, "--no-preflight", help="skip the check of /health and one streamed reply before the sweep"
     ),
@@ -158,7 +162,7 @@ def sweep(
     if resume is not None:
         if len(url) > 1 or (url and "=" in url[0]):
             raise UsageError("--resume: give at most one --url, a bare URL for the new server (the run keeps its arm)")
-        _resume(resume, url[0] if url else None, marker, progress=progress, model=model_name,
+        _resume(resume, url[0] if url else None, marker, progress=progress, model=model_name or DEFAULT_MODEL_NAME,
                 max_error_rate=max_error_rate,
                 read_timeout=read_timeout, preflight=not no_preflight)
         return
@@ -172,16 +176,17 @@ def sweep(
     measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
     arms = parse_servers(url)
+    models = {arm_url: model_name or listed_model(arm_url) or DEFAULT_MODEL_NAME for _, arm_url in arms}
     if not no_preflight:
         for _, arm_url in arms:
             check_health(arm_url)
-            check_reply(arm_url, model_name, timeout=read_timeout)
+            check_reply(arm_url, models[arm_url], timeout=read_timeout)
     if max(contexts) > 0:
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
     if load_processes is None:
         load_processes, line = auto_processes(
-            arms[0][1], model_name, user_steps=user_steps, rate_steps=rate_steps,
+            arms[0][1], models[arms[0][1]], user_steps=user_steps, rate_steps=rate_steps,
             max_tokens=request.max_tokens if max_tokens is None else max_tokens,
         )
         typer.echo(line)
@@ -218,7 +223,7 @@ def sweep(
                 run,
                 arm_url,
                 progress=progress,
-                model=model_name,
+                model=models[arm_url],
                 max_error_rate=max_error_rate,
                 read_timeout=read_timeout,
                 timeline=timeline,

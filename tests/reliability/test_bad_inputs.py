@@ -654,6 +654,11 @@ CASES = [
         "UsageError: --runs-dir notes/todo.txt: not a folder; give a folder (created if missing) (exit 2)",
     ),
     Case(
+        "cli: sweep a server of several models without --model-name",
+        sweep_against("two-models"),
+        "UsageError: --model-name: {two-models} serves 2 models ('a-7b', 'b-13b'); name the one to load (exit 2)",
+    ),
+    Case(
         "cli: sweep --max-tokens 0",
         lambda ws, url: cli("sweep", "--url", url, "--steps", "1", "--max-tokens", "0"),
         "UsageError: Invalid value for '--max-tokens': Input should be greater than or equal to 1 (exit 2)",
@@ -729,6 +734,8 @@ class BadServer(http.server.BaseHTTPRequestHandler):
             self.answer(503, "application/json", b'{"error": {"message": "Loading model"}}')
         elif self.mode in ("paths",):
             self.answer(404, "text/plain", b"no such path")
+        elif self.mode == "two-models" and self.path == "/v1/models":
+            self.answer(200, "application/json", b'{"object": "list", "data": [{"id": "a-7b"}, {"id": "b-13b"}]}')
         else:
             self.answer(200, "application/json", b'{"status": "ok"}')
 
@@ -785,7 +792,7 @@ class BadServer(http.server.BaseHTTPRequestHandler):
 # Servers that each fail the pre-flight check one way, by name: a case's act reads its URL here, and the
 # URL in the outcome is replaced by {name}.
 SERVERS: dict[str, str] = {}
-MODES = ("json-only", "stall", "loading", "bad-model", "no-tokenize")
+MODES = ("json-only", "stall", "loading", "bad-model", "no-tokenize", "two-models")
 
 
 def serve(mode: str) -> http.server.ThreadingHTTPServer:

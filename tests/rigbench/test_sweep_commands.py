@@ -57,7 +57,8 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
 
 
 def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(tmp_path: Path) -> None:
-    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", llama_endpoints=False)
+    # a server that takes only its own model name, lists it at /v1/models, and has no /slots or /metrics
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="served-7b", llama_endpoints=False)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5",
                                           "--measure", "1", "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
@@ -68,6 +69,8 @@ def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(
     assert manifest.server.parallel_slots is None and manifest.server.slots_from is None
     assert (manifest.load.max_tokens, manifest.load.temperature, manifest.load.ignore_eos) == (256, 0.0, False)
     assert not [warning for warning in manifest.warnings if "parallel slots" in warning], manifest.warnings
+    records = RunDir(path).read_records()
+    assert records and not [record for record in records if record.error_kind], "requests name the listed model"
     with GroundTruthServer(GroundTruthConfig(model="default", slots=3), tmp_path / "t2.jsonl") as server:
         result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "0",
                                           "--measure", "0.5", "--runs-dir", str(tmp_path / "with-slots"),
