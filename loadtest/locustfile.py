@@ -96,6 +96,7 @@ def share_tallies(environment: Any, process: LoadProcess) -> None:
     def forget(**_: Any) -> None:
         # a second start from the web UI shows its own steps, not the last run's
         process.live.steps.clear()
+        process.worker_in_flight.clear()  # a worker of the last start may be gone: its count would hold the drain
 
     environment.events.report_to_master.add_listener(send)
     environment.events.worker_report.add_listener(merge)

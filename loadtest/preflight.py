@@ -91,7 +91,8 @@ def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
                 f"https://{url.removeprefix('http://')}"
             )
         if response.status_code != 404:
-            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}: {server_words(response.text)}")
+            words = server_words(response.text)
+            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}" + (f": {words}" if words else ""))
     raise LoadTestError(
         f"{url}: /health and /v1/models both answer 404, so this is not the root of an OpenAI-compatible "
         "server; check the URL (no API path) and the port"

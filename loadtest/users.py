@@ -23,11 +23,10 @@ class StreamingChatUser(User):
     connection, 429, 502, 503, 504) it backs off (``loadtest.backoff``) instead of spinning."""
 
     def wait_time(self) -> float:
-        return DRAIN_POLL_S if self.draining else self.backoff.wait_s
+        return DRAIN_POLL_S if self.session.context.sweep_over(time.time()) else self.backoff.wait_s
 
     def on_start(self) -> None:
         self.backoff = Backoff()
-        self.draining = False
         self.session = ChatSession(self.environment, self.host)
         context = self.session.context
         self.prompts = rotation(context.prompts, offset=next(context.user_counter))
@@ -45,7 +44,6 @@ class StreamingChatUser(User):
     @task
     def chat(self) -> None:
         if self.session.context.sweep_over(time.time()):
-            self.draining = True  # the last window has closed: send nothing more, the shape ends the drain
-            return
+            return  # the last window has closed: send nothing more, the shape ends the drain
         result = self.session.chat(next(self.prompts), slot=self.slot)
         self.backoff.after(result.record.error_kind, result.retry_after_s)
