@@ -40,6 +40,7 @@ import heapq
 import itertools
 import json
 import math
+import os
 import random
 import signal
 import subprocess
@@ -278,8 +279,9 @@ class GroundTruthApp:
         return True
 
     async def route(self, method: str, path: str, headers: dict, body: bytes, received: float, writer) -> bool:
-        if path == "/health":
-            return await self.respond(writer, "200 OK", b'{"status":"ok"}', "application/json")
+        if path == "/health":  # with the server's pid: on a port two servers raced for, the client knows which answered
+            body = json.dumps({"status": "ok", "pid": os.getpid()}).encode()
+            return await self.respond(writer, "200 OK", body, "application/json")
         if path in ("/metrics", "/slots", "/tokenize") and not self.config.llama_endpoints:
             return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
         if path == "/v1/models":
@@ -466,6 +468,9 @@ def read_truth_log(path: Path) -> dict[str, dict]:
     return entries
 
 
+BIND_ATTEMPTS = 3
+
+
 class GroundTruthServer:
     """The ground-truth server as a child process on a free loopback port (tests, selftest)."""
 
@@ -473,6 +478,7 @@ class GroundTruthServer:
         self.config = config
         self.log_path = Path(log_path)
         self.host = host
+        self.chosen_port = port
         self.port = port or free_port(host)
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -481,6 +487,20 @@ class GroundTruthServer:
         return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> GroundTruthServer:
+        """Start the child and wait until it, and not another process, answers /health. A free port is
+        free only when looked at: another process (a test beside this one) may bind it first, so a child
+        that cannot bind is started again on another port, unless the port was given."""
+        for _ in range(BIND_ATTEMPTS):
+            if self._start():
+                return self
+            if self.chosen_port is not None:
+                break
+            self.port = free_port(self.host)
+        raise LoadTestError(f"ground-truth server could not listen on {self.base_url}: exited with "
+                            f"{self.process.returncode if self.process else None} before answering /health")
+
+    def _start(self) -> bool:
+        """True once the child answers /health; False when it exited first (the port was taken)."""
         command = [
             sys.executable,
             "-m",
@@ -499,12 +519,11 @@ class GroundTruthServer:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise LoadTestError(
-                    f"ground-truth server exited with {self.process.returncode} before answering /health"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
-                    return self
+                return False
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                answer = httpx.get(f"{self.base_url}/health", timeout=1)
+                if answer.status_code == 200 and answer.json().get("pid") == self.process.pid:
+                    return True
             time.sleep(0.05)
         self.__exit__()
         raise LoadTestError(f"ground-truth server on {self.base_url} did not answer /health within 20 s")
