@@ -29,11 +29,14 @@ Definitions (the report repeats them):
 - Client per-user decode tok/s = ``(tokens - first_chunk_tokens) / (t_last_token - t_first_token)``
   (the first chunk belongs to TTFT); server per-user tok/s = ``timings.predicted_per_second``.
 - Aggregate output tok/s = output tokens generated inside ``[measure_start, measure_end)`` /
-  window length. The tokens of every request that streamed any are spread evenly over its
-  decode span ``[t_first_token, t_last_token]`` and only the part inside the window counts,
-  whatever step or phase the request is tagged with; so requests straddling either edge count
-  pro rata, warm-up requests still decoding in the window count for the tokens they made in it,
-  and a request longer than the window still counts. A request stopped by the harness
+  window length. A request of the step whose stream an edge of the window fell inside counts the
+  chunks it kept as arrived inside (``window_chunks``, made from each chunk's arrival time as the
+  request ended): their tokens by the server's running counts (``window_tokens``), else its tokens
+  spread over its chunks. Any other request that streamed tokens (another step's) has them spread
+  evenly over its decode span ``[t_first_token, t_last_token]`` and only the part inside the window
+  counts; so warm-up requests still decoding in the window count for the tokens they made in it,
+  and a request longer than the window still counts. ``edge_attribution`` says how many edge
+  requests were counted which way. A request stopped by the harness
   (``interrupted``, e.g. still streaming when the sweep ended) or cut by an error counts the
   tokens it streamed by the same order (``streamed_tokens``, else its content chunks: a counted
   warning, since a server that packs several tokens per chunk is then undercounted). A run kept
@@ -77,8 +80,9 @@ from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
+from core.lists import seconds_per_step
 from core.load_reached import MARK_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
-from core.rundir import StepWindow, TelemetrySnapshot
+from core.rundir import RunManifest, StepWindow, TelemetrySnapshot
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
@@ -192,29 +196,55 @@ def _decoding_in(requests: Requests, start: float, end: float) -> np.ndarray:
 
 
 def aggregate_throughput(
-    requests: Requests, start: float, end: float, arrivals: ChunkArrivals | None = None
-) -> tuple[float, Estimate]:
-    """(tokens in the window, tok/s with a sub-window interval); requests with a timeline count
-    each chunk where it arrived (``analysis.timelines``), the others by their spread."""
+    requests: Requests, start: float, end: float, arrivals: ChunkArrivals | None = None, step: int | None = None
+) -> tuple[float, Estimate, dict[str, int]]:
+    """(tokens in the window, tok/s with a sub-window interval, edge requests by how they were counted).
+
+    Requests with a timeline count each chunk where it arrived (``analysis.timelines``); a request of
+    step ``step`` that kept its chunks inside the window (``loadtest.window_share``) counts those, by the
+    server's running counts where it streamed them, else as its share of the request's chunks; the others
+    are spread over their span. ``step`` None: the window is not the one the records counted for (a
+    step closed off its schedule), so no record's own count is used."""
     near = _decoding_in(requests, start, end)
+    timed = np.zeros(len(near), dtype=bool)
     if arrivals is not None and requests.timed is not None:
+        timed = near & requests.timed
         near &= ~requests.timed
-    t_first, t_last = requests["t_first_token"][near], requests["t_last_token"][near]
-    tokens = requests["output_tokens"][near]
+    window_chunks, window_tokens = requests["window_chunks"], requests["window_tokens"]
+    counted = near & ~np.isnan(window_chunks) & (requests["step"] == step) if step is not None else near & False
+    by_counts = counted & ~np.isnan(window_tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own = np.where(by_counts, window_tokens, window_chunks * requests["output_tokens"] / requests["content_chunks"])
+    t_first, t_last, tokens = requests["t_first_token"], requests["t_last_token"], requests["output_tokens"]
 
     def tokens_between(a: float, b: float) -> float:
-        spread = tokens_in_window(t_first, t_last, tokens, a, b)
+        """Spread over their span (the counted requests too: their counts hold for the whole window only)."""
+        spread = tokens_in_window(t_first[near], t_last[near], tokens[near], a, b)
         return spread + (arrivals.tokens_in(a, b) if arrivals is not None else 0.0)
 
-    total = tokens_between(start, end)
+    spread_total = tokens_between(start, end)
+    total = spread_total + float(np.sum(own[counted])) - tokens_in_window(
+        t_first[counted], t_last[counted], tokens[counted], start, end)
     length = end - start
     edges = np.linspace(start, end, SUB_WINDOWS + 1)
-    rates = [tokens_between(a, b) / (b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    spread = intervals.mean(rates)
+    spread = intervals.mean([tokens_between(a, b) / (b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    shift = (total - spread_total) / length  # the interval moves with what the counts changed
     estimate = Estimate(
-        total / length, spread.low, spread.high, SUB_WINDOWS, f"bootstrap over {SUB_WINDOWS} sub-windows"
+        total / length,
+        None if spread.low is None else spread.low + shift,
+        None if spread.high is None else spread.high + shift,
+        SUB_WINDOWS,
+        f"bootstrap over {SUB_WINDOWS} sub-windows",
     )
-    return total, estimate
+    with np.errstate(invalid="ignore"):
+        across = (t_first < start) | (t_last >= end)
+    edge = {
+        "timeline": int((timed & across).sum()),
+        "running_counts": int(by_counts.sum()),
+        "chunks": int((counted & ~by_counts).sum()),
+        "span": int((near & ~counted & across).sum()),
+    }
+    return total, estimate, edge
 
 
 def _percentiles(values: np.ndarray) -> dict[str, Estimate]:
@@ -258,8 +288,10 @@ def step_figures(
     telemetry: list[TelemetrySnapshot],
     max_tokens: int | None = None,
     arrivals: ChunkArrivals | None = None,
+    on_schedule: bool = False,
 ) -> StepFigures:
-    """The figures of one step whose measured window closed."""
+    """The figures of one step whose measured window closed; ``on_schedule``: the window is the one its
+    schedule set, the one the records counted their chunks for (``window_on_schedule``)."""
     index, rate, start = window.index, window.rate, window.measure_start
     end = window.measure_end
     if end is None:
@@ -269,7 +301,8 @@ def step_figures(
     measured_ok = measured & ok
     frame = requests.frame
     errors = {str(k): int(v) for k, v in frame["error_kind"][measured].value_counts().items() if v}
-    total, aggregate = aggregate_throughput(requests, start, end, arrivals)
+    total, aggregate, edge_attribution = aggregate_throughput(
+        requests, start, end, arrivals, index if on_schedule else None)
     t_end = requests["t_end"]
     completed = int((ok & (t_end >= start) & (t_end < end)).sum())
     near_cut = _decoding_in(requests, start, end) & ~ok
@@ -321,6 +354,8 @@ def step_figures(
         cut_counted_by_chunks=int((near_cut & (requests.method == chunks_code)).sum()),
         mean_in_flight=in_flight,
         load_reached=load_reached(window.users, rate, in_flight, sent),
+        edge_attribution=edge_attribution,
+        users_started=window.users_started,
     )
 
 
@@ -409,6 +444,19 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
     )
 
 
+SCHEDULE_TOLERANCE_S = 1e-3
+
+
+def window_on_schedule(manifest: RunManifest, window: StepWindow) -> bool:
+    """The step's measured window is as long as its schedule says (not closed early by a stop)."""
+    load = manifest.load
+    if load is None or window.measure_end is None:
+        return False
+    windows = seconds_per_step(load.measure_seconds, load.step_count, kind="rate" if load.open_loop else "user")
+    length = window.measure_end - window.measure_start
+    return window.index < len(windows) and abs(length - windows[window.index]) < SCHEDULE_TOLERANCE_S
+
+
 def run_figures(run: LoadedRun) -> RunFigures:
     """Figures of every step with a complete measured window; the rest become warnings."""
     warnings = list(run.warnings)
@@ -445,7 +493,8 @@ def run_figures(run: LoadedRun) -> RunFigures:
         if window.measure_end is None or window.measure_end <= window.measure_start:
             warnings.append(f"{name} has no closed measured window; left out")
             continue
-        figures = step_figures(requests, window, run.telemetry, max_tokens, arrivals)
+        figures = step_figures(requests, window, run.telemetry, max_tokens, arrivals,
+                               window_on_schedule(manifest, window))
         if window.rate is None and figures.completed_in_window < window.users:
             warnings.append(short_window_warning(frame, figures, max_tokens))
         if figures.cut_counted_by_chunks:

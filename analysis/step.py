@@ -51,6 +51,12 @@ class StepFigures(BaseModel):
     mean_in_flight: float = Field(description="requests in flight over the window, on average (Little's law)")
     load_reached: float | None = Field(description="mean in flight / users, or sent rate / rate (core.load_reached)")
     window_seconds: float = Field(description="window_end - window_start")
+    users_started: int | None = Field(None, description="users running when the window opened (closed loop; "
+                                      "None where the run did not record it)")
+    edge_attribution: dict[str, int] = Field(
+        default_factory=dict, description="requests streaming across an edge of the window, by how their tokens "
+        "inside it were counted: timeline (each chunk's time), running_counts (the server's per-chunk counts), "
+        "chunks (its tokens spread over its chunks), span (spread over its span: no per-chunk count was kept)")
 
     @property
     def open_loop(self) -> bool:

@@ -19,6 +19,7 @@ from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.prompts import Prompt
 from loadtest.sse_client import SSEClient
 from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
+from loadtest.window_share import window_share
 
 FAILURE_MESSAGE_CHARS = 200  # of a failed request's "<error_kind>: <message>" in Locust's statistics
 
@@ -91,13 +92,19 @@ class ChatSession:
     def _placed(self, result: StreamResult, category: str, intended: float | None) -> StreamResult:
         """The record in its step and phase: by its scheduled start (kept as ``t_intended``), or
         by its exact start (the meta was taken a moment before it)."""
+        record = result.record
         if intended is not None:
             update: dict[str, Any] = {"t_intended": intended}
         else:
-            exact = self.context.meta_for(result.record.t_start, category)
+            exact = self.context.meta_for(record.t_start, category)
             update = {"step": exact.step, "users": exact.users, "phase": exact.phase}
-        return StreamResult(record=result.record.model_copy(update=update), chunk_times=result.chunk_times,
-                            retry_after_s=result.retry_after_s)
+        window = self.context.measured_window(record.t_start if intended is None else intended)
+        if window is not None:
+            total = record.completion_tokens if record.completion_tokens is not None else record.streamed_tokens
+            update["window_chunks"], update["window_tokens"] = window_share(
+                result.chunk_times, result.chunk_counts, total, *window)
+        return StreamResult(record=record.model_copy(update=update), chunk_times=result.chunk_times,
+                            retry_after_s=result.retry_after_s, chunk_counts=result.chunk_counts)
 
     def _fire_request_event(self, record: RequestRecord) -> None:
         """One Locust request per request: its whole time, and its output tokens as the "size"

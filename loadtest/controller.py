@@ -163,6 +163,8 @@ class SweepController:
                 self._open_step(t0, index, self.stages[index])
             return
         stage = self.stages[index]
+        # read first: the scrape below yields, and users go on starting meanwhile
+        running = self._users_running() if boundary == "measure" and not stage.open_loop else None
         cpu = self._cpu_readings()
         known_absent = len(self.telemetry.absent)
         snapshot = self.telemetry.snapshot(index, stage.users, boundary, cpu)
@@ -175,6 +177,8 @@ class SweepController:
             self.run.update_manifest(warnings=[*manifest.warnings, *notes])
         if boundary == "start":
             self._open_step(t0, index, stage)
+        elif boundary == "measure" and running is not None:
+            self._note_users_started(index, stage, running)
         elif boundary == "end":
             self._close_step(index, t0 + elapsed, cpu)
         # Only once written: a controller killed mid-scrape, or a close that failed, leaves the
@@ -203,6 +207,25 @@ class SweepController:
             warnings.append(warning)
         others = [step for step in manifest.steps if step.index != index]  # a window opened again replaces
         self.run.update_manifest(steps=[*others, window], warnings=warnings)
+
+    def _users_running(self) -> int | None:
+        """Users running now in every load process (a master adds up its workers' last reports)."""
+        count = getattr(self.environment.runner, "user_count", None)
+        return count if isinstance(count, int) else None
+
+    def _note_users_started(self, index: int, stage: Stage, running: int) -> None:
+        """The users running as the window opens go in its step; fewer than the step names is said."""
+        assert self.run is not None
+        manifest = self.run.read_manifest()
+        steps = [s.model_copy(update={"users_started": running}) if s.index == index else s for s in manifest.steps]
+        warnings = list(manifest.warnings)
+        if running < stage.users:
+            warnings.append(
+                f"step {index} ({stage.users} users): {running} of its {stage.users} users had started when its "
+                f"measured window opened, after {stage.warmup:g} s of warm-up: the window measured a smaller load; "
+                "lengthen --warmup, or spread the users over --processes N"
+            )
+        self.run.update_manifest(steps=steps, warnings=warnings)
 
     def _close_step(self, index: int, measure_end: float, cpu: dict[str, float]) -> None:
         assert self.run is not None

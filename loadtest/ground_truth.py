@@ -85,6 +85,8 @@ class GroundTruthConfig(BaseModel):
     llama_endpoints: bool = Field(True, description="/slots, /metrics and /tokenize, as llama-server has; off: "
                                   "an OpenAI-compatible server that is not llama-server (they answer 404)")
     retry_after_s: int = Field(1, ge=0, description="the Retry-After an overload answer carries")
+    max_model_len: int | None = Field(None, gt=0, description="the context /v1/models names per model, as vLLM's "
+                                      "listing does (the replies are not cut by it)")
 
 
 class _Stats:
@@ -265,6 +267,10 @@ class GroundTruthApp:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            # the server is stopping with this stream open: the connection's end is the answer (a
+            # cancelled handler would have asyncio print its traceback once per open stream)
+            pass
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
@@ -285,7 +291,10 @@ class GroundTruthApp:
         if path in ("/metrics", "/slots", "/tokenize") and not self.config.llama_endpoints:
             return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
         if path == "/v1/models":
-            listing = {"object": "list", "data": [{"id": self.config.model, "object": "model"}]}
+            model: dict = {"id": self.config.model, "object": "model"}
+            if self.config.max_model_len is not None:
+                model["max_model_len"] = self.config.max_model_len
+            listing = {"object": "list", "data": [model]}
             return await self.respond(writer, "200 OK", json.dumps(listing).encode(), "application/json")
         if path == "/metrics":
             return await self.respond(writer, "200 OK", self.metrics_text().encode(), "text/plain; version=0.0.4")

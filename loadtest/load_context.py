@@ -94,6 +94,15 @@ class LoadContext:
             "ignore_eos": options.ignore_eos,
         }
 
+    def measured_window(self, t_start: float) -> tuple[float, float] | None:
+        """The unix times of the measured window of the step a request starting at ``t_start`` belongs
+        to, as the controller records them (the schedule from ``t0``); None before the sweep's start."""
+        t0 = self.t0()
+        if not t0 or not self.stages:
+            return None
+        position = locate_or_last(self.stages, t_start - t0)
+        return t0 + position.measure_start, t0 + position.measure_end
+
     def meta_for(self, t_start: float, category: str) -> RequestMeta:
         t0 = self.t0()
         position = locate_or_last(self.stages, t_start - t0 if t0 else 0.0)

@@ -65,6 +65,7 @@ def _new_run_dir(options: Any, host: str) -> RunDir:
         server = server_at(host, slots=options.parallel_slots, slots_from="flags")
     else:
         server = server_at(host, slots=server_slots(host), slots_from="server")
+    server = server.model_copy(update={"model_name": options.model_name})
     manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server)
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)

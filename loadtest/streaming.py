@@ -80,6 +80,7 @@ class StreamResult:
     record: RequestRecord
     chunk_times: list[float] = field(default_factory=list)
     retry_after_s: float | None = None  # a refusal's Retry-After, in seconds (loadtest.backoff)
+    chunk_counts: list[int | None] = field(default_factory=list)  # the server's running count at each chunk
 
 
 def build_payload(
@@ -155,7 +156,7 @@ class _Stream:
     decodes each event once (orjson) and looks only at the keys the record needs."""
 
     __slots__ = ("status", "error", "usage", "timings", "done", "finished", "count", "first_count",
-                 "chunk_times", "text", "retry_after_s")
+                 "chunk_times", "chunk_counts", "text", "retry_after_s")
 
     def __init__(self) -> None:
         self.status: int | None = None
@@ -167,6 +168,7 @@ class _Stream:
         self.count: int | None = None  # the last cumulative token count the server sent
         self.first_count: int | None = None  # the count sent with the first content chunk
         self.chunk_times: list[float] = []
+        self.chunk_counts: list[int | None] = []
         self.text: list[str] | None = []  # streamed text, dropped once the server sends counts
         self.retry_after_s: float | None = None
 
@@ -235,6 +237,7 @@ class _Stream:
             if not self.chunk_times:
                 self.first_count = count
             self.chunk_times.append(arrived)
+            self.chunk_counts.append(count)
 
 
 def _shown(data: bytes) -> str:
@@ -284,10 +287,11 @@ def stream_chat(
     except BaseException:
         if on_abort is not None:
             record = _kept_record(request_id, meta, t_start, time.time(), stream, None, None, interrupted=True)
-            on_abort(StreamResult(record=record, chunk_times=stream.chunk_times))
+            on_abort(StreamResult(record=record, chunk_times=stream.chunk_times, chunk_counts=stream.chunk_counts))
         raise
     record = _kept_record(request_id, meta, t_start, time.time(), stream, error_kind, error_message)
-    return StreamResult(record=record, chunk_times=stream.chunk_times, retry_after_s=stream.retry_after_s)
+    return StreamResult(record=record, chunk_times=stream.chunk_times, retry_after_s=stream.retry_after_s,
+                        chunk_counts=stream.chunk_counts)
 
 
 def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream,
@@ -357,6 +361,7 @@ def _kept_record(request_id: str, meta: RequestMeta, t_start: float, t_end: floa
     except (ValidationError, AttributeError, TypeError) as error:
         detail = f"usage or timings not as OpenAI/llama-server send them: {str(error).splitlines()[0]}"[:300]
         stream.usage = stream.timings = stream.count = stream.first_count = None
+        stream.chunk_counts = []
         return _make_record(request_id, meta, t_start, t_end, stream, "malformed_sse", detail, interrupted)
 
 

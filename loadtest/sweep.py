@@ -251,6 +251,8 @@ def run_sweep(
     if manifest.load is None or manifest.server is None:
         raise LoadTestError(f"{run.path}: the manifest has no load settings or server; start runs with new_manifest")
     settings = manifest.load
+    if manifest.server.model_name != model:  # the manifest names the model name the requests carry
+        manifest = run.update_manifest(server=manifest.server.model_copy(update={"model_name": model}))
     if settings.context_tokens > 0:
         try:  # fail here, in one clear line, rather than in every simulated user
             context_for_tokens(base_url, settings.context_tokens)

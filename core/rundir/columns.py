@@ -67,6 +67,8 @@ NUMBER_COLUMNS = (
     "completion_tokens",
     "streamed_tokens",
     "first_chunk_tokens",
+    "window_chunks",
+    "window_tokens",
 )
 TIMING_KEYS = (
     "prompt_n",
@@ -87,7 +89,7 @@ BLOCK_SIZE = 8 << 20
 SIDE_FILE = "records.arrow"
 SIDE_FILE_MIN_RECORDS = 100_000
 # The flat table's layout; a side file of another layout is stale. Change it with the columns.
-TABLE_LAYOUT = 1
+TABLE_LAYOUT = 2
 METADATA_KEY = b"rigbench"
 
 

@@ -107,6 +107,14 @@ class ModelInfo(Strict):
 SlotsFrom = Literal["server", "profile", "flags"]
 
 
+class ServerDescription(Strict):
+    """What a server said of itself before the load: llama-server's ``/props``, an OpenAI-style
+    server's ``/v1/models`` (vLLM's ``max_model_len``). Only what it said is kept."""
+
+    described_by: list[str] = Field(default_factory=list, description="the endpoints that answered")
+    context_tokens: int | None = Field(None, gt=0, description="tokens one request may hold, prompt and reply")
+
+
 class ServerInfo(Strict):
     """The server a run's load went to. Its slot count is read, not guessed: from the server's own
     ``/slots``, else from the llama-server flags rigbench served it with or the profile that names
@@ -118,6 +126,23 @@ class ServerInfo(Strict):
     parallel_slots: int | None = None
     slots_from: SlotsFrom | None = None
     endpoint: str = "/v1/chat/completions"
+    model_name: str | None = Field(None, description="the model name every request carried")
+    description: ServerDescription | None = None
+
+
+# Where a request setting came from: its flag, the rig profile, the server (the model it lists), or
+# rigbench's default (no flag, no profile, the server said nothing).
+SettingOrigin = Literal["flag", "profile", "server", "rigbench"]
+
+
+class RequestOrigins(Strict):
+    """Where each setting the run's requests carried came from: what was given and what was assumed."""
+
+    model_name: SettingOrigin
+    max_tokens: SettingOrigin
+    temperature: SettingOrigin
+    ignore_eos: SettingOrigin
+    cache_prompt: SettingOrigin
 
 
 Arrival = Literal["poisson", "constant"]
@@ -196,6 +221,8 @@ class StepWindow(Strict):
     measure_start: float
     measure_end: float | None = None
     context_tokens: int = 0
+    users_started: int | None = Field(None, ge=0, description="users running in every load process when the "
+                                      "measured window opened (a closed loop)")
 
 
 class RunManifest(Strict):
@@ -212,6 +239,7 @@ class RunManifest(Strict):
     drafter: ModelInfo | None = None
     server: ServerInfo | None = None
     load: LoadSettings | None = None
+    request_origins: RequestOrigins | None = None
     steps: list[StepWindow] = Field(default_factory=list)
     last_complete_step: int | None = None
     linked_runs: list[str] = Field(default_factory=list)
@@ -245,6 +273,8 @@ class RequestRecord(Strict):
     tokens it streamed: ``streamed_tokens`` from the server's per-chunk counts, or else its
     ``partial_text`` is kept so that the server's ``/tokenize`` can count it after the run
     (``token_counts.jsonl``). ``tokens_counted_by`` says which count the record's tokens are.
+    A request streaming across an edge of its step's measured window keeps how many of its chunks
+    (and, from the server's running counts, tokens) arrived inside it (``loadtest.window_share``).
     ``t_intended`` is an open-loop request's scheduled start: its latency counts from there, so a
     load generator that fell behind its arrival schedule cannot hide the queueing.
     """
@@ -274,6 +304,10 @@ class RequestRecord(Strict):
     partial_text: str | None = None
     timings: ServerTimings | None = None
     interrupted: bool = False
+    window_chunks: int | None = Field(None, ge=0, description="content chunks that arrived inside its step's "
+                                      "measured window; kept only when an edge of the window fell inside its stream")
+    window_tokens: int | None = Field(None, ge=0, description="output tokens among those chunks, by the server's "
+                                      "running counts; None when it streams none")
 
     @property
     def ok(self) -> bool:

@@ -25,10 +25,11 @@ from core.lists import (
 )
 from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
-from core.rundir.models import SlotsFrom
+from core.rundir.models import RequestOrigins, ServerDescription, SettingOrigin, SlotsFrom
 from loadtest.preflight import check_context, check_health, check_reply, check_url, listed_model
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
+from loadtest.server_description import check_reply_fits, describe_server
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
 from loadtest.telemetry import server_slots
 from rigbench.load_processes import auto_processes, parse_processes
@@ -76,14 +77,44 @@ DEFAULT_MODEL_NAME = "default"  # what llama-server takes whatever model it serv
 
 
 def profile_sweep_manifest(profile: RigProfile | None, url: str, settings: LoadSettings, slots: int | None,
-                           slots_from: SlotsFrom | None) -> RunManifest:
+                           slots_from: SlotsFrom | None, *, model_name: str | None = None,
+                           description: ServerDescription | None = None,
+                           origins: RequestOrigins | None = None) -> RunManifest:
     """The run's manifest: without a profile, the server is described only as it described itself
-    (its /slots), and the profile is recorded as ``none``."""
+    (its /slots, /props, /v1/models), the profile is recorded as ``none``, and where each request
+    setting came from is said (``origins``)."""
     name = profile.name if profile is not None else NO_PROFILE
     label = "-".join(filter(None, [name if profile is not None else "sweep", settings.arm,
                                    f"d{settings.context_tokens}" if settings.context_tokens else None]))
     args = profile.server.args if profile is not None else []
-    return new_manifest(label, name, load=settings, server=server_at(url, args, slots, slots_from))
+    server = server_at(url, args, slots, slots_from).model_copy(
+        update={"model_name": model_name, "description": description})
+    manifest = new_manifest(label, name, load=settings, server=server)
+    return manifest.model_copy(update={"request_origins": origins})
+
+
+def request_settings(
+    profile: RigProfile | None, *, max_tokens: int | None, ignore_eos: bool | None
+) -> tuple[RequestDefaults, RequestOrigins]:
+    """The requests' settings and where each came from: a flag, else the profile, else rigbench's own
+    default (never another server's profile). The model name's origin is each server's (``sent_model_name``)."""
+    base = profile.request if profile is not None else RequestDefaults()
+    fallback: SettingOrigin = "profile" if profile is not None else "rigbench"
+    request = base.model_copy(update={"max_tokens": base.max_tokens if max_tokens is None else max_tokens,
+                                      "ignore_eos": base.ignore_eos if ignore_eos is None else ignore_eos})
+    origins = RequestOrigins(model_name="rigbench", max_tokens=fallback if max_tokens is None else "flag",
+                             temperature=fallback, ignore_eos=fallback if ignore_eos is None else "flag",
+                             cache_prompt=fallback)
+    return request, origins
+
+
+def sent_model_name(url: str, given: str | None) -> tuple[str, SettingOrigin]:
+    """The model name requests carry, and its origin: ``--model-name``, else the one model the server
+    lists at /v1/models, else ``default`` (llama-server takes any name)."""
+    if given:
+        return given, "flag"
+    listed = listed_model(url)
+    return (listed, "server") if listed else (DEFAULT_MODEL_NAME, "rigbench")
 
 
 def sweep_slots(url: str, profile: RigProfile | None) -> tuple[int | None, SlotsFrom | None]:
@@ -162,12 +193,11 @@ def sweep(
     if resume is not None:
         if len(url) > 1 or (url and "=" in url[0]):
             raise UsageError("--resume: give at most one --url, a bare URL for the new server (the run keeps its arm)")
-        _resume(resume, url[0] if url else None, marker, progress=progress, model=model_name or DEFAULT_MODEL_NAME,
+        _resume(resume, url[0] if url else None, marker, progress=progress, model=model_name,
                 max_error_rate=max_error_rate,
                 read_timeout=read_timeout, preflight=not no_preflight)
         return
     profile = load_profile(profile_name) if profile_name is not None else None
-    request = profile.request if profile is not None else RequestDefaults()
     user_steps, rate_steps = parse_load_steps(steps, rates)
     arrival = parse_arrival(arrival)
     load_processes = parse_processes(processes)
@@ -176,18 +206,23 @@ def sweep(
     measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
     arms = parse_servers(url)
-    models = {arm_url: model_name or listed_model(arm_url) or DEFAULT_MODEL_NAME for _, arm_url in arms}
+    models = {arm_url: sent_model_name(arm_url, model_name) for _, arm_url in arms}
     if not no_preflight:
         for _, arm_url in arms:
             check_health(arm_url)
-            check_reply(arm_url, models[arm_url], timeout=read_timeout)
+            check_reply(arm_url, models[arm_url][0], timeout=read_timeout)
     if max(contexts) > 0:
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
+    request, origins = request_settings(profile, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    described = {arm_url: describe_server(arm_url) for _, arm_url in arms}
+    fit_warnings = {(arm_url, context): check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
+                                                         ignore_eos=request.ignore_eos, context_tokens=context)
+                    for _, arm_url in arms for context in contexts}
     if load_processes is None:
         load_processes, line = auto_processes(
-            arms[0][1], models[arms[0][1]], user_steps=user_steps, rate_steps=rate_steps,
-            max_tokens=request.max_tokens if max_tokens is None else max_tokens,
+            arms[0][1], models[arms[0][1]][0], user_steps=user_steps, rate_steps=rate_steps,
+            max_tokens=request.max_tokens,
         )
         typer.echo(line)
     runs: list[RunDir] = []
@@ -202,10 +237,10 @@ def sweep(
                 arrival_seed=arrival_seed,
                 warmup_seconds=warmup,
                 measure_seconds=measure_seconds,
-                max_tokens=request.max_tokens if max_tokens is None else max_tokens,
+                max_tokens=request.max_tokens,
                 temperature=request.temperature,
                 cache_prompt=request.cache_prompt,
-                ignore_eos=request.ignore_eos if ignore_eos is None else ignore_eos,
+                ignore_eos=request.ignore_eos,
                 prompts=prompts,
                 context_tokens=context,
                 processes=load_processes,
@@ -213,7 +248,12 @@ def sweep(
                 pin_slots=pin_slots,
                 drain_seconds=drain,
             )
-            run = RunDir.create(runs_dir, profile_sweep_manifest(profile, arm_url, settings, slots, slots_from))
+            manifest = profile_sweep_manifest(profile, arm_url, settings, slots, slots_from,
+                                              model_name=models[arm_url][0], description=described[arm_url],
+                                              origins=origins.model_copy(update={"model_name": models[arm_url][1]}))
+            if fit_warnings[arm_url, context]:
+                manifest = manifest.model_copy(update={"warnings": [fit_warnings[arm_url, context]]})
+            run = RunDir.create(runs_dir, manifest)
             for earlier in runs:
                 earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
             run.update_manifest(linked_runs=[r.path.name for r in runs])
@@ -223,7 +263,7 @@ def sweep(
                 run,
                 arm_url,
                 progress=progress,
-                model=models[arm_url],
+                model=models[arm_url][0],
                 max_error_rate=max_error_rate,
                 read_timeout=read_timeout,
                 timeline=timeline,
@@ -251,13 +291,16 @@ def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
 
 
 def _resume(
-    old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str, max_error_rate: float,
-    read_timeout: float, preflight: bool,
+    old_path: Path, url: str | None, marker: Path | None, *, progress: bool, model: str | None,
+    max_error_rate: float, read_timeout: float, preflight: bool,
 ) -> None:
-    """``--resume RUN``: the remaining steps of an interrupted sweep, same settings, linked run."""
+    """``--resume RUN``: the remaining steps of an interrupted sweep, same settings (the model name its
+    requests carried, unless ``--model-name`` names another), linked run."""
 
     old = RunDir(old_path)
     old_manifest = check_resumable(old)
+    sent = old_manifest.server.model_name if old_manifest.server is not None else None
+    model = model or sent or DEFAULT_MODEL_NAME
     server_url = check_url(resume_url(old_manifest, url))
     if preflight:
         check_health(server_url)

@@ -171,3 +171,34 @@ def test_a_step_window_recorded_twice_is_refused(kit):
     shards = {"p0": [kit.record("a", t_start=t0 + 101), kit.record("b", t_start=t0 + 104)]}
     with pytest.raises(AnalysisError, match=r"lists step\(s\) 0 more than once.*rigbench check"):
         run_figures(load_run(kit.make_run("r1", steps, shards)))
+
+
+def test_requests_across_the_windows_edges_count_the_chunks_they_kept_inside(kit):
+    t0 = kit.T0
+    # window [t0+100, t0+110), as scheduled (10 s). Each request: 10 chunks over 10 s of decode.
+    early = kit.record("a", phase="warmup", t_start=t0 + 94.5, ttft=0.5, decode=10.0, tokens=30)
+    late = kit.record("b", t_start=t0 + 107.0, ttft=1.0, decode=10.0, tokens=30)
+    other = kit.record("c", step=1, phase="warmup", t_start=t0 + 107.0, ttft=1.0, decode=10.0, tokens=30)
+    # a slow start: of a's 10 chunks, 8 arrived inside the window (spread over its span would say half);
+    # with the server's running counts, 20 of its 30 tokens
+    early = early.model_copy(update={"content_chunks": 10, "window_chunks": 8, "window_tokens": 20})
+    # b streamed no running counts: 3 of its 10 chunks inside, so 3/10 of its 30 tokens
+    late = late.model_copy(update={"content_chunks": 10, "window_chunks": 3})
+    # c belongs to another step: its counts are for that step's window, so it is spread (2 of 10 s inside)
+    other = other.model_copy(update={"content_chunks": 10, "window_chunks": 9, "window_tokens": 29})
+    shards = {"p0": [early, late, other]}
+    steps = [kit.window(), kit.window(index=1, start=t0 + 120, end=t0 + 130)]
+    step = run_figures(load_run(kit.make_run("r1", steps, shards))).steps[0]
+    assert step.output_tokens == pytest.approx(20 + 9 + 6)
+    assert step.edge_attribution == {"timeline": 0, "running_counts": 1, "chunks": 1, "span": 1}
+    assert step.aggregate_tok_s.low <= step.aggregate_tok_s.value <= step.aggregate_tok_s.high
+
+
+def test_a_window_closed_off_its_schedule_spreads_every_request(kit):
+    t0 = kit.T0
+    early = kit.record("a", phase="warmup", t_start=t0 + 94.5, ttft=0.5, decode=10.0, tokens=30)
+    early = early.model_copy(update={"content_chunks": 10, "window_chunks": 8, "window_tokens": 20})
+    # closed at 108 s of a 10 s window (a stop): a's counts were made for the scheduled window
+    step = run_figures(load_run(kit.make_run("r1", [kit.window(end=t0 + 108)], {"p0": [early]}))).steps[0]
+    assert step.output_tokens == pytest.approx(30 / 2)  # decode [95, 105): half its span inside
+    assert step.edge_attribution["span"] == 1

@@ -33,3 +33,24 @@ def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_o
     other = RunDir.create(tmp_path, RunManifest(run_id=new_run_id("ctl2"), created_at=utc_now(), profile="tiny",
                                                 load=settings))
     assert SweepController(environment, stages, other, replaces=second).recorded == set()
+
+
+def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tmp_path) -> None:
+    pytest.importorskip("gevent")
+    options = SimpleNamespace(parallel_slots=8, context_tokens=0, processes=1, interruption_marker="")
+    runner = SimpleNamespace(user_count=0)
+    environment = SimpleNamespace(parsed_options=options, host="http://127.0.0.1:9", runner=runner)
+    settings = LoadSettings(user_steps=[2, 8], warmup_seconds=10, measure_seconds=5, max_tokens=4)
+    run = RunDir.create(tmp_path, RunManifest(run_id=new_run_id("ctl"), created_at=utc_now(), profile="tiny",
+                                              load=settings))
+    controller = SweepController(environment, make_stages(settings.user_steps, 10, 5), run)
+    for elapsed, index, boundary, running in [(0, 0, "start", 0), (10, 0, "measure", 2), (15, 0, "end", 2),
+                                              (15, 1, "start", 2), (25, 1, "measure", 3)]:
+        runner.user_count = running
+        controller._record_boundary(1000.0, elapsed, index, boundary)
+    manifest = run.read_manifest()
+    assert [step.users_started for step in manifest.steps] == [2, 3]
+    shortfall = [warning for warning in manifest.warnings if "had started" in warning]
+    assert shortfall == ["step 1 (8 users): 3 of its 8 users had started when its measured window opened, after "
+                         "10 s of warm-up: the window measured a smaller load; lengthen --warmup, or spread the users "
+                         "over --processes N"]

@@ -171,6 +171,15 @@ def test_a_step_whose_users_mostly_waited_fails_with_the_load_that_ran(tmp_path:
     assert any(record.ok for record in run.read_records()), "records kept"
 
 
+def test_each_window_records_the_users_running_as_it_opens(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=64)
+    settings = LoadSettings(user_steps=[1, 64], warmup_seconds=1, measure_seconds=1, max_tokens=8)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        manifest = run_sweep(new_run(tmp_path, settings, server.port, slots=64), server.base_url, progress=False)
+    assert [step.users_started for step in manifest.steps] == [1, 64]
+    assert not [warning for warning in manifest.warnings if "had started" in warning]
+
+
 @pytest.mark.timing
 def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=2)

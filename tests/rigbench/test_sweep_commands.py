@@ -69,6 +69,12 @@ def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(
     assert manifest.server.parallel_slots is None and manifest.server.slots_from is None
     assert (manifest.load.max_tokens, manifest.load.temperature, manifest.load.ignore_eos) == (256, 0.0, False)
     assert not [warning for warning in manifest.warnings if "parallel slots" in warning], manifest.warnings
+    # the manifest names the model name sent, and says every request setting was rigbench's own but that one
+    assert manifest.server.model_name == "served-7b"
+    assert manifest.request_origins.model_dump() == {"model_name": "server", "max_tokens": "rigbench",
+                                                     "temperature": "rigbench", "ignore_eos": "rigbench",
+                                                     "cache_prompt": "rigbench"}
+    assert manifest.server.description.described_by == []  # no /props, and /v1/models names no context
     records = RunDir(path).read_records()
     assert records and not [record for record in records if record.error_kind], "requests name the listed model"
     with GroundTruthServer(GroundTruthConfig(model="default", slots=3), tmp_path / "t2.jsonl") as server:
@@ -115,3 +121,27 @@ def test_selftest_writes_its_table_and_capacity(tmp_path: Path) -> None:
     assert "tok_s_error_pct" in text and "highest aggregate rate followed" in text
     assert "4 users x 100 tok/s" in text
     assert json.loads((next((tmp_path / "runs").iterdir()) / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_reply_longer_than_the_servers_context_is_refused_with_ignore_eos_and_warned_without(
+    tmp_path: Path,
+) -> None:
+    config = GroundTruthConfig(ttft_ms=2, itl_ms=1, model="served-7b", llama_endpoints=False, max_model_len=512)
+    common = ["--steps", "1", "--warmup", "0", "--measure", "0.5", "--no-progress", "--max-tokens", "600"]
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        refused = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common, "--ignore-eos",
+                                           "--runs-dir", str(tmp_path / "refused")])
+        warned = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common, "--model-name", "served-7b",
+                                          "--runs-dir", str(tmp_path / "warned")])
+    assert refused.exception.exit_code == 2  # the console script's exit, for a RigbenchError
+    assert str(refused.exception) == (
+        f"--max-tokens 600: {server.base_url} holds 512 tokens per request (its /v1/models max_model_len), prompt "
+        "included; with --ignore-eos every reply would end at the context's edge, not at --max-tokens: ask for "
+        "fewer tokens, or serve a longer context")
+    assert not (tmp_path / "refused").exists()
+    assert warned.exit_code == 0, warned.output
+    (path,) = (tmp_path / "warned").iterdir()
+    manifest = RunDir(path).read_manifest()
+    assert manifest.server.description.model_dump() == {"described_by": ["/v1/models"], "context_tokens": 512}
+    assert manifest.request_origins.model_name == "flag" and manifest.request_origins.max_tokens == "flag"
+    assert any("ends at the context's edge" in warning for warning in manifest.warnings), manifest.warnings

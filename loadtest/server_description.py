@@ -1,0 +1,70 @@
+"""What a server says of itself before the load: how many tokens one request may hold.
+
+Why: a run against a server given by URL, with no rig profile, must not borrow llama-server's
+profile to fill what it was not told; rigbench sends every request setting itself (``max_tokens``,
+``temperature``: the server's own defaults never apply), so what it needs from the server is
+whether a reply of ``max_tokens`` fits. Read from llama-server's ``/props``
+(``default_generation_settings.n_ctx``: the context one slot holds) or the OpenAI-style
+``/v1/models`` (vLLM names each model's ``max_model_len``; llama-server's ``meta.n_ctx_train`` is
+the model's training length, not the server's, so it is not read). llama-server's ``/props`` does
+not show its ``-n`` (``params.n_predict`` stays -1), so no reply length is taken from it. A server
+that answers neither is described by nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from core.errors import UsageError
+from core.rundir.models import ServerDescription
+
+DESCRIBE_TIMEOUT_S = 5.0
+
+
+def describe_server(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> ServerDescription:
+    """What ``/props`` and ``/v1/models`` said (nothing where neither answered)."""
+    described_by: list[str] = []
+    context_tokens = None
+    props = _json(url, "/props", timeout)
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    if isinstance(settings, dict):
+        described_by.append("/props")
+        context_tokens = _positive(settings.get("n_ctx"))
+    models = _json(url, "/v1/models", timeout)
+    listed = models.get("data") if isinstance(models, dict) else None
+    lengths = [_positive(entry.get("max_model_len")) for entry in listed or [] if isinstance(entry, dict)]
+    if any(lengths):
+        described_by.append("/v1/models")
+        context_tokens = context_tokens or min(length for length in lengths if length)
+    return ServerDescription(described_by=described_by, context_tokens=context_tokens)
+
+
+def _json(url: str, path: str, timeout: float) -> Any:
+    try:
+        response = httpx.get(url + path, timeout=timeout)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _positive(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def check_reply_fits(url: str, description: ServerDescription, *, max_tokens: int, ignore_eos: bool,
+                     context_tokens: int = 0) -> str | None:
+    """A reply that runs to ``max_tokens`` (``--ignore-eos``) must fit the context the server holds per
+    request, or every request would be cut by the context, not by ``max_tokens``: refused. Without
+    ``--ignore-eos`` replies may end sooner, so a reply longer than the context is a warning (returned)."""
+    room = description.context_tokens
+    if room is None or max_tokens + context_tokens < room:
+        return None
+    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    asked = f"--max-tokens {max_tokens}" + (f" after --context-tokens {context_tokens}" if context_tokens else "")
+    said = f"{asked}: {url} holds {room} tokens per request ({source}), prompt included"
+    if ignore_eos:
+        raise UsageError(f"{said}; with --ignore-eos every reply would end at the context's edge, not at "
+                         f"--max-tokens: ask for fewer tokens, or serve a longer context")
+    return f"{said}; a reply that runs long ends at the context's edge, not at --max-tokens"
