@@ -71,6 +71,12 @@ BASE_CMAKE_OPTIONS = (
     "-DLLAMA_OPENSSL=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
 )
+# A CPU build compiles for the machine it runs on (GGML_NATIVE), which on an x86-64 CPU with AMX
+# (Intel Sapphire Rapids and later: AWS c7i/m7i/r7i) turns on ggml's AMX path. In the pinned source
+# that path crashes llama-server at its first decode of a quantized model (SIGSEGV in
+# ggml_backend_amx_mul_mat while repacking Q4_1 weights; llama-server -nr avoids it), so AMX is
+# compiled out: the AVX-512 kernels serve instead.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
 class BuildError(RuntimeError):
@@ -394,6 +400,8 @@ def cmake_options(backend: str, arch: str | None, extra: list[str]) -> list[str]
             options.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
     else:
         options += ["-DGGML_CUDA=OFF", "-DGGML_NATIVE=ON"]
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            options += [f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"]
     return options + list(extra)
 
 

@@ -26,6 +26,9 @@ def test_key_changes_with_each_input():
 def test_cmake_options_for_backends():
     cpu = lb.cmake_options("cpu", None, [])
     assert "-DGGML_CUDA=OFF" in cpu and "-DLLAMA_USE_PREBUILT_UI=OFF" in cpu
+    # AMX is compiled out of a native x86-64 build (its path crashes the pinned source on quantized weights)
+    amx_off = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    assert (f"-DCMAKE_CXX_FLAGS={amx_off}" in cpu) == (lb.platform.machine().lower() in ("x86_64", "amd64"))
     cuda = lb.cmake_options("cuda", "90", ["-DX=1"])
     assert "-DGGML_CUDA=ON" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=90" in cuda and cuda[-1] == "-DX=1"
 
