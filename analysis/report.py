@@ -218,7 +218,9 @@ def _describe_run(section: RunSection) -> str:
         patched = ", ".join(f"{patch.name} ({patch.sha256[:12]})" for patch in manifest.build.patches)
         parts.append(f"llama.cpp, patched: {patched}")
     if manifest.model is not None:
-        parts.append(f"model {manifest.model.label or manifest.model.name} ({manifest.model.sha256[:12]})")
+        model = manifest.model
+        terms = f", under the {model.terms}" if model.terms else ""
+        parts.append(f"model {model.label or model.name} ({model.sha256[:12]}{terms})")
     parts.append(f"drafter {manifest.drafter.name}" if manifest.drafter is not None else "no drafter")
     if manifest.server is not None:
         slots = manifest.server.parallel_slots

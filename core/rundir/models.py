@@ -102,6 +102,8 @@ class ModelInfo(Strict):
     synthetic: bool = False
     label: str | None = None
     decode_bytes: DecodeBytes | None = None
+    source: str | None = Field(None, description="where the bytes came from when not the hub: pypi:PACKAGE==VERSION")
+    terms: str | None = Field(None, description="the licence or terms of use the model comes under")
 
 
 SlotsFrom = Literal["server", "profile", "flags"]

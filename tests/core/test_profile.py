@@ -43,6 +43,11 @@ def test_bundled_profiles_load():
     assert e2b.server.context_size == 131072
     assert load_profile("gemma4-e2b-many").server.parallel_slots == 64
     assert load_profile("tiny").model.synthetic is not None
+    for name in ("gemma3-270m", "gemma3-270m-many"):
+        gemma = load_profile(name)
+        assert gemma.model.pypi == "gemma3-270m" and gemma.model.local_name == "gemma-3-270m-q4_k_m.gguf"
+        assert gemma.server.args[gemma.server.args.index("--chat-template") - 1] == "--no-jinja"
+    assert load_profile("gemma3-270m-many").llama_cpp.patches == ["server-lowest-free-slot"]
 
 
 def test_good_profile_and_server_args(tmp_path):
@@ -65,7 +70,11 @@ def test_good_profile_and_server_args(tmp_path):
         (GOOD.replace("-c 8192", "-c '8192"), "server.args: Value error, cannot parse server line"),
         (GOOD.replace("-ngl 99", "-ngl 99 --port 9000"), "--port is set by rigbench"),
         (GOOD.replace('sha256 = "unknown"', 'sha256 = "abc"'), "model.sha256: Value error, expected 64 hex digits"),
-        (GOOD.replace('file = "m.gguf"', ""), "model: Value error, give either repo and file"),
+        (GOOD.replace('file = "m.gguf"', ""), "model: Value error, give exactly one of repo and file (the hub)"),
+        (GOOD.replace('file = "m.gguf"', 'file = "m.gguf"\npypi = "gemma3-270m"'), "give exactly one of repo"),
+        (GOOD.replace("-ngl 99", "-ngl 99 --chat-template gemma"),
+         "--chat-template gemma: with jinja on (llama-server's default) this is the template's whole text, so "
+         "every prompt would be the word 'gemma'; add --no-jinja"),
         ("[model\nrepo=1", "not valid TOML"),
     ],
 )

