@@ -503,13 +503,21 @@ def run_gpu_study(out: Path, presets: list[str], *, scale: float = 1.0, processe
     (out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
     if "models" not in wanted:
         study.phase("build", lambda: use_cached_build(study))
-    for name in PHASES:
+    return run_phases(study, PHASES, wanted, steps)
+
+
+def run_phases(study: GpuStudy, order: tuple[str, ...], wanted: list[str],
+               bodies: dict[str, Callable[[GpuStudy], None]]) -> list[str]:
+    """The wanted phases in ``order`` (none after one that left no build); the failed lines of
+    ``phases.jsonl``. ``DONE`` is written either way: the lease's poller waits for it."""
+    for name in order:
         if name in wanted:
-            study.phase(name, lambda body=steps[name]: body(study))
+            study.phase(name, lambda body=bodies[name]: body(study))
         if study.build is None:
             study.log("no build: stopping")
             break
-    failed = [line for line in (out / "phases.jsonl").read_text().splitlines() if '"failed"' in line]
+    log = study.out / "phases.jsonl"
+    failed = [line for line in log.read_text().splitlines() if '"failed"' in line] if log.exists() else []
     study.log(f"study done, {len(failed)} failure(s)")
-    (out / "DONE").write_text("done\n")  # the lease's poller waits for this file either way
+    (study.out / "DONE").write_text("done\n")
     return failed

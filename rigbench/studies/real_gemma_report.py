@@ -1,0 +1,147 @@
+"""The real-Gemma study's tables from its folder: served ÷ ceiling, where the time goes, the drafter.
+
+Reads what ``rigbench.studies.real_gemma`` left (``phases.jsonl`` names each arm's run folder;
+``bench.json``, ``batched-bench-*.json``, each run's ``summary.json`` and ``telemetry.jsonl``) and
+writes Markdown: a study folder is its own evidence, and its tables can be made again from it.
+
+Usage: ``python3 -m rigbench.studies.real_gemma_report STUDY [--out README-tables.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from analysis.ceiling import read_ceiling
+from analysis.study_report import decode_steps
+from analysis.summary import read_summary
+from analysis.time_budget import ArmStep, step_budget
+from rigbench.studies.real_gemma import DRAFT_LENGTHS, SWEEP_ARMS
+
+
+def arm_runs(study: Path) -> dict[str, Path]:
+    """Arm label -> its run folder, from the study's phase log (the last complete run of each label)."""
+    runs = {}
+    for line in (study / "phases.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("phase") == "run" and entry.get("status") == "complete":
+            runs[entry["label"]] = study / "runs" / entry["run"]
+    return runs
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
+    ceilings = {name: read_ceiling(study / f"batched-bench-{name}.json") for name in ("per-slot-kv", "unified-kv")}
+    arms, steps, rates = [], [], {}
+    for label, patched, gpu_sampling, _, pinned in SWEEP_ARMS:
+        if label not in runs:
+            continue
+        arms.append(label)
+        summary = read_summary(runs[label] / "summary.json").runs[0]
+        calls = decode_steps(runs[label])
+        for figure in summary.steps:
+            rate = calls.get(figure.users)
+            rates[label, figure.users] = figure
+            steps.append(ArmStep(label, figure.users, figure.aggregate_tok_s.value or 0.0,
+                                 1000 / rate if rate else None, gpu_sampling, patched or pinned))
+    if not arms:
+        return ["No sweep arm completed."]
+    kv = {label: "unified-kv" if "-kvu" in flags else "per-slot-kv" for label, _, _, flags, _ in SWEEP_ARMS}
+    users = sorted({step.users for step in steps})
+    served_rows, call_rows, budget_rows = [], [], []
+    for count in users:
+        served_row, call_row = [count], [count]
+        for label in arms:
+            figure = rates.get((label, count))
+            ceiling = ceilings[kv[label]]
+            top = ceiling.decode_tok_s.get(count) if ceiling else None
+            if figure is None:
+                served_row.append("-")
+                call_row.append("-")
+                continue
+            value, low, high = figure.aggregate_tok_s.value, figure.aggregate_tok_s.low, figure.aggregate_tok_s.high
+            share = f" ({value / top:.2f})" if value and top else ""
+            served_row.append(f"{fmt(value)} [{fmt(low)}-{fmt(high)}]{share}")
+            step = next(s for s in steps if s.arm == label and s.users == count)
+            call_row.append(fmt(step.call_ms, 1))
+            if top:
+                budget = step_budget(step, top, [s for s in steps if s.users == count])
+                budget_rows.append([count, label, f"{budget.served_share:.2f}", fmt(budget.ceiling_ms, 1),
+                                    fmt(budget.call_ms, 1), fmt(budget.sampling_ms, 1), fmt(budget.slots_ms, 1),
+                                    fmt(budget.rest_ms, 1), budget.reading])
+        per_slot, unified = (ceilings[name].decode_tok_s.get(count) if ceilings[name] else None
+                             for name in ("per-slot-kv", "unified-kv"))
+        served_rows.append([*served_row, f"{fmt(per_slot)} / {fmt(unified)}"])
+        call_rows.append(call_row)
+    return [
+        "### Served aggregate tok/s [95% interval] (÷ llama-batched-bench's decode tok/s with as many sequences)", "",
+        tabulate(served_rows, ["users", *arms, "ceiling per-slot / unified"], "github"), "",
+        "### The server's ms per decode call (llamacpp:n_decode_total over each window)", "",
+        tabulate(call_rows, ["users", *arms], "github"), "",
+        "### Where the time of one decode call goes (ms), and the reading", "",
+        tabulate(budget_rows, ["users", "arm", "served ÷ ceiling", "card's step", "server's call", "sampling",
+                               "slot layout", "server loop", "reading"], "github"), "",
+    ]
+
+
+def drafter_table(runs: dict[str, Path]) -> list[str]:
+    rows, best = [], None
+    for draft in (0, *DRAFT_LENGTHS):
+        run = runs.get(f"draft{draft}")
+        if run is None:
+            continue
+        (figure,) = read_summary(run / "summary.json").runs[0].steps[:1]
+        calls = decode_steps(run).get(1)
+        tok_s = figure.aggregate_tok_s
+        rows.append([draft, f"{fmt(tok_s.value, 1)} [{fmt(tok_s.low, 1)}-{fmt(tok_s.high, 1)}]",
+                     fmt(figure.draft_acceptance.value, 2) if draft else "-",
+                     fmt(figure.tokens_per_decode_step, 2) if draft else "1.00",
+                     fmt(1000 / calls, 2) if calls else "-"])
+        if tok_s.value and (best is None or tok_s.value > best[1]):
+            best = (draft, tok_s.value)
+    if not rows:
+        return ["No drafter run completed."]
+    line = f"Best draft length here: {best[0]} ({best[1]:.1f} tok/s)." if best else ""
+    return ["### One user with a drafter of a lower rung (Q2_K of the same model)", "",
+            tabulate(rows, ["drafted tokens", "tok/s [95%]", "accepted share", "tokens per decode step",
+                            "ms per decode call"], "github"), "", line, ""]
+
+
+def study_tables(study: Path) -> str:
+    runs = arm_runs(study)
+    lines = []
+    model = study / "model.json"
+    if model.exists():
+        facts = json.loads(model.read_text())
+        lines += [f"Model: `{facts['file']}`, {facts['size']:,} bytes, sha256 `{facts['sha256']}` "
+                  f"({'matches the pin' if facts['matches'] else 'DIFFERS from the pin'}), from {facts['source']}; "
+                  f"{facts['terms']}.", ""]
+    bench = study / "bench.json"
+    if bench.exists():
+        summary = json.loads(bench.read_text())["summary"]
+        lines += [f"llama-bench at the one-user line: pp512 {fmt(summary.get('pp512'))} tok/s, "
+                  f"tg128 {fmt(summary.get('tg128'), 1)} tok/s.", ""]
+    return "\n".join([*lines, *sweep_tables(study, runs), *drafter_table(runs)]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m rigbench.studies.real_gemma_report")
+    parser.add_argument("study", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    text = study_tables(args.study)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
