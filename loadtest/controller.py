@@ -217,7 +217,7 @@ class SweepController:
         """The users running as the window opens go in its step; fewer than the step names is said."""
         assert self.run is not None
         manifest = self.run.read_manifest()
-        steps = [s.model_copy(update={"users_started": running}) if s.index == index else s for s in manifest.steps]
+        steps = _with_step_changed(manifest.steps, index, users_started=running)
         warnings = list(manifest.warnings)
         if running < stage.users:
             warnings.append(
@@ -230,7 +230,7 @@ class SweepController:
     def _close_step(self, index: int, measure_end: float, cpu: dict[str, float]) -> None:
         assert self.run is not None
         manifest = self.run.read_manifest()
-        steps = [s.model_copy(update={"measure_end": measure_end}) if s.index == index else s for s in manifest.steps]
+        steps = _with_step_changed(manifest.steps, index, measure_end=measure_end)
         warnings = list(manifest.warnings) + cpu_warnings(index, cpu)
         self.completed_steps = index
         self.run.update_manifest(steps=steps, last_complete_step=index, warnings=warnings)
@@ -310,3 +310,8 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
+
+
+def _with_step_changed(steps: list[StepWindow], index: int, **changes: object) -> list[StepWindow]:
+    """The manifest's step windows with step ``index``'s fields changed."""
+    return [step.model_copy(update=changes) if step.index == index else step for step in steps]

@@ -92,6 +92,7 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         )
     digest = file_sha256(path)
     label = synthetic_label(path)
+    named = spec.pypi if override is None else None  # a --model-file is not the named model
     return path, ModelInfo(
         name=path.name,
         sha256=digest,
@@ -100,8 +101,8 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         synthetic=label is not None,
         label=label,
         decode_bytes=recorded_decode_bytes(path),
-        source=model_source(spec.pypi) if spec.pypi is not None and override is None else None,
-        terms=named_model(spec.pypi).licence if spec.pypi is not None and override is None else None,
+        source=model_source(named) if named else None,
+        terms=named_model(named).licence if named else None,
     )
 
 
