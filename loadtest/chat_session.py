@@ -10,7 +10,6 @@ and adds nothing to the tallies. No Locust import: the event is fired on the use
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from core.rundir import RequestRecord
@@ -18,7 +17,7 @@ from loadtest.load_process import load_process
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.prompts import Prompt
 from loadtest.sse_client import SSEClient
-from loadtest.streaming import StreamResult, build_payload, make_client, stream_chat
+from loadtest.streaming import RequestMeta, StreamResult, build_payload, make_client, stream_chat
 from loadtest.window_share import window_share
 
 FAILURE_MESSAGE_CHARS = 200  # of a failed request's "<error_kind>: <message>" in Locust's statistics
@@ -49,10 +48,11 @@ class ChatSession:
         payload = build_payload(list(prompt.messages), **self.request_options)
         if slot is not None:
             payload["id_slot"] = slot
-        meta = context.meta_for(time.time() if intended is None else intended, prompt.category)
+        category = prompt.category
+        meta = context.unplaced_meta(category) if intended is None else context.meta_for(intended, category)
 
         def keep_stopped(stopped: StreamResult) -> None:
-            context.write(self._placed(stopped, prompt.category, intended), self.environment)
+            context.write(self._placed(stopped, meta, intended), self.environment)
 
         client = self._client()
         self.process.in_flight += 1
@@ -61,7 +61,7 @@ class ChatSession:
         finally:
             self.process.in_flight -= 1
             self._release(client)
-        result = self._placed(result, prompt.category, intended)
+        result = self._placed(result, meta, intended)
         context.write(result, self.environment)
         self.process.live.add(result.record)
         self._fire_request_event(result.record)
@@ -89,20 +89,20 @@ class ChatSession:
         else:
             self.idle.append(client)
 
-    def _placed(self, result: StreamResult, category: str, intended: float | None) -> StreamResult:
-        """The record in its step and phase: by its scheduled start (kept as ``t_intended``), or
-        by its exact start (the meta was taken a moment before it)."""
+    def _placed(self, result: StreamResult, meta: RequestMeta, intended: float | None) -> StreamResult:
+        """The record in its step and phase, with its share of that step's measured window: by its
+        scheduled start (kept as ``t_intended``), where ``meta`` was located before it was sent, or by
+        its exact start, located now (the stream is what knows it)."""
         record = result.record
         if intended is not None:
             update: dict[str, Any] = {"t_intended": intended}
         else:
-            exact = self.context.meta_for(record.t_start, category)
-            update = {"step": exact.step, "users": exact.users, "phase": exact.phase}
-        window = self.context.measured_window(record.t_start if intended is None else intended)
-        if window is not None:
+            meta = self.context.meta_for(record.t_start, meta.category)
+            update = {"step": meta.step, "users": meta.users, "phase": meta.phase}
+        if meta.window is not None:
             total = record.completion_tokens if record.completion_tokens is not None else record.streamed_tokens
             update["window_chunks"], update["window_tokens"] = window_share(
-                result.chunk_times, result.chunk_counts, total, *window)
+                result.chunk_times, result.chunk_counts, total, *meta.window)
         return StreamResult(record=record.model_copy(update=update), chunk_times=result.chunk_times,
                             retry_after_s=result.retry_after_s, chunk_counts=result.chunk_counts)
 

@@ -95,6 +95,7 @@ class _Stats:
         self.processing = 0
         self.tokens_predicted = 0
         self.prompt_tokens = 0
+        self.model_lists = 0  # GETs of /v1/models, so a test sees how often a client asks before the load
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -291,6 +292,7 @@ class GroundTruthApp:
         if path in ("/metrics", "/slots", "/tokenize") and not self.config.llama_endpoints:
             return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
         if path == "/v1/models":
+            self.stats.model_lists += 1
             model: dict = {"id": self.config.model, "object": "model"}
             if self.config.max_model_len is not None:
                 model["max_model_len"] = self.config.max_model_len
@@ -326,6 +328,8 @@ class GroundTruthApp:
             f"llamacpp:requests_processing {s.processing}\n"
             "# TYPE rigbench_truth_requests_total counter\n"
             f"rigbench_truth_requests_total {s.requests}\n"
+            "# TYPE rigbench_truth_model_list_requests_total counter\n"
+            f"rigbench_truth_model_list_requests_total {s.model_lists}\n"
         )
 
     def chunk_plan(self, n_tokens: int, request_index: int) -> list[tuple[float, int]]:

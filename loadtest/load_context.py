@@ -94,16 +94,9 @@ class LoadContext:
             "ignore_eos": options.ignore_eos,
         }
 
-    def measured_window(self, t_start: float) -> tuple[float, float] | None:
-        """The unix times of the measured window of the step a request starting at ``t_start`` belongs
-        to, as the controller records them (the schedule from ``t0``); None before the sweep's start."""
-        t0 = self.t0()
-        if not t0 or not self.stages:
-            return None
-        position = locate_or_last(self.stages, t_start - t0)
-        return t0 + position.measure_start, t0 + position.measure_end
-
     def meta_for(self, t_start: float, category: str) -> RequestMeta:
+        """The meta of a request that starts (or was meant to start) at ``t_start``: its step and phase,
+        and that step's measured window as the controller records it (the schedule from ``t0``)."""
         t0 = self.t0()
         position = locate_or_last(self.stages, t_start - t0 if t0 else 0.0)
         return RequestMeta(
@@ -113,7 +106,15 @@ class LoadContext:
             phase=position.phase,
             category=category,
             context_tokens=self.context_tokens,
+            window=(t0 + position.measure_start, t0 + position.measure_end) if t0 else None,
         )
+
+    def unplaced_meta(self, category: str) -> RequestMeta:
+        """The meta a closed-loop request streams with: it belongs to the step of its exact start, known
+        only once it is sent, so its record is placed then (``meta_for`` at ``t_start``) and the step,
+        users and phase here are never kept."""
+        return RequestMeta(shard=self.shard, step=0, users=0, phase="warmup", category=category,
+                           context_tokens=self.context_tokens)
 
     def write(self, result: StreamResult, environment: Any) -> None:
         """The record to the shard (and its chunk times to the timeline)."""

@@ -22,6 +22,8 @@ from core.rundir import RequestRecord
 from loadtest.error_watch import fix_for
 from loadtest.http_errors import describe_http_error
 from loadtest.long_context import context_for_tokens
+from loadtest.model_list import MODELS_PATH, ModelList
+from loadtest.path_answer import CONNECT_FIX, ask_path
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, server_words, stream_chat
 
 HEALTH_TIMEOUT_S = 5.0
@@ -32,7 +34,7 @@ PROBE_META = RequestMeta(shard="preflight", step=0, users=1, phase="warmup", cat
 
 # Before the load, what to do differs from a failure mid-sweep (loadtest.error_watch) for these kinds.
 FIXES = {
-    "connect": "start the server, or check the URL's host and port",
+    "connect": CONNECT_FIX,
     "timeout": "the server accepted the request but sent nothing in time; check its log (stuck, or still loading?)",
     "server_error": "the server gave up on a two-token reply; check its log",
     "client_error": "this is a bug in rigbench's client; please report it with this line",
@@ -65,51 +67,32 @@ def check_url(text: str, option: str = "--url") -> str:
     return root
 
 
-def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str:
-    """``/health`` (or ``/v1/models``) answers 200; returns which one did."""
-    for path in ("/health", "/v1/models"):
-        try:
-            response = httpx.get(url + path, timeout=timeout)
-        except httpx.ConnectError as error:
-            raise LoadTestError(unreachable(url, error)) from None
-        except httpx.TimeoutException:
-            raise LoadTestError(
-                f"{url}: no answer to GET {path} within {timeout:g} s; check the host, the port and any firewall"
-            ) from None
-        except httpx.HTTPError as error:
-            raise LoadTestError(f"{url}: {describe_http_error(error)}") from None
-        if response.status_code == 200:
+def check_health(url: str, timeout: float = HEALTH_TIMEOUT_S, models: ModelList | None = None) -> str:
+    """``/health`` (or ``/v1/models``) answers 200; returns which one did. ``models``: the server's
+    ``/v1/models`` as already read, so that a server without ``/health`` is not asked for it again."""
+    for path in ("/health", MODELS_PATH):
+        answer = models.answer if models is not None and path == MODELS_PATH else ask_path(url, path, timeout)
+        if answer.failure is not None:
+            raise LoadTestError(answer.failure)
+        if answer.status == 200:
             return path
-        if response.status_code == 503:
+        if answer.status == 503:
             raise LoadTestError(
-                f"{url}{path} answers 503 ({server_words(response.text) or 'no reason given'}): the server is still "
+                f"{url}{path} answers 503 ({server_words(answer.text) or 'no reason given'}): the server is still "
                 "loading its model; wait until it answers 200, then run again"
             )
-        if response.status_code == 400 and url.startswith("http://") and "https" in response.text.lower():
+        if answer.status == 400 and url.startswith("http://") and "https" in answer.text.lower():
             raise LoadTestError(
-                f"{url}{path} answers 400 ({response.text.strip()[:120]}): the server speaks TLS; use "
+                f"{url}{path} answers 400 ({answer.text.strip()[:120]}): the server speaks TLS; use "
                 f"https://{url.removeprefix('http://')}"
             )
-        if response.status_code != 404:
-            words = server_words(response.text)
-            raise LoadTestError(f"{url}{path} answers HTTP {response.status_code}" + (f": {words}" if words else ""))
+        if answer.status != 404:
+            words = server_words(answer.text)
+            raise LoadTestError(f"{url}{path} answers HTTP {answer.status}" + (f": {words}" if words else ""))
     raise LoadTestError(
         f"{url}: /health and /v1/models both answer 404, so this is not the root of an OpenAI-compatible "
         "server; check the URL (no API path) and the port"
     )
-
-
-def unreachable(url: str, error: Exception) -> str:
-    """Why no connection was made, in one line: a TLS handshake that failed is not "nothing listening"."""
-    text = str(error)
-    if "CERTIFICATE_VERIFY_FAILED" in text:
-        reason = text.split("certificate verify failed:", 1)[-1].split("(_ssl", 1)[0].strip(" )") or text
-        return f"{url}: its TLS certificate is not trusted ({reason}); serve a certificate this machine trusts"
-    if "SSL" in text or "TLS" in text:
-        plain = f"http://{url.removeprefix('https://')}"
-        return (f"{url}: the TLS handshake failed ({text.split(' (_ssl', 1)[0]}): the server does not speak TLS "
-                f"on this port; for a plain-HTTP server use {plain}")
-    return f"{url}: nothing is listening (connection refused); {FIXES['connect']}"
 
 
 def probe_reply(url: str, prompt: str, model_name: str, *, max_tokens: int, ignore_eos: bool,
@@ -125,22 +108,6 @@ def probe_reply(url: str, prompt: str, model_name: str, *, max_tokens: int, igno
     )
     with make_client(url, read_timeout=timeout, connect_timeout=HEALTH_TIMEOUT_S) as client:
         return stream_chat(client, payload, PROBE_META).record
-
-
-def listed_model(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
-    """The one model the server lists at ``/v1/models`` (OpenAI's list), the name its requests must carry;
-    None when it lists none or has no such list. A server listing several is refused: which one to load
-    is the user's choice (``--model-name``)."""
-    try:
-        response = httpx.get(f"{url}/v1/models", timeout=timeout)
-        listed = response.json().get("data") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    names = [str(entry["id"]) for entry in listed or [] if isinstance(entry, dict) and entry.get("id")]
-    if len(names) > 1:
-        shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
-        raise UsageError(f"--model-name: {url} serves {len(names)} models ({shown}); name the one to load")
-    return names[0] if names else None
 
 
 def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TIMEOUT_S) -> None:

@@ -15,38 +15,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from core.errors import UsageError
 from core.rundir.models import ServerDescription
+from loadtest.model_list import ModelList, read_model_list
+from loadtest.path_answer import ask_path
 
 DESCRIBE_TIMEOUT_S = 5.0
 
 
-def describe_server(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> ServerDescription:
-    """What ``/props`` and ``/v1/models`` said (nothing where neither answered)."""
+def describe_server(url: str, timeout: float = DESCRIBE_TIMEOUT_S,
+                    models: ModelList | None = None) -> ServerDescription:
+    """What ``/props`` and ``/v1/models`` said (nothing where neither answered). ``models``: the server's
+    ``/v1/models`` as already read for the model name and the health check, so it is not asked again."""
     described_by: list[str] = []
     context_tokens = None
-    props = _json(url, "/props", timeout)
+    props = ask_path(url, "/props", timeout).body
     settings = props.get("default_generation_settings") if isinstance(props, dict) else None
     if isinstance(settings, dict):
         described_by.append("/props")
         context_tokens = _positive(settings.get("n_ctx"))
-    models = _json(url, "/v1/models", timeout)
-    listed = models.get("data") if isinstance(models, dict) else None
-    lengths = [_positive(entry.get("max_model_len")) for entry in listed or [] if isinstance(entry, dict)]
-    if any(lengths):
+    lengths = (models if models is not None else read_model_list(url, timeout)).context_lengths
+    if lengths:
         described_by.append("/v1/models")
-        context_tokens = context_tokens or min(length for length in lengths if length)
+        context_tokens = context_tokens or min(lengths)
     return ServerDescription(described_by=described_by, context_tokens=context_tokens)
-
-
-def _json(url: str, path: str, timeout: float) -> Any:
-    try:
-        response = httpx.get(url + path, timeout=timeout)
-        return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
 
 
 def _positive(value: Any) -> int | None:

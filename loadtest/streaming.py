@@ -65,7 +65,7 @@ TIMELINES = RunDir.TIMELINES  # run-dir folder of per-chunk arrival times, one f
 
 @dataclass
 class RequestMeta:
-    """Who sent the request and when in the sweep: copied into the record verbatim."""
+    """Who sent the request and when in the sweep: copied into the record verbatim, but for ``window``."""
 
     shard: str
     step: int
@@ -73,6 +73,9 @@ class RequestMeta:
     phase: str
     category: str
     context_tokens: int = 0
+    # the unix times of its step's measured window, found with the step so the request's share of the
+    # window is measured without locating the step again; None before the sweep's start
+    window: tuple[float, float] | None = None
 
 
 @dataclass

@@ -26,7 +26,8 @@ from core.lists import (
 from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
 from core.rundir.models import RequestOrigins, ServerDescription, SettingOrigin, SlotsFrom
-from loadtest.preflight import check_context, check_health, check_reply, check_url, listed_model
+from loadtest.model_list import ModelList, listed_model, read_model_list
+from loadtest.preflight import check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
 from loadtest.server_description import check_reply_fits, describe_server
@@ -108,12 +109,12 @@ def request_settings(
     return request, origins
 
 
-def sent_model_name(url: str, given: str | None) -> tuple[str, SettingOrigin]:
+def sent_model_name(models: ModelList, given: str | None) -> tuple[str, SettingOrigin]:
     """The model name requests carry, and its origin: ``--model-name``, else the one model the server
     lists at /v1/models, else ``default`` (llama-server takes any name)."""
     if given:
         return given, "flag"
-    listed = listed_model(url)
+    listed = listed_model(models)
     return (listed, "server") if listed else (DEFAULT_MODEL_NAME, "rigbench")
 
 
@@ -206,16 +207,22 @@ def sweep(
     measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
     arms = parse_servers(url)
-    models = {arm_url: sent_model_name(arm_url, model_name) for _, arm_url in arms}
+    # each server's /v1/models, read once: it names the model to send, stands in for a missing /health,
+    # and may say how many tokens a request holds
+    model_lists: dict[str, ModelList] = {}
+    models: dict[str, tuple[str, SettingOrigin]] = {}
+    for _, arm_url in arms:
+        model_lists[arm_url] = read_model_list(arm_url)
+        models[arm_url] = sent_model_name(model_lists[arm_url], model_name)
     if not no_preflight:
         for _, arm_url in arms:
-            check_health(arm_url)
+            check_health(arm_url, models=model_lists[arm_url])
             check_reply(arm_url, models[arm_url][0], timeout=read_timeout)
     if max(contexts) > 0:
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
     request, origins = request_settings(profile, max_tokens=max_tokens, ignore_eos=ignore_eos)
-    described = {arm_url: describe_server(arm_url) for _, arm_url in arms}
+    described = {arm_url: describe_server(arm_url, models=model_lists[arm_url]) for _, arm_url in arms}
     fit_warnings = {(arm_url, context): check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
                                                          ignore_eos=request.ignore_eos, context_tokens=context)
                     for _, arm_url in arms for context in contexts}

@@ -7,12 +7,15 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
 from core.errors import LoadTestError, UsageError
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.model_list import listed_model, read_model_list
 from loadtest.preflight import check_health, check_reply, check_url, preflight
 
 
@@ -53,6 +56,7 @@ class Behaviour(http.server.BaseHTTPRequestHandler):
     """A server that answers /health, /v1/models and the chat path one wrong way (its ``mode``)."""
 
     mode = "ok"
+    asked: ClassVar[Counter[tuple[str, str]]] = Counter()  # GETs by (mode, path), across every mode's server
 
     def log_message(self, *args: object) -> None:
         pass
@@ -66,6 +70,7 @@ class Behaviour(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
+        self.asked[self.mode, self.path] += 1
         if self.mode == "loading" and self.path == "/health":
             self.answer(503, "application/json", b'{"error": {"message": "Loading model"}}')
         elif self.mode == "no-health" and self.path == "/v1/models":
@@ -180,3 +185,15 @@ def test_servers_that_answer_pass(servers: dict[str, str], tmp_path) -> None:
     check_reply(servers["ok"])
     with GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1, model="default"), tmp_path / "truth.jsonl") as gt:
         assert preflight(gt.base_url + "/") == gt.base_url
+
+
+@pytest.mark.integration
+def test_a_model_list_already_read_is_the_health_check_without_asking_again(servers: dict[str, str]) -> None:
+    before = Behaviour.asked["no-health", "/v1/models"]
+    models = read_model_list(servers["no-health"])
+    assert check_health(servers["no-health"], models=models) == "/v1/models"
+    assert listed_model(models) == "m"
+    assert Behaviour.asked["no-health", "/v1/models"] - before == 1
+    with pytest.raises(LoadTestError) as refused:  # a list that answered 404 is the same 404 to the check
+        check_health(servers["not-an-api"], models=read_model_list(servers["not-an-api"]))
+    assert str(refused.value) == HEALTH["not-an-api"].replace("{url}", servers["not-an-api"])

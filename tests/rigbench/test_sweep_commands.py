@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from core.rundir import RunDir
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from loadtest.telemetry import parse_metrics
 from rigbench.cli import app
 
 pytestmark = pytest.mark.integration
@@ -85,6 +87,23 @@ def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(
     (path,) = (tmp_path / "with-slots").iterdir()
     server_info = RunDir(path).read_manifest().server
     assert (server_info.parallel_slots, server_info.slots_from) == (3, "server")
+
+
+def test_a_sweep_asks_for_the_servers_model_list_once(tmp_path: Path) -> None:
+    # /v1/models names the model to send, answers the health check of a server without /health and says
+    # the context a request holds: one answer serves all three
+    config = GroundTruthConfig(ttft_ms=2, itl_ms=1, model="served-7b", max_model_len=4096)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "0",
+                                          "--measure", "0.5", "--max-tokens", "4", "--no-progress",
+                                          "--runs-dir", str(tmp_path / "runs")])
+        asked = parse_metrics(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+    assert result.exit_code == 0, result.output
+    (path,) = (tmp_path / "runs").iterdir()
+    server_info = RunDir(path).read_manifest().server
+    assert server_info.model_name == "served-7b"
+    assert server_info.description.model_dump() == {"described_by": ["/v1/models"], "context_tokens": 4096}
+    assert asked["rigbench_truth_model_list_requests_total"] == 1
 
 
 def test_sweep_without_a_server_is_one_clear_line() -> None:
