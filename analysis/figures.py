@@ -69,6 +69,7 @@ Definitions (the report repeats them):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,7 @@ from core.rundir import RunManifest, StepWindow, TelemetrySnapshot
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
+DECODE_COUNTER = "llamacpp:n_decode_total"
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
@@ -95,6 +97,7 @@ class RunFigures:
     steps: list[StepFigures]
     warnings: list[str] = field(default_factory=list)
     token_methods: dict[str, int] = field(default_factory=dict)  # requests of the whole run per method
+    decode_calls_per_s: dict[int, float] = field(default_factory=dict)  # step index -> llama-server decode calls/s
 
     @property
     def open_loop(self) -> bool:
@@ -383,6 +386,18 @@ def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -
     return (end.metrics[counter] - start.metrics[counter]) / (end.taken_at - start.taken_at)
 
 
+def decode_call_rates(telemetry: list[TelemetrySnapshot], indices: Iterable[int]) -> dict[int, float]:
+    """Step index -> llama-server's decode calls per second over the step's measured window (prompt
+    calls included), for the steps whose snapshots carry the counter. One call decodes a token for
+    every busy slot, so 1000 / rate is the time one call took: what grows with each added user."""
+    rates = {}
+    for index in indices:
+        rate = counter_rate(telemetry, index, DECODE_COUNTER)
+        if rate:
+            rates[index] = rate
+    return rates
+
+
 def counter_granularity(
     requests: Requests, telemetry: list[TelemetrySnapshot], index: int, max_tokens: int | None = None
 ) -> float | None:
@@ -514,4 +529,5 @@ def run_figures(run: LoadedRun) -> RunFigures:
             f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "
             f"status {manifest.status}); the sweep stopped before a measure phase ended: re-run the load test"
         )
-    return RunFigures(run, steps, warnings, token_methods=method_counts(requests.method))
+    return RunFigures(run, steps, warnings, token_methods=method_counts(requests.method),
+                      decode_calls_per_s=decode_call_rates(run.telemetry, [step.index for step in steps]))

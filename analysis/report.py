@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from analysis.budget_section import attach_budgets, budget_section
 from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison
 from analysis.cost import gpu_description
@@ -287,6 +288,7 @@ def render(report: Report) -> str:
         lines += cost_section(section)
         lines += ["", *roofline_section(section.roofline, load_header(section.figures.open_loop))]
         lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
+        lines += budget_section(section.budget)
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
@@ -337,7 +339,9 @@ def build_sections(
         raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
     book = book or PriceBook.default()
     named = [explicit_ceiling(path) for path in ceilings or []]
-    return [build_section(Path(path), book, reference_types, decode_bytes, named) for path in run_dirs]
+    sections = [build_section(Path(path), book, reference_types, decode_bytes, named) for path in run_dirs]
+    attach_budgets(sections)  # the runs given together pair up to split each one's decode call
+    return sections
 
 
 def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:

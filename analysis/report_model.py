@@ -25,6 +25,7 @@ from analysis.intervals import Estimate
 from analysis.load import load_run
 from analysis.prices import PriceBook
 from analysis.roofline import RunRoofline, run_roofline
+from analysis.time_budget import RunBudget
 from core.errors import AnalysisError
 from core.rundir import DecodeBytes
 
@@ -49,6 +50,7 @@ class RunSection:
     warnings: list[str] = field(default_factory=list)
     roofline: RunRoofline | None = None
     ceiling: BatchedCeiling | None = None  # the card's batched decode speed, when a bench result matches
+    budget: RunBudget | None = None  # where a decode call's time goes: set across a report's runs (budget_section)
 
     @property
     def label(self) -> str:

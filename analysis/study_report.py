@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from tabulate import tabulate
 
 from analysis.ceiling import read_ceiling
-from analysis.figures import counter_rate
+from analysis.figures import decode_call_rates
 from analysis.intervals import Estimate
 from analysis.plots import PlotSpec, draw_lines
 from analysis.step import StepFigures
@@ -302,19 +302,14 @@ def sweep_section(arms: list[Arm]) -> list[str]:
     return lines
 
 
-DECODE_COUNTER = "llamacpp:n_decode_total"
-
-
 def decode_steps(run: Path) -> dict[int, float]:
-    """users -> llama-server decode calls per second over each step's measured window."""
+    """users -> llama-server decode calls per second over each step's measured window, by the
+    figures' own definition (``analysis.figures.decode_call_rates``); read from the run's telemetry
+    here because a study reads each run's summary.json, not its figures."""
     run_dir = RunDir(run)
-    telemetry = run_dir.read_telemetry()
-    rates = {}
-    for step in run_dir.read_manifest().steps:
-        rate = counter_rate(telemetry, step.index, DECODE_COUNTER)
-        if rate:
-            rates[step.users] = rate
-    return rates
+    windows = run_dir.read_manifest().steps
+    rates = decode_call_rates(run_dir.read_telemetry(), [window.index for window in windows])
+    return {window.users: rates[window.index] for window in windows if window.index in rates}
 
 
 def least_squares_slope(points: list[tuple[float, float]]) -> float | None:

@@ -16,10 +16,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from analysis.arms import arm_of
 from analysis.ceiling import read_ceiling
 from analysis.study_report import decode_steps
 from analysis.summary import read_summary
-from analysis.time_budget import ArmStep, step_budget
+from analysis.time_budget import arm_run, run_budgets
+from core.rundir import RunDir
 from rigbench.studies.real_gemma import DRAFT_LENGTHS, SWEEP_ARMS
 
 
@@ -39,27 +41,30 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
     ceilings = {name: read_ceiling(study / f"batched-bench-{name}.json") for name in ("per-slot-kv", "unified-kv")}
-    arms, steps, rates = [], [], {}
-    for label, patched, gpu_sampling, _, pinned in SWEEP_ARMS:
+    kv = {label: "unified-kv" if "-kvu" in flags else "per-slot-kv" for label, _, _, flags, _ in SWEEP_ARMS}
+    arms, figures, calls, measured = [], {}, {}, []
+    for label, *_ in SWEEP_ARMS:
         if label not in runs:
             continue
         arms.append(label)
-        summary = read_summary(runs[label] / "summary.json").runs[0]
-        calls = decode_steps(runs[label])
-        for figure in summary.steps:
-            rate = calls.get(figure.users)
-            rates[label, figure.users] = figure
-            steps.append(ArmStep(label, figure.users, figure.aggregate_tok_s.value or 0.0,
-                                 1000 / rate if rate else None, gpu_sampling, patched or pinned))
+        steps = read_summary(runs[label] / "summary.json").runs[0].steps
+        figures.update({(label, figure.users): figure for figure in steps})
+        calls[label] = decode_steps(runs[label])
+        arm = arm_of(RunDir(runs[label]).read_manifest(), label)
+        if arm is not None:  # the arm's flags come from its manifest, as `rigbench report` reads them
+            measured.append(arm_run(arm, steps, calls[label], ceilings[kv[label]]))
     if not arms:
         return ["No sweep arm completed."]
-    kv = {label: "unified-kv" if "-kvu" in flags else "per-slot-kv" for label, _, _, flags, _ in SWEEP_ARMS}
-    users = sorted({step.users for step in steps})
-    served_rows, call_rows, budget_rows = [], [], []
+    _, budgets = run_budgets(measured)
+    by_step = sorted((budget for steps in budgets for budget in steps), key=lambda b: (b.users, arms.index(b.arm)))
+    budget_rows = [[b.users, b.arm, f"{b.served_share:.2f}", fmt(b.ceiling_ms, 1), fmt(b.call_ms, 1),
+                    fmt(b.sampling_ms, 1), fmt(b.slots_ms, 1), fmt(b.rest_ms, 1), b.reading] for b in by_step]
+    users = sorted({count for _, count in figures})
+    served_rows, call_rows = [], []
     for count in users:
         served_row, call_row = [count], [count]
         for label in arms:
-            figure = rates.get((label, count))
+            figure = figures.get((label, count))
             ceiling = ceilings[kv[label]]
             top = ceiling.decode_tok_s.get(count) if ceiling else None
             if figure is None:
@@ -69,13 +74,8 @@ def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
             value, low, high = figure.aggregate_tok_s.value, figure.aggregate_tok_s.low, figure.aggregate_tok_s.high
             share = f" ({value / top:.2f})" if value and top else ""
             served_row.append(f"{fmt(value)} [{fmt(low)}-{fmt(high)}]{share}")
-            step = next(s for s in steps if s.arm == label and s.users == count)
-            call_row.append(fmt(step.call_ms, 1))
-            if top:
-                budget = step_budget(step, top, [s for s in steps if s.users == count])
-                budget_rows.append([count, label, f"{budget.served_share:.2f}", fmt(budget.ceiling_ms, 1),
-                                    fmt(budget.call_ms, 1), fmt(budget.sampling_ms, 1), fmt(budget.slots_ms, 1),
-                                    fmt(budget.rest_ms, 1), budget.reading])
+            rate = calls[label].get(count)
+            call_row.append(fmt(1000 / rate if rate else None, 1))
         per_slot, unified = (ceilings[name].decode_tok_s.get(count) if ceilings[name] else None
                              for name in ("per-slot-kv", "unified-kv"))
         served_rows.append([*served_row, f"{fmt(per_slot)} / {fmt(unified)}"])
