@@ -47,6 +47,8 @@ class TrialResult(BaseModel):
     one_user_client_tok_s: float | None = None
     max_users: int | None = None
     aggregate_tok_s_at_max_users: float | None = None
+    aggregate_low_at_max_users: float | None = Field(None, description="its 95% interval's low end")
+    aggregate_high_at_max_users: float | None = Field(None, description="its 95% interval's high end")
     one_user_vs_bench: float | None = None
     scaling_vs_one_user: float | None = None
     bench_tg: float | None = Field(None, description="llama-bench tg128 of the same model and build")
@@ -66,6 +68,8 @@ def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
         "one_user_client_tok_s": first.client_tok_s.value if first.users == 1 else None,
         "max_users": last.users,
         "aggregate_tok_s_at_max_users": top_aggregate,
+        "aggregate_low_at_max_users": last.aggregate_tok_s.low,
+        "aggregate_high_at_max_users": last.aggregate_tok_s.high,
         "scaling_vs_one_user": top_aggregate / one_user_aggregate if one_user_aggregate and top_aggregate else None,
     }
 
@@ -82,10 +86,24 @@ def changes_sampling(overrides: list[str]) -> bool:
     return any(token.split("=", 1)[0].replace("_", "-") in SAMPLING_CHAIN_FLAGS for token in overrides)
 
 
+def beyond_noise(trial: TrialResult, baseline: TrialResult) -> bool:
+    """Whether ``trial``'s aggregate at the largest step is above ``baseline``'s beyond both 95%
+    intervals (true where either lacks an interval: nothing to judge the noise by)."""
+    low, high = trial.aggregate_low_at_max_users, baseline.aggregate_high_at_max_users
+    return low is None or high is None or low > high
+
+
+def baseline_trial(results: list[TrialResult]) -> TrialResult | None:
+    """The first complete trial that adds no flags: the line as the profile ships it."""
+    return next((r for r in results if r.status == "complete" and not r.overrides), None)
+
+
 def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
     """The highest aggregate at the largest step among trials whose one user keeps at least
     ``min_one_user_vs_bench`` of llama-bench (all complete trials when no bench figure), leaving
-    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`)."""
+    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`). A trial that
+    is higher than the profile's own line only within the noise does not replace it: short windows
+    at many users give wide intervals, and a flag kept on noise is a wrong default that looks measured."""
     complete = [
         r for r in results
         if r.status == "complete" and r.aggregate_tok_s_at_max_users and not changes_sampling(r.overrides)
@@ -96,7 +114,11 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
         or (r.one_user_vs_bench is not None and r.one_user_vs_bench >= min_one_user_vs_bench)
     ]
     pool = eligible or complete
-    return max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
+    best = max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
+    baseline = baseline_trial(pool)
+    if best is not None and baseline is not None and best is not baseline and not beyond_noise(best, baseline):
+        return baseline
+    return best
 
 
 def run_autotune(
@@ -148,6 +170,20 @@ def run_autotune(
     return results
 
 
+def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:
+    """What autotune keeps, in one line, and why the profile's line stays when it does."""
+    if best is None:
+        return "best: none (no trial completed)"
+    line = f"best: {best.name}: {' '.join(best.overrides) or '(profile as is)'}"
+    higher = [r.name for r in results if r.status == "complete" and r is not best
+              and (r.aggregate_tok_s_at_max_users or 0.0) > (best.aggregate_tok_s_at_max_users or 0.0)
+              and not changes_sampling(r.overrides)]
+    if higher and not best.overrides:
+        line += (f" ({', '.join(higher)} measured higher at the largest step, but within the 95% intervals: "
+                 "not beyond noise)")
+    return line
+
+
 def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
 
     def fmt(number: float | None, digits: int = 1) -> str:
@@ -161,7 +197,9 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
             fmt(r.one_user_server_tok_s),
             fmt(r.one_user_client_tok_s),
             fmt(r.one_user_vs_bench, 2),
-            fmt(r.aggregate_tok_s_at_max_users),
+            fmt(r.aggregate_tok_s_at_max_users)
+            + (f" [{fmt(r.aggregate_low_at_max_users)}-{fmt(r.aggregate_high_at_max_users)}]"
+               if r.aggregate_low_at_max_users is not None and r.aggregate_high_at_max_users is not None else ""),
             fmt(r.scaling_vs_one_user, 2),
         ]
         for r in results
@@ -173,7 +211,7 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
         "1 user server tok/s",
         "1 user client tok/s",
         "1 user / llama-bench tg",
-        "aggregate tok/s at max users",
+        "aggregate tok/s at max users [95%]",
         "max users / 1 user",
     ]
     return tabulate(rows, headers=headers, tablefmt="github")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
-from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, run_autotune
+from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, kept_sentence, run_autotune
 from rigbench.local_rig import LocalRigOptions
 from rigbench.options import (
     backend_option,
@@ -62,4 +62,4 @@ def autotune(
     typer.echo(table)
     if best is None:
         raise typer.Exit(1)
-    typer.echo(f"best: {best.name}: {' '.join(best.overrides) or '(profile as is)'}")
+    typer.echo(kept_sentence(results, best))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rigbench.autotune import TrialResult, best_trial, changes_sampling, run_autotune
+from rigbench.autotune import TrialResult, best_trial, changes_sampling, kept_sentence, run_autotune
 from rigbench.local_rig import LocalRigOptions
 
 
@@ -65,3 +65,20 @@ def test_a_trial_without_a_one_user_figure_cannot_skip_the_ceiling_rule() -> Non
     kept.bench_tg = 350.0
     assert best_trial([no_figure, kept]).name == "kept"
     assert changes_sampling(["--sampler_seq", "kt"]) and changes_sampling(["--samplers=top_k"])
+
+
+def test_a_trial_higher_only_within_the_noise_does_not_replace_the_profile_line() -> None:
+    profile = trial("profile", 2308, 0.78)
+    noisy = trial("threads-16", 2422, 0.75, ["-t", "16"])
+    clear = trial("clear-win", 3100, 0.75, ["-ub", "64"])
+    profile.aggregate_low_at_max_users, profile.aggregate_high_at_max_users = 1432, 2963
+    noisy.aggregate_low_at_max_users, noisy.aggregate_high_at_max_users = 1889, 2833
+    clear.aggregate_low_at_max_users, clear.aggregate_high_at_max_users = 2990, 3210
+    assert best_trial([profile, noisy]).name == "profile"
+    assert kept_sentence([profile, noisy], best_trial([profile, noisy])) == (
+        "best: profile: (profile as is) (threads-16 measured higher at the largest step, but within the 95% "
+        "intervals: not beyond noise)")
+    assert best_trial([profile, noisy, clear]).name == "clear-win"
+    assert kept_sentence([profile, clear], clear) == "best: clear-win: -ub 64"
+    # without intervals (records from before they were kept) the highest is kept, as it always was
+    assert best_trial([trial("profile", 2308, 0.78), trial("t16", 2422, 0.75, ["-t", "16"])]).name == "t16"
