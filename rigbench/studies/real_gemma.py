@@ -16,12 +16,19 @@ the same methods, so each claim made on synthetic weights can be checked. Phases
   sampling on the GPU and on the CPU, and a unified cache;
 - ``drafter``: one user at the one-user line, without a drafter and with the lower rung
   drafting 1, 2 and 3 tokens (on the patched build: with one slot the patch changes nothing);
-- ``stock``: the stock build, then the many-users line with stock slot choice, and with users
-  pinned to slots. Last, so that a lease that runs out loses the arms that need a second build.
+  then at two drafted tokens with the target's sampling on the CPU (and its no-drafter pair),
+  and with the draft's own sampling kept off the backend, to say where a drafted call's time goes;
+- ``stock``: the stock build (through ccache, where installed, it recompiles only the patched
+  file), then the many-users line with stock slot choice, and with users pinned to slots;
+- ``autotune``: ``rigbench autotune`` trials over the many-users line at 1 and 64 users: the
+  line the profile ships against the changes that might move a server-loop-bound step.
+
+``--arms`` names the sweep and drafter arms to run (all by default), e.g. to measure in a later
+lease only the arms an earlier one did not, with the reference arm they are judged against.
 
 Usage, from the repository root:
-``python3 -m rigbench.studies.real_gemma OUT [--phases model,bench] [--steps 1,8,16,32,64]
-[--scale 1.0] [--deadline SECONDS]``; on a CPU machine give fewer ``--steps`` (e.g. ``1,2,4``).
+``python3 -m rigbench.studies.real_gemma OUT [--phases model,bench] [--arms gpu-sampling,draft0]
+[--steps 1,8,16,32,64] [--scale 1.0] [--deadline SECONDS]``; on a CPU machine give fewer ``--steps`` (e.g. ``1,2,4``).
 """
 
 from __future__ import annotations
@@ -44,15 +51,32 @@ from llamacpp.joined_model import GEMMA3_270M
 from llamacpp.llama_bench import run_llama_bench
 from llamacpp.named_models import fetch_named_model, model_source
 from llamacpp.quantize import quantize_file
+from rigbench.autotune import run_autotune
 from rigbench.studies.gpu_study import GpuStudy, run_phases
 
-PHASES = ("model", "bench", "sweep", "drafter", "stock")
+PHASES = ("model", "bench", "sweep", "stock", "drafter", "autotune")
 ONE_USER = "gemma3-270m"
 MANY_USERS = "gemma3-270m-many"
 SLOT_PATCH_BLOCK = '[llama_cpp]\npatches = ["server-lowest-free-slot"]\n'
 REPLY_TOKENS = 128
 DRAFTER_TYPE = "Q2_K"  # the lowest k-quant rung: cheap to run, wrong often enough to show its cost
 DRAFT_LENGTHS = (1, 2, 3)
+# (label, drafted tokens, the target's sampling on the GPU, flags over the one-user line)
+DRAFTER_ARMS: tuple[tuple[str, int, bool, list[str]], ...] = (
+    *((f"draft{n}", n, True, []) for n in (0, *DRAFT_LENGTHS)),
+    ("draft0-cpu-sampling", 0, False, []),
+    ("draft2-cpu-sampling", 2, False, []),
+    ("draft2-cpu-draft-sampling", 2, True, ["--no-spec-draft-backend-sampling"]),
+)
+# Trials over the many-users line: the reading there is "server-loop-bound", so the trials are the
+# settings that change the work around each decode call (CPU threads, batch split, the KV layout).
+AUTOTUNE_TRIALS: dict[str, list[str]] = {
+    "profile": [],
+    "unified-kv": ["-kvu"],
+    "no-flash-attn": ["-fa", "0"],
+    "threads-16": ["-t", "16", "-tb", "16"],
+    "ubatch-128": ["-ub", "128"],
+}
 # (label, patched build, sampling on the GPU, flags over the many-users line, users pinned to slots)
 SWEEP_ARMS: tuple[tuple[str, bool, bool, list[str], bool], ...] = (
     ("gpu-sampling", True, True, [], False),
@@ -67,9 +91,13 @@ class RealGemmaStudy(GpuStudy):
     """The GPU study's log, phases, deadline and runs, for the real model instead of synthetic presets."""
 
     def __init__(self, out: Path, steps: list[int], scale: float, processes: int, backend: str,
-                 deadline_seconds: float | None = None):
+                 deadline_seconds: float | None = None, arms: set[str] | None = None):
         super().__init__(out, [ONE_USER], scale, processes, backend, deadline_seconds)
         self.steps = steps
+        self.arms = arms  # the sweep and drafter arms to run; None: all
+
+    def wants(self, label: str) -> bool:
+        return self.arms is None or label in self.arms
 
     def target(self, preset: str = ONE_USER, favoured: bool = True) -> Path:
         return self.models / GEMMA3_270M.filename
@@ -95,12 +123,15 @@ class RealGemmaStudy(GpuStudy):
         path.write_text(text)
         return path
 
-    def one_user_patched(self) -> Path:
+    def one_user_patched(self, gpu_sampling: bool = True) -> Path:
         """The one-user profile on the patched build (one slot: the slot choice cannot differ), so the
-        drafter arms need no second build."""
+        drafter arms need no second build; with ``gpu_sampling`` off, without ``--backend-sampling``."""
         text = Path(load_profile(ONE_USER).source_path or "").read_text()
-        path = self.out / f"{ONE_USER}-patched.toml"
-        path.write_text(text.replace("\n[model]", f"\n{SLOT_PATCH_BLOCK}\n[model]", 1))
+        text = text.replace("\n[model]", f"\n{SLOT_PATCH_BLOCK}\n[model]", 1)
+        if not gpu_sampling:
+            text = text.replace(" --backend-sampling", "")
+        path = self.out / f"{ONE_USER}-patched-{'gpu' if gpu_sampling else 'cpu'}-sampling.toml"
+        path.write_text(text)
         return path
 
 
@@ -144,7 +175,7 @@ def bench(study: RealGemmaStudy) -> None:
 
 def sweep(study: RealGemmaStudy, patched_arms: bool = True) -> None:
     for label, patched, gpu_sampling, flags, pinned in SWEEP_ARMS:
-        if patched != patched_arms:
+        if patched != patched_arms or not study.wants(label):
             continue
         options = study.rig_options(
             label, ONE_USER, flags, profile=str(study.profile_file(patched, gpu_sampling)),
@@ -164,13 +195,14 @@ def stock(study: RealGemmaStudy) -> None:
 
 
 def drafter(study: RealGemmaStudy) -> None:
-    profile = str(study.one_user_patched())
-    for draft in (0, *DRAFT_LENGTHS):
+    for label, draft, gpu_sampling, extra in DRAFTER_ARMS:
+        if not study.wants(label):
+            continue
         flags = ["--spec-type", "draft-simple", "--spec-draft-n-max", str(draft), "--spec-draft-n-min", "0",
-                 "-ngld", "99"] if draft else []
+                 "-ngld", "99", *extra] if draft else list(extra)
         options = study.rig_options(
-            f"draft{draft}", ONE_USER, flags, profile=profile, user_steps=[1], max_tokens=REPLY_TOKENS,
-            warmup_seconds=study.window(3), processes=1,
+            label, ONE_USER, flags, profile=str(study.one_user_patched(gpu_sampling)), user_steps=[1],
+            max_tokens=REPLY_TOKENS, warmup_seconds=study.window(3), processes=1,
         )
         options = replace(options, model_path=None, no_drafter=not draft,
                           drafter_path=study.drafter() if draft else None,
@@ -178,17 +210,31 @@ def drafter(study: RealGemmaStudy) -> None:
         study.local_run(options)
 
 
+def autotune(study: RealGemmaStudy) -> None:
+    """The autotune trials over the shipped many-users line (patched build, GPU sampling), at one user
+    and the study's largest step."""
+    bench = study.out / "bench.json"
+    tg = json.loads(bench.read_text())["summary"].get("tg128") if bench.exists() else None
+    base = study.rig_options("autotune", ONE_USER, [], profile=str(study.profile_file(True, True)),
+                             user_steps=[1, max(study.steps)], max_tokens=REPLY_TOKENS,
+                             warmup_seconds=study.window(3))
+    base = replace(base, model_path=None, measure_seconds=[study.window(6), study.window(12)])
+    run_autotune(base, AUTOTUNE_TRIALS, study.out / "autotune", bench_tg=tg)
+
+
 def run_study(out: Path, steps: list[int], *, scale: float = 1.0, processes: int = 4, backend: str = "auto",
-              phases: list[str] | None = None, deadline: float | None = None) -> list[str]:
+              phases: list[str] | None = None, deadline: float | None = None,
+              arms: list[str] | None = None) -> list[str]:
     """Every wanted phase in order; returns the failed lines of ``phases.jsonl`` (``DONE`` is written either way)."""
     wanted = list(PHASES) if phases is None else phases
-    study = RealGemmaStudy(out, steps, scale, processes, backend, deadline)
-    (out / "study.json").write_text(json.dumps({"steps": steps, "phases": wanted, "scale": scale}))
+    study = RealGemmaStudy(out, steps, scale, processes, backend, deadline, set(arms) if arms else None)
+    (out / "study.json").write_text(json.dumps({"steps": steps, "phases": wanted, "scale": scale, "arms": arms}))
     if "model" not in wanted:
         def cached() -> None:
             study.build = build_llama_cpp(backend=backend, patches=load_profile(MANY_USERS).llama_cpp.patches)
         study.phase("build", cached)
-    bodies = {"model": model, "bench": bench, "sweep": sweep, "drafter": drafter, "stock": stock}
+    bodies = {"model": model, "bench": bench, "sweep": sweep, "drafter": drafter, "autotune": autotune,
+              "stock": stock}
     return run_phases(study, PHASES, wanted, bodies)  # type: ignore[arg-type]
 
 
@@ -196,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m rigbench.studies.real_gemma", description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--arms", default="", help="sweep and drafter arms to run, comma-separated (default: all)")
     parser.add_argument("--steps", default="1,8,16,32,64")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--processes", type=int, default=4)
@@ -206,9 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in phases if name not in PHASES]
     if unknown:
         parser.error(f"--phases: unknown {unknown}; known: {', '.join(PHASES)}")
+    arms = [name.strip() for name in args.arms.split(",") if name.strip()]
+    known = [label for label, *_ in SWEEP_ARMS] + [label for label, *_ in DRAFTER_ARMS]
+    unknown = [name for name in arms if name not in known]
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; known: {', '.join(known)}")
     steps = parse_counts(args.steps, "--steps", minimum=1, example="1,8,16,32,64")
     failed = run_study(args.out, steps, scale=args.scale, processes=args.processes, backend=args.backend,
-                       phases=phases, deadline=args.deadline)
+                       phases=phases, deadline=args.deadline, arms=arms or None)
     return 1 if failed else 0
 
 

