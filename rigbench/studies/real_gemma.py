@@ -26,23 +26,20 @@ the same methods, so each claim made on synthetic weights can be checked. Phases
 ``--arms`` names the sweep and drafter arms to run (all by default), e.g. to measure in a later
 lease only the arms an earlier one did not, with the reference arm they are judged against.
 
-Usage, from the repository root:
-``python3 -m rigbench.studies.real_gemma OUT [--phases model,bench] [--arms gpu-sampling,draft0]
-[--steps 1,8,16,32,64] [--scale 1.0] [--deadline SECONDS]``; on a CPU machine give fewer ``--steps`` (e.g. ``1,2,4``).
+Usage: ``rigbench study real-gemma OUT [--phases model,bench] [--arms gpu-sampling,draft0]
+[--steps 1,8,16,32,64] [--scale 1.0] [--deadline SECONDS]`` (``python3 -m rigbench study real-gemma``
+on a machine where rigbench is not installed); on a CPU machine give fewer ``--steps`` (e.g. ``1,2,4``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 from core.digest import file_sha256
 from core.errors import StudyError
-from core.lists import parse_counts
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
@@ -236,33 +233,3 @@ def run_study(out: Path, steps: list[int], *, scale: float = 1.0, processes: int
     bodies = {"model": model, "bench": bench, "sweep": sweep, "drafter": drafter, "autotune": autotune,
               "stock": stock}
     return run_phases(study, PHASES, wanted, bodies)  # type: ignore[arg-type]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m rigbench.studies.real_gemma", description=__doc__.split("\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--phases", default=",".join(PHASES))
-    parser.add_argument("--arms", default="", help="sweep and drafter arms to run, comma-separated (default: all)")
-    parser.add_argument("--steps", default="1,8,16,32,64")
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--deadline", type=float, default=None, help="seconds from the start")
-    args = parser.parse_args(argv)
-    phases = [name.strip() for name in args.phases.split(",") if name.strip()]
-    unknown = [name for name in phases if name not in PHASES]
-    if unknown:
-        parser.error(f"--phases: unknown {unknown}; known: {', '.join(PHASES)}")
-    arms = [name.strip() for name in args.arms.split(",") if name.strip()]
-    known = [label for label, *_ in SWEEP_ARMS] + [label for label, *_ in DRAFTER_ARMS]
-    unknown = [name for name in arms if name not in known]
-    if unknown:
-        parser.error(f"--arms: unknown {unknown}; known: {', '.join(known)}")
-    steps = parse_counts(args.steps, "--steps", minimum=1, example="1,8,16,32,64")
-    failed = run_study(args.out, steps, scale=args.scale, processes=args.processes, backend=args.backend,
-                       phases=phases, deadline=args.deadline, arms=arms or None)
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -43,5 +43,5 @@ setsid nohup python3 -m http.server "$port" --bind 127.0.0.1 --directory "$work/
 sleep 1
 export RIGBENCH_PYPI_SIMPLE="http://127.0.0.1:$port/simple"
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
-setsid nohup python3 -m rigbench.studies.real_gemma "$out" "$@" > "$out/study.out" 2>&1 &
+setsid nohup python3 -m rigbench study real-gemma "$out" "$@" > "$out/study.out" 2>&1 &
 echo "study started in $out (pid $!)"

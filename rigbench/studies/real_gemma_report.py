@@ -4,14 +4,12 @@ Reads what ``rigbench.studies.real_gemma`` left (``phases.jsonl`` names each arm
 ``bench.json``, ``batched-bench-*.json``, each run's ``summary.json`` and ``telemetry.jsonl``) and
 writes Markdown: a study folder is its own evidence, and its tables can be made again from it.
 
-Usage: ``python3 -m rigbench.studies.real_gemma_report STUDY [--out README-tables.md]``.
+Usage: ``rigbench study real-gemma-report STUDY [--out README-tables.md]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 from tabulate import tabulate
@@ -156,19 +154,3 @@ def study_tables(study: Path) -> str:
         lines += [f"llama-bench at the one-user line: pp512 {fmt(summary.get('pp512'))} tok/s, "
                   f"tg128 {fmt(summary.get('tg128'), 1)} tok/s.", ""]
     return "\n".join([*lines, *sweep_tables(study, runs), *drafter_table(runs), *autotune_tables(study)]) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m rigbench.studies.real_gemma_report")
-    parser.add_argument("study", type=Path)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    text = study_tables(args.study)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
