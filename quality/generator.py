@@ -1,10 +1,15 @@
-"""The project's own arithmetic word problems: seeded, exact integer answers, one to four steps.
+"""The project's own arithmetic word problems: seeded, exact integer answers, of a chosen difficulty.
 
 Why our own: a test or a demo needs questions with known answers and no download, and a
 135M-parameter model needs a spread of difficulty (it gets one-step problems right and loses
 the thread over several), so a ladder shows answers lost between rungs. Each problem is a
 story of one quantity changed step by step; its ``answer`` field is written GSM8K's way, the
 worked steps then ``#### N``, so the same grader reads both sets.
+
+Difficulty has two dials, the number of steps (``max_steps``: problem ``i`` has ``1 + i % max_steps``)
+and the size of the numbers (``max_number``: the starting count is at most that, each amount added or
+taken at most half of it): a set a model mostly answers right is what lets a ladder's losses stand
+out of the noise, and small models need small numbers and few steps for that.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from core.rundir.quality import Question
 NAMES = ("Ava", "Ben", "Chloe", "Dev", "Ema", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kira", "Leo", "Maya", "Nils")
 THINGS = ("apples", "marbles", "stickers", "books", "cookies", "pencils", "shells", "coins", "cards", "stamps")
 MAX_STEPS = 4
+MAX_NUMBER = 20
+MAX_NUMBER_RANGE = (4, 10_000)  # 4: the one-step form needs an amount below half of it
 
 
 @dataclass(frozen=True)
@@ -26,20 +33,21 @@ class Step:
     sentence: str
 
 
-def _step(rng: random.Random, value: int, name: str, things: str) -> tuple[Step, int]:
-    """One change to the quantity: small numbers, doubling and halving only, so that a small
-    model gets short problems right and loses the thread over longer ones."""
+def _step(rng: random.Random, value: int, name: str, things: str, max_number: int) -> tuple[Step, int]:
+    """One change to the quantity: amounts up to half of ``max_number``, doubling and halving only, so
+    that a small model gets short problems right and loses the thread over longer ones."""
+    amount = max_number // 2
     while True:
         operator = rng.choice(("+", "+", "-", "-", "*", "/"))
         if operator == "+":
-            operand = rng.randint(1, 10)
+            operand = rng.randint(1, amount)
             verb = rng.choice(("buys", "finds", "is given", "wins"))
             return Step("+", operand, f"Then {name} {verb} {operand} more {things}."), value + operand
         if operator == "-" and value > 2:
-            operand = rng.randint(1, min(value - 1, 10))
+            operand = rng.randint(1, min(value - 1, amount))
             verb = rng.choice(("gives away", "loses", "sells", "uses"))
             return Step("-", operand, f"Then {name} {verb} {operand} {things}."), value - operand
-        if operator == "*" and value <= 50:
+        if operator == "*" and value <= max_number * 5 // 2:
             return Step("*", 2, f"Then {name} ends up with twice as many {things}."), value * 2
         if operator == "/" and value % 2 == 0:
             return Step("/", 2, f"Then {name} gives away half of the {things}."), value // 2
@@ -57,14 +65,14 @@ def apply(operator: str, left: int, right: int) -> int:
     raise ValueError(f"unknown operator {operator!r}")
 
 
-def word_problem(rng: random.Random, index: int, steps: int, label: str) -> Question:
+def word_problem(rng: random.Random, index: int, steps: int, label: str, max_number: int = MAX_NUMBER) -> Question:
     name = rng.choice(NAMES)
     things = rng.choice(THINGS)
-    value = rng.randint(2, 20)
+    value = rng.randint(2, max_number)
     sentences = [f"{name} has {value} {things}."]
     worked = []
     if steps == 1:  # the easiest form: one sentence, one addition or subtraction
-        operand = rng.randint(1, min(value - 1, 9))
+        operand = rng.randint(1, min(value - 1, max_number // 2 - 1))
         if rng.random() < 0.5:
             sentences = [f"{name} has {value} {things} and buys {operand} more."]
             worked, value = [f"{value} + {operand} = {value + operand}"], value + operand
@@ -73,7 +81,7 @@ def word_problem(rng: random.Random, index: int, steps: int, label: str) -> Ques
             worked, value = [f"{value} - {operand} = {value - operand}"], value - operand
         steps = 0
     for _ in range(steps):
-        step, result = _step(rng, value, name, things)
+        step, result = _step(rng, value, name, things, max_number)
         sentences.append(step.sentence)
         worked.append(f"{value} {step.operator} {step.operand} = {result}")
         value = result
@@ -83,11 +91,16 @@ def word_problem(rng: random.Random, index: int, steps: int, label: str) -> Ques
     )
 
 
-def generate_questions(count: int, seed: int = 0, max_steps: int = MAX_STEPS) -> list[Question]:
-    """``count`` problems; problem ``i`` has ``1 + i % max_steps`` steps, so every size is equally common."""
+def generate_questions(count: int, seed: int = 0, max_steps: int = MAX_STEPS,
+                       max_number: int = MAX_NUMBER) -> list[Question]:
+    """``count`` problems; problem ``i`` has ``1 + i % max_steps`` steps, so every size is equally common.
+    The defaults give the same problems for a seed as before ``max_number`` was a dial."""
     if count < 1:
         raise ValueError("count must be at least 1")
     if not 1 <= max_steps <= 12:
         raise ValueError("max_steps must be from 1 to 12")
+    low, high = MAX_NUMBER_RANGE
+    if not low <= max_number <= high:
+        raise ValueError(f"max_number must be from {low} to {high}")
     rng = random.Random(seed)
-    return [word_problem(rng, index, 1 + index % max_steps, f"gen{seed}") for index in range(count)]
+    return [word_problem(rng, index, 1 + index % max_steps, f"gen{seed}", max_number) for index in range(count)]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import typer
 from rich.console import Console
 from tabulate import tabulate
 
-from analysis.quality_compare import check_same_questions, load_eval, paired, paired_row
+from analysis.quality_compare import check_same_questions, load_eval, mode_warning, paired, paired_row
 from analysis.quality_grid import write_grid
 from analysis.quality_report import write_ladder_report
 from core.errors import RunIncomplete, UsageError
@@ -29,7 +29,7 @@ from llamacpp.build import BACKENDS, build_llama_cpp
 from llamacpp.quantize import DEFAULT_RUNGS
 from loadtest.preflight import check_url, preflight
 from quality.eval import repeat_mismatches, run_eval, tokenize
-from quality.generator import MAX_STEPS, generate_questions
+from quality.generator import MAX_NUMBER, MAX_NUMBER_RANGE, MAX_STEPS, generate_questions
 from quality.gsm8k import download_gsm8k
 from quality.regrade import regrade_eval
 from rigbench.local_rig import LocalRigOptions, prepare_server
@@ -40,6 +40,13 @@ from rigbench.options import (
     runs_dir_option,
     server_arg_option,
     server_overrides,
+)
+from rigbench.prompt_mode import (
+    mode_option,
+    prompt_settings,
+    shot_seed_option,
+    shots_from_option,
+    shots_option,
 )
 from rigbench.quality_runs import (
     LadderOptions,
@@ -53,6 +60,7 @@ from rigbench.quality_runs import (
 )
 
 if TYPE_CHECKING:
+    from analysis.quality_compare import EvalResult
     from core.build_manifest import BuildManifest
     from core.rundir.quality import EvalManifest, Question
     from core.rundir.quality_files import EvalDir
@@ -63,8 +71,13 @@ EXIT_CODES = (
 )
 
 
-def _settings(max_tokens: int, concurrency: int, repeat: int, seed: int, system: str | None) -> EvalSettings:
-    return EvalSettings(max_tokens=max_tokens, concurrency=concurrency, repeat=repeat, seed=seed, system_prompt=system)
+def _settings(
+    max_tokens: int, concurrency: int, repeat: int, seed: int, system: str | None, prompt: dict[str, Any]
+) -> EvalSettings:
+    """``prompt``: the prompt mode's fields (:func:`rigbench.prompt_mode.prompt_settings`)."""
+    return EvalSettings(
+        max_tokens=max_tokens, concurrency=concurrency, repeat=repeat, seed=seed, system_prompt=system, **prompt
+    )
 
 
 def _names(text: str, option: str) -> list[str]:
@@ -164,9 +177,19 @@ def _print_comparison(folders: list[Path]) -> None:
 
     results = [load_eval(folder) for folder in folders]
     check_same_questions(results)
+    _say_prompt_modes(results)
     reference = results[0]
     rows = [paired_row(r.manifest.arm, r, None if r is reference else paired(reference, r)) for r in results]
     typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+
+
+def _say_prompt_modes(results: list[EvalResult]) -> None:
+    """Which prompt mode graded the answers; a mix of modes is a warning line, never silent."""
+    warning = mode_warning(results)
+    if warning:
+        typer.echo(warning, err=True)
+    else:
+        typer.echo(f"prompt mode: {results[0].manifest.settings.mode_label()}")
 
 
 app = typer.Typer(help="Answer quality: question sets, evals, quantization ladders, grids and their reports.",
@@ -181,12 +204,16 @@ def generate(
     count: int = typer.Option(100, "--count", min=1, help="how many problems"),
     seed: int = typer.Option(0, "--seed", help="same seed, same problems"),
     max_steps: int = typer.Option(MAX_STEPS, "--max-steps", min=1, max=12, help="steps of the hardest problem"),
+    max_number: int = typer.Option(
+        MAX_NUMBER, "--max-number", min=MAX_NUMBER_RANGE[0], max=MAX_NUMBER_RANGE[1],
+        help="the largest starting count (amounts added or taken: up to half of it)"),
 ) -> None:
     """Write seeded arithmetic word problems with exact answers, from one step to --max-steps."""
 
-    questions = generate_questions(count, seed, max_steps)
+    questions = generate_questions(count, seed, max_steps, max_number)
     write_question_file(
         out, questions, f"rigbench quality questions generate --count {count} --seed {seed} --max-steps {max_steps}"
+        f" --max-number {max_number}"
     )
     typer.echo(f"{out}: {len(questions)} questions")
 
@@ -225,6 +252,10 @@ def eval_command(
     repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
     seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
     system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
+    mode: str = mode_option(),
+    shots: int = shots_option(),
+    shot_seed: int = shot_seed_option(),
+    shots_from: Path | None = shots_from_option(),
     arm: list[str] = typer.Option(
         [], "--arm", help="NAME=SERVER FLAGS, one eval per arm (with --model-file or --profile)"
     ),
@@ -241,7 +272,8 @@ def eval_command(
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
     items, info = question_set(questions)
-    settings = _settings(max_tokens, concurrency, repeat, seed, system)
+    prompt = prompt_settings(mode, shots, shot_seed, shots_from, items, system=system)
+    settings = _settings(max_tokens, concurrency, repeat, seed, system, prompt)
     arms = parse_named_flags(arm, "--arm") or [("default", [])]
     root = out or runs_dir / new_run_id("eval")
     manifest = EvalManifest(
@@ -297,6 +329,10 @@ def ladder(
         1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
     ),
     seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+    mode: str = mode_option(),
+    shots: int = shots_option(),
+    shot_seed: int = shot_seed_option(),
+    shots_from: Path | None = shots_from_option(),
     no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
     within: int = typer.Option(2, "--within", min=0, help="the report names the fastest rung within N answers"),
     backend: str = backend_option(),
@@ -306,6 +342,8 @@ def ladder(
 
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+    graded, _ = question_set(questions)
+    prompt = prompt_settings(mode, shots, shot_seed, shots_from, graded)
     options = LadderOptions(
         source=resolve_source(source),
         rungs=_names(rungs, "--rungs"),
@@ -314,7 +352,7 @@ def ladder(
         extra_files=list(file),
         reference=reference,
         backend=backend,
-        settings=_settings(max_tokens, concurrency, 1, seed, None),
+        settings=_settings(max_tokens, concurrency, 1, seed, None, prompt),
         repeat_rungs=_names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
         server_args=server_overrides(server_arg) or None,
         bench=not no_bench,
@@ -348,6 +386,7 @@ def eval_compare(
 
     a, b = load_eval(run_a), load_eval(run_b)
     check_same_questions([a, b])
+    _say_prompt_modes([a, b])
     base = preflight(check_url(url)) if url else None
     common = sorted(set(a.answers) & set(b.answers))
     pairs = [a.answers[q].model_copy(update={"repeat": 0}) for q in common]

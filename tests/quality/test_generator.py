@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
+
+from core.rundir.quality import Question
 from quality.generator import generate_questions
 from quality.grading import expected_answer
 
@@ -61,3 +65,28 @@ def test_same_seed_same_problems_other_seed_others() -> None:
     assert generate_questions(20, seed=1) != generate_questions(20, seed=2)
     ids = [q.id for q in generate_questions(50, seed=1)]
     assert len(set(ids)) == 50
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "runs" / "quality-cpu-smollm2-2026-12-01" / "questions.jsonl"
+
+
+def test_the_default_dials_give_the_problems_committed_runs_asked() -> None:
+    committed = [Question.model_validate_json(line) for line in COMMITTED.read_text().splitlines()]
+    assert generate_questions(100, seed=0, max_steps=4) == committed
+
+
+@pytest.mark.parametrize("max_number", [4, 10, 200, 5000])
+def test_the_number_dial_bounds_every_amount_and_the_words_still_give_the_answer(max_number: int) -> None:
+    for question in generate_questions(200, seed=7, max_steps=3, max_number=max_number):
+        value, _ = solve(question.question)
+        assert expected_answer(question.answer) == str(value), question
+        numbers = [int(n) for n in re.findall(r"\d+", question.question)]
+        assert numbers[0] <= max_number, question  # the starting count
+        assert all(n <= max_number // 2 for n in numbers[1:]), question  # each amount added or taken
+
+
+def test_the_dials_are_refused_out_of_their_range() -> None:
+    with pytest.raises(ValueError, match="max_number must be from 4 to 10000"):
+        generate_questions(5, max_number=3)
+    with pytest.raises(ValueError, match="max_steps must be from 1 to 12"):
+        generate_questions(5, max_steps=0)
