@@ -18,7 +18,7 @@ from pathlib import Path
 from scipy.stats import binomtest
 
 from core.errors import AnalysisError
-from core.rundir.quality import FAILURE_KINDS, AnswerRecord, EvalManifest
+from core.rundir.quality import FAILURE_KINDS, AnswerRecord, EvalManifest, EvalSettings
 from core.rundir.quality_files import EvalDir
 
 SIGNIFICANT_P = 0.05
@@ -105,6 +105,44 @@ def check_same_questions(results: list[EvalResult]) -> None:
     if len(digests) > 1:
         names = ", ".join(f"{r.folder.name} ({r.manifest.questions.sha256[:12]})" for r in results)
         raise AnalysisError(f"the runs asked different question files: {names}; compare runs of one question set")
+
+
+def describe_prompt(settings: EvalSettings) -> str:
+    """The sentence a report gives the prompt mode: a score means little without how it was asked."""
+    if settings.prompt is None:
+        return "Prompt mode: chat (each question a user message through the server's chat template)."
+    prompt = settings.prompt
+    exemplars = (
+        f" exemplars {', '.join(prompt.exemplar_ids)} drawn with seed {settings.shot_seed} from {prompt.pool};"
+        if prompt.exemplars
+        else ""
+    )
+    stops = ", ".join(repr(stop) for stop in settings.stop) or "none"
+    return (
+        f"Prompt mode: {settings.mode_label()} (a few-shot prompt sent to /v1/completions;{exemplars} "
+        f"format {prompt.question_template!r}, stop {stops})."
+    )
+
+
+def _asked_as(result: EvalResult, with_exemplars: bool) -> str:
+    settings = result.manifest.settings
+    exemplars = f": exemplars {', '.join(settings.prompt.exemplar_ids)}" if with_exemplars and settings.prompt else ""
+    return f"{result.folder.name} ({settings.mode_label()}{exemplars})"
+
+
+def mode_warning(results: list[EvalResult]) -> str | None:
+    """One line when the runs were not asked the same way (chat against completion, other shots or
+    other exemplars): a score that moved may be the prompt's doing, not the server's, so a
+    comparison says so instead of mixing them silently."""
+    prompts = {(r.manifest.settings.mode, r.manifest.settings.shots) for r in results}
+    exemplars = {r.manifest.settings.prompt.model_dump_json() if r.manifest.settings.prompt else "" for r in results}
+    if len(prompts) > 1:
+        runs = ", ".join(_asked_as(r, with_exemplars=False) for r in results)
+        return f"warning: these runs were graded in different prompt modes ({runs}); a difference may be the prompt's"
+    if len(exemplars) > 1:
+        runs = "; ".join(_asked_as(r, with_exemplars=True) for r in results)
+        return f"warning: these runs were graded with different exemplars ({runs}); a difference may be the prompt's"
+    return None
 
 
 def format_p(p_value: float) -> str:

@@ -22,7 +22,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from analysis.quality_compare import check_same_questions  # noqa: E402
+from analysis.quality_compare import check_same_questions, describe_prompt  # noqa: E402
 from analysis.quality_report import RungResult, load_ladder  # noqa: E402
 from core.errors import AnalysisError  # noqa: E402
 
@@ -67,14 +67,11 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
             f"the ladders ran different files for {', '.join(different)} ({pairs}); a grid compares the same bytes on "
             "two machines — quantize once and copy the files, or pass --allow-different-files to mark those rungs"
         )
-    asked_a, asked_b = (
-        manifest_a.settings.model_dump(exclude={"repeat"}),
-        manifest_b.settings.model_dump(exclude={"repeat"}),
-    )
-    if asked_a != asked_b:
-        differ = ", ".join(f"{key} {asked_a[key]} vs {asked_b[key]}" for key in asked_a if asked_a[key] != asked_b[key])
+    differ = manifest_a.settings.differences(manifest_b.settings, ignore={"repeat"})
+    if differ:
         raise AnalysisError(
-            f"the ladders asked their questions differently ({differ}); a grid compares machines: ask both the same way"
+            f"the ladders asked their questions differently ({'; '.join(differ)}); a grid compares machines: ask "
+            "both the same way"
         )
     reference_a = next(r for r in rungs_a if r.name == manifest_a.reference)
     reference_b = next(r for r in rungs_b if r.name == manifest_b.reference)
@@ -121,6 +118,8 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
     return {
         "a": {"folder": str(a), "label": _label(a, rungs_a), "reference": reference_a.name},
         "b": {"folder": str(b), "label": _label(b, rungs_b), "reference": reference_b.name},
+        "prompt_mode": manifest_a.settings.mode_label(),
+        "prompt": describe_prompt(manifest_a.settings),
         "rungs": rows,
         "questions": questions,
         "cells": cells,
@@ -179,6 +178,7 @@ def render_grid(grid: dict) -> str:
         "",
         f"A: `{a['folder']}` (reference rung {a['reference']}); B: `{b['folder']}` (reference rung {b['reference']}). "
         f"{len(grid['questions'])} questions; lost = right at the machine's reference rung, wrong at this rung.",
+        grid["prompt"],
         "",
         tabulate(table, headers="keys", tablefmt="github"),
         "",
@@ -212,6 +212,7 @@ def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = Fal
     summary = {
         "a": grid["a"],
         "b": grid["b"],
+        "prompt_mode": grid["prompt_mode"],
         "rungs": [row.__dict__ for row in grid["rungs"]],
         "first_lost": grid["first_lost"],
     }

@@ -23,8 +23,10 @@ from analysis.quality_compare import (  # noqa: E402
     EvalResult,
     Paired,
     check_same_questions,
+    describe_prompt,
     format_p,
     load_eval,
+    mode_warning,
     paired,
     paired_row,
 )
@@ -211,6 +213,8 @@ def render_ladder(
             else ""
         )
         + ".",
+        describe_prompt(settings),
+        *([warning] if (warning := mode_warning([rung.result for rung in rungs])) else []),
         f"Machine: {manifest.rig.machine.gpu_name or manifest.rig.machine.cpu_model} "
         f"({manifest.build.backend if manifest.build else 'unknown'} build"
         + (f" {manifest.build.source[:20]}" if manifest.build else "")
@@ -271,6 +275,7 @@ def write_ladder_report(
     summary = {
         "ladder_id": manifest.ladder_id,
         "reference": manifest.reference,
+        "prompt_mode": manifest.settings.mode_label(),
         "wall_seconds": manifest.wall_seconds,
         "rungs": [
             {

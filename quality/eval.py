@@ -3,6 +3,8 @@
 Every request asks for the same decoding (temperature 0, a fixed seed, no prompt cache,
 thinking off, a token limit), because each of those changes answers; by default one request
 is in flight at a time, since batched decoding can change the arithmetic and so the text.
+A run asks in one prompt mode (chat, or a few-shot completion for a base model:
+``quality.requests``) and grades both the same way.
 Each graded answer is appended to ``answers.jsonl`` as soon as it arrives: a run stopped half
 way is resumed by running it again, which asks only what is not yet graded.
 """
@@ -21,25 +23,9 @@ from core.rundir.manifest import utc_now
 from core.rundir.quality import AnswerRecord, EvalManifest, EvalSettings, Question, RepeatMismatch
 from core.rundir.quality_files import ANSWERS, QUESTIONS, REPEATS, EvalDir, write_jsonl
 from quality.grading import expected_answer, extract_answer, failure_kinds
+from quality.requests import check_completions_endpoint, endpoint, read_reply, request_body
 
-CHAT_PATH = "/v1/chat/completions"
 REQUEST_TIMEOUT_S = 600.0
-
-
-def request_body(question: Question, settings: EvalSettings) -> dict:
-    messages = []
-    if settings.system_prompt:
-        messages.append({"role": "system", "content": settings.system_prompt})
-    messages.append({"role": "user", "content": question.question})
-    return {
-        "messages": messages,
-        "temperature": settings.temperature,
-        "seed": settings.seed,
-        "max_tokens": settings.max_tokens,
-        "cache_prompt": settings.cache_prompt,
-        "chat_template_kwargs": {"enable_thinking": settings.thinking},
-        "stream": False,
-    }
 
 
 def ask(client: httpx.Client, url: str, question: Question, settings: EvalSettings, repeat: int) -> AnswerRecord:
@@ -48,7 +34,7 @@ def ask(client: httpx.Client, url: str, question: Question, settings: EvalSettin
     expected = expected_answer(question.answer)
     started = time.monotonic()
     try:
-        response = client.post(f"{url}{CHAT_PATH}", json=request_body(question, settings))
+        response = client.post(f"{url}{endpoint(settings)}", json=request_body(question, settings))
     except httpx.HTTPError as error:
         # no answer at all (refused, reset, timed out) says nothing about the model: stop, keep
         # what is graded, and let a rerun ask this question again
@@ -71,27 +57,21 @@ def ask(client: httpx.Client, url: str, question: Question, settings: EvalSettin
             seconds=seconds,
         )
     body = response.json()
-    choice = (body.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    text = message.get("content") or ""
+    reply = read_reply(body, settings)
     usage = body.get("usage") or {}
     timings = body.get("timings") or {}
-    extracted = extract_answer(text)
+    extracted = extract_answer(reply.text)
     return AnswerRecord(
         question_id=question.id,
         repeat=repeat,
-        text=text,
+        text=reply.text,
         extracted=extracted,
         expected=expected,
         right=extracted is not None and extracted == expected,
         failures=failure_kinds(
-            text,
-            choice.get("finish_reason"),
-            200,
-            thinking=settings.thinking,
-            reasoning=message.get("reasoning_content"),
+            reply.text, reply.finish_reason, 200, thinking=settings.thinking, reasoning=reply.reasoning
         ),
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=reply.finish_reason,
         http_status=200,
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
@@ -170,10 +150,8 @@ def prepare_eval_dir(
                 f"{manifest.questions.sha256[:12]}, the run asked {earlier.questions.sha256[:12]}); use a new folder"
             )
         if earlier.settings != manifest.settings:
-            raise RunDirError(
-                f"{folder.path}: resumed with other settings ({manifest.settings.model_dump()} vs "
-                f"{earlier.settings.model_dump()}); use a new folder"
-            )
+            differ = "; ".join(manifest.settings.differences(earlier.settings))
+            raise RunDirError(f"{folder.path}: resumed with other settings ({differ}); use a new folder")
         for what, before, now in (
             (
                 "model",
@@ -209,6 +187,8 @@ def run_eval(
     progress: Callable[[AnswerRecord], None] | None = None,
 ) -> EvalManifest:
     """Ask what is not yet graded, record each answer as it comes, and find repeat mismatches."""
+    if manifest.settings.mode == "completion":
+        check_completions_endpoint(url)  # before the folder: a chat-only server leaves nothing behind
     manifest = prepare_eval_dir(folder, manifest, questions, question_file)
     settings = manifest.settings
     graded = {(record.question_id, record.repeat) for record in folder.answers()}

@@ -41,8 +41,9 @@ COMMANDS: dict[str, Entry] = {
                   "moved."),
     "autotune": Entry("autotune", "Run each trial as a short sweep; print the table and the best flags."),
     "quality": Entry("quality", "Answer quality: question sets, evals, quantization ladders, grids and their reports."),
-    "study": Entry("study", "Whole experiments in one command each (the GPU study, the load-generator peers, fidelity, "
-                   "the slot layout, the ladder on a GPU machine), and the GPU study's report."),
+    "study": Entry("study", "Whole experiments in one command each (the GPU study, the real-Gemma study, the "
+                   "load-generator peers, fidelity, the slot layout, the ladder on a GPU machine), and the studies' "
+                   "reports."),
     "cloud": Entry("cloud", "The whole cloud loop in one command (rigs up, studies, report, destroy), and its "
                    "leftovers."),
     "provision": Entry("provision", "Provision the rig over SSH (Fabric): toolkit, build, download, serve, ..."),

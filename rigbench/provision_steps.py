@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import UsageError
+from core.errors import RunDirError, UsageError
 from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, parse_arrival, parse_load_steps, parse_windows
 from core.profile import RigProfile, load_profile
 from core.rundir.quality_files import read_questions
@@ -38,6 +38,7 @@ from provision.download import download as download_step
 from provision.download import model_paths
 from provision.llama_bench import bench as bench_step
 from provision.quality import ladder as ladder_step
+from provision.quality import shots_from_file
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.run_metadata import ModelProvenance
 from provision.serve import logs as logs_step
@@ -293,6 +294,12 @@ def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_di
     if not question_file.is_file():
         raise UsageError(f"--questions: {questions or '(none given)'} is not a question file here")
     read_questions(question_file)  # a bad line stops the command before anything runs on the rig
+    exemplars = shots_from_file(shlex.split(ladder_args))
+    if exemplars is not None:
+        try:
+            read_questions(exemplars)
+        except RunDirError as error:
+            raise UsageError(f"--ladder-args --shots-from: {error}") from None
     source = source or model_paths(rig.profile, rig.paths)[0]
     name = name or f"ladder-{rig.profile.name}-{question_file.stem}"
     print(ladder_step(rig.c, rig.paths, question_file, source, rungs, name, extra=shlex.split(ladder_args),

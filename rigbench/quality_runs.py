@@ -169,8 +169,10 @@ def _resume_or_new(ladder: LadderDir, manifest: LadderManifest) -> LadderManifes
             f"{', '.join(r.sha256[:8] for r in earlier.rungs)}), asked {', '.join(r.name for r in manifest.rungs)} "
             f"({', '.join(r.sha256[:8] for r in manifest.rungs)}); give a new --out"
         )
+    if earlier.settings != manifest.settings:
+        differ = "; ".join(manifest.settings.differences(earlier.settings))
+        raise RunDirError(f"{ladder.path}: resumed with other settings ({differ}); give a new --out")
     for what, before, now in (
-        ("settings", earlier.settings, manifest.settings),
         ("server flags", earlier.server_args, manifest.server_args),
         ("reference", earlier.reference, manifest.reference),
         (

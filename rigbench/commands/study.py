@@ -31,7 +31,8 @@ from llamacpp.build import BACKENDS
 from llamacpp.gemma4_shapes import PRESETS
 from llamacpp.quantize import DEFAULT_RUNGS
 from rigbench.options import RUNS_DIR_HELP, backend_option, runs_dir_option
-from rigbench.quality_runs import LadderOptions, resolve_source, run_ladder
+from rigbench.prompt_mode import mode_option, prompt_settings, shot_seed_option, shots_from_option, shots_option
+from rigbench.quality_runs import LadderOptions, question_set, resolve_source, run_ladder
 from rigbench.studies.fidelity_report import write_fidelity_report
 from rigbench.studies.gpu_study import PHASES, run_gpu_study
 from rigbench.studies.peers.loads import DEFAULT_LOADS, Durations, parse_loads
@@ -204,18 +205,24 @@ def ladder(
     rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="llama-quantize types, widest first"),
     repeat_rungs: str = typer.Option("", "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"),
     max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
+    mode: str = mode_option(),
+    shots: int = shots_option(),
+    shot_seed: int = shot_seed_option(),
+    shots_from: Path | None = shots_from_option(),
     backend: str = backend_option(),
     no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
 ) -> None:
     """The quantization ladder with the main options of rigbench quality ladder: same folder, same report."""
     _check_backend(backend)
+    graded, _ = question_set(questions)
+    prompt = prompt_settings(mode, shots, shot_seed, shots_from, graded)
     options = LadderOptions(
         source=resolve_source(source),
         rungs=[name for name in rungs.split(",") if name],
         questions=questions,
         out=out,
         backend=backend,
-        settings=EvalSettings(max_tokens=max_tokens),
+        settings=EvalSettings(max_tokens=max_tokens, **prompt),
         repeat_rungs=[name for name in repeat_rungs.split(",") if name],
         bench=not no_bench,
     )

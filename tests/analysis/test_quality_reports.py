@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import binomtest
 
-from analysis.quality_compare import load_eval, paired
+from analysis.quality_compare import load_eval, mode_warning, paired
 from analysis.quality_grid import BOTH_RIGHT, BOTH_WRONG, DIFFERENT, compare_ladders, write_grid
 from analysis.quality_report import best_trade, fastest_within, load_ladder, write_ladder_report
 from core.errors import AnalysisError
@@ -17,7 +17,9 @@ from core.rundir.quality import (
     AnswerRecord,
     EvalManifest,
     EvalSettings,
+    FewShotPrompt,
     LadderManifest,
+    Question,
     QuestionSetInfo,
     RungInfo,
 )
@@ -27,11 +29,11 @@ QUESTIONS = QuestionSetInfo(name="q.jsonl", count=10, sha256="ab" * 32)
 
 
 def write_eval(folder: Path, rights: list[bool], speed: float, questions: QuestionSetInfo = QUESTIONS,
-               texts: list[str] | None = None, machine: str = "cpu") -> None:
+               texts: list[str] | None = None, machine: str = "cpu", settings: EvalSettings | None = None) -> None:
     directory = EvalDir(folder)
     directory.write_manifest(EvalManifest(
         run_id=folder.name, arm=folder.name, status="complete", created_at="2026-12-01T00:00:00+00:00",
-        settings=EvalSettings(), questions=questions, rig=RigInfo(machine=MachineInfo(cpu_model=machine)),
+        settings=settings or EvalSettings(), questions=questions, rig=RigInfo(machine=MachineInfo(cpu_model=machine)),
     ))
     for index, right in enumerate(rights):
         text = texts[index] if texts else f"#### {index if right else -1}"
@@ -42,22 +44,32 @@ def write_eval(folder: Path, rights: list[bool], speed: float, questions: Questi
 
 
 def write_ladder(folder: Path, rungs: dict[str, tuple[list[bool], float, int, str]], machine: str = "cpu",
-                 texts: dict[str, list[str]] | None = None) -> Path:
+                 texts: dict[str, list[str]] | None = None, settings: EvalSettings | None = None) -> Path:
     infos = []
     for name, (rights, speed, size, sha) in rungs.items():
-        write_eval(folder / "rungs" / name, rights, speed, texts=(texts or {}).get(name), machine=machine)
+        write_eval(folder / "rungs" / name, rights, speed, texts=(texts or {}).get(name), machine=machine,
+                   settings=settings)
         infos.append(RungInfo(name=name, file=f"/x/{name}.gguf", size_bytes=size, sha256=sha, origin="quantized",
                               eval_run=f"rungs/{name}"))
     LadderDir(folder).write_manifest(LadderManifest(
         ladder_id=folder.name, status="complete", created_at="2026-12-01T00:00:00+00:00",
         source=ModelInfo(name="m.gguf", sha256="cd" * 32, size_bytes=100), reference=next(iter(rungs)),
-        rungs=infos, questions=QUESTIONS, settings=EvalSettings(), wall_seconds=3600.0,
+        rungs=infos, questions=QUESTIONS, settings=settings or EvalSettings(), wall_seconds=3600.0,
         rig=RigInfo(machine=MachineInfo(cpu_model=machine)),
     ))
     return folder
 
 
 ALL = [True] * 10
+
+
+def completion(*exemplar_ids: str) -> EvalSettings:
+    """Completion-mode settings whose prompt holds the named exemplars (a hand-made prompt)."""
+    exemplars = [Question(id=name, question=f"{name}?", answer="#### 1") for name in exemplar_ids]
+    prompt = FewShotPrompt(exemplar_template="Question: {question}\nAnswer: {answer}",
+                           question_template="Question: {question}\nAnswer:", separator="\n\n",
+                           exemplars=exemplars, pool="hand")
+    return EvalSettings(mode="completion", shots=len(exemplars), stop=["\n\nQuestion:"], prompt=prompt)
 
 
 def ladder_rungs() -> dict[str, tuple[list[bool], float, int, str]]:
@@ -144,3 +156,39 @@ def test_a_grid_of_ladders_asked_differently_is_refused(tmp_path: Path) -> None:
     LadderDir(b).write_manifest(manifest.model_copy(update={"settings": EvalSettings(max_tokens=256)}))
     with pytest.raises(AnalysisError, match="asked their questions differently .max_tokens 1024 vs 256"):
         compare_ladders(a, b)
+
+
+def test_the_ladder_report_says_which_prompt_mode_graded_the_answers(tmp_path: Path) -> None:
+    chat = write_ladder_report(write_ladder(tmp_path / "chat", ladder_rungs())).read_text()
+    assert "Prompt mode: chat (each question a user message through the server's chat template)." in chat
+    folder = write_ladder(tmp_path / "completion", ladder_rungs(), settings=completion("e1", "e2"))
+    report = write_ladder_report(folder).read_text()
+    assert "Prompt mode: completion, 2 shots (a few-shot prompt sent to /v1/completions; exemplars e1, e2" in report
+    assert "warning" not in report
+    assert json.loads((folder / "quality.json").read_text())["prompt_mode"] == "completion, 2 shots"
+
+
+def test_a_comparison_of_runs_asked_differently_says_so(tmp_path: Path) -> None:
+    write_eval(tmp_path / "chat", ALL, 10.0)
+    write_eval(tmp_path / "five", ALL, 10.0, settings=completion("e1", "e2", "e3", "e4", "e5"))
+    write_eval(tmp_path / "other", ALL, 10.0, settings=completion("e1", "e2", "e3", "e4", "e9"))
+    chat, five, other = (load_eval(tmp_path / name) for name in ("chat", "five", "other"))
+    assert mode_warning([five, five]) is None
+    assert mode_warning([chat, five]) == (
+        "warning: these runs were graded in different prompt modes (chat (chat), five (completion, 5 shots)); "
+        "a difference may be the prompt's"
+    )
+    assert mode_warning([five, other]).startswith(
+        "warning: these runs were graded with different exemplars (five (completion, 5 shots: exemplars e1, e2, e3"
+    )
+
+
+def test_a_grid_of_ladders_graded_in_different_modes_is_refused_naming_the_modes(tmp_path: Path) -> None:
+    a = write_ladder(tmp_path / "a", ladder_rungs())
+    b = write_ladder(tmp_path / "b", ladder_rungs(), settings=completion("e1", "e2"))
+    with pytest.raises(AnalysisError, match=r"asked their questions differently \(prompt mode chat vs completion, 2 "
+                                            r"shots; stop \[\] vs \['\\n\\nQuestion:'\]\)"):
+        compare_ladders(a, b)
+    c = write_ladder(tmp_path / "c", ladder_rungs(), settings=completion("e1", "e2"))
+    grid = write_grid(b, c, tmp_path / "grid").read_text()
+    assert "Prompt mode: completion, 2 shots" in grid

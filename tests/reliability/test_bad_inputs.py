@@ -205,6 +205,30 @@ def damage_shard_line(run: RunDir) -> None:
     shard.write_text("".join(lines))
 
 
+GRADED = ('{"id": "q1", "question": "Ava has 3 apples and buys 2 more. How many apples?", "answer": "5"}\n'
+          '{"id": "q2", "question": "Ben has 9 coins and gives 4 away. How many coins?", "answer": "5"}\n')
+
+
+def quality_eval(*args: str, exemplars: str | None = None, server: str | None = None) -> Callable[[Path, str], str]:
+    """``rigbench quality eval --out runs/eval`` of question files written beside the workspace (which
+    must stay as it was: no eval folder appears); their folder reads {files} in the outcome."""
+
+    def act(ws: Path, url: str) -> str:
+        files = ws.parent / "quality-files"
+        files.mkdir(exist_ok=True)
+        (files / "q.jsonl").write_text(GRADED)
+        extra: list[str] = []
+        if exemplars is not None:
+            (files / "shots.jsonl").write_text(exemplars)
+            extra = ["--shots-from", str(files / "shots.jsonl")]
+        target = SERVERS[server] if server else url
+        outcome = cli("quality", "eval", "--url", target, "--questions", str(files / "q.jsonl"), "--out", "runs/eval",
+                      *args, *extra)
+        return outcome.replace(str(files), "{files}")
+
+    return act
+
+
 # ---- the table ------------------------------------------------------------------------------
 
 CASES = [
@@ -674,6 +698,39 @@ CASES = [
         lambda ws, url: cli("sweep", "--url", "https" + url[4:], "--steps", "1").replace("https" + url[4:], "{tls}"),
         "LoadTestError: {tls}: the TLS handshake failed ([SSL: WRONG_VERSION_NUMBER] wrong version number): the "
         "server does not speak TLS on this port; for a plain-HTTP server use {url} (exit 2)",
+    ),
+    # how an eval asks: chat, or a few-shot completion for a base model
+    Case(
+        "quality: --mode misspelt",
+        quality_eval("--mode", "base"),
+        "UsageError: --mode must be one of chat, completion, found 'base' (exit 2)",
+    ),
+    Case(
+        "quality: --shots in chat mode",
+        quality_eval("--shots", "3"),
+        "UsageError: --shots: worked examples are asked in completion mode only; add --mode completion (a chat "
+        "model is asked through its own template) (exit 2)",
+    ),
+    Case(
+        "quality: --shots larger than the exemplar pool",
+        quality_eval("--mode", "completion", "--shots", "2", exemplars=(
+            '{"id": "e1", "question": "AVA has 3 apples and buys 2 more.  How many apples?", "answer": "5"}\n'
+            '{"id": "e2", "question": "Cal has 2 pens and buys 2 more. How many pens?", "answer": "4"}\n')),
+        "UsageError: --shots 2: the exemplar pool (shots.jsonl (sha256 2959affd9ecf, 2 questions)) offers 1 question "
+        "once 1 equal to graded ones are dropped; give --shots 1 or fewer, or a larger --shots-from file (exit 2)",
+    ),
+    Case(
+        "quality: --shots-from with a bad line",
+        quality_eval("--mode", "completion", "--shots", "1", exemplars=(
+            '{"id": "e1", "question": "Cal has 2 pens and buys 2 more. How many pens?", "answer": "4"}\n'
+            '{"id": "e2", "question": "Dev has 2 pens."}\n')),
+        "UsageError: --shots-from: {files}/shots.jsonl:2: answer: Field required (exit 2)",
+    ),
+    Case(
+        "quality: completion mode against a chat-only server",
+        quality_eval("--mode", "completion", "--shots", "1", server="no-tokenize"),
+        "UsageError: --mode completion: {no-tokenize} has no /v1/completions (it answered HTTP 404); ask it with "
+        "--mode chat, or serve the model with llama-server (exit 2)",
     ),
 ]
 
