@@ -59,7 +59,11 @@ class LocalServer:
             [self.binary, *self.args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
-        self.wait_healthy()
+        try:
+            self.wait_healthy()
+        except BaseException:  # Ctrl-C or SIGTERM while it loads too: ``with`` calls no __exit__ for a failed __enter__
+            self.stop()
+            raise
         return self
 
     def wait_healthy(self) -> None:
