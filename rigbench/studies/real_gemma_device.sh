@@ -9,7 +9,11 @@
 #
 # Usage, from the repository root: rigbench/studies/real_gemma_device.sh STAGE OUT [study options...]
 #   STAGE  folder holding bundle.tar.part-* and bundle.sha256 (sha256sum's line for bundle.tar)
-#   OUT    the study's folder; the study runs detached (setsid), its log in OUT/study.out
+#   OUT    the study's folder; the study runs detached (setsid), its log in OUT/study.out, and
+#          OUT/DONE appears when it has ended (its exit status in OUT/EXIT)
+# RIGBENCH_STUDY=NAME runs another `rigbench study NAME [options...]` on the same set-up instead
+# (e.g. ladder gemma3-270m --questions Q --out OUT/ladder --mode completion --shots 5: the model
+# from the same loopback index); the options then name its own folders.
 set -euo pipefail
 stage=${1:?usage: real_gemma_device.sh STAGE OUT [study options...]}
 out=${2:?usage: real_gemma_device.sh STAGE OUT [study options...]}
@@ -27,7 +31,7 @@ if [ -x "$work/tools/ccache" ]; then
     export PATH="$work/tools:$PATH" LD_LIBRARY_PATH="$work/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     ccache --version | head -1 > "$out/ccache.txt" 2>&1 || true
 fi
-export RIGBENCH_CACHE="$work/cache"
+export RIGBENCH_CACHE="$work/cache" OUT="$out"
 mkdir -p "$RIGBENCH_CACHE/sources"
 cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
 # a PEP 503 index: /simple/<package>/ lists its wheel, /files/ holds them
@@ -43,5 +47,9 @@ setsid nohup python3 -m http.server "$port" --bind 127.0.0.1 --directory "$work/
 sleep 1
 export RIGBENCH_PYPI_SIMPLE="http://127.0.0.1:$port/simple"
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
-setsid nohup python3 -m rigbench study real-gemma "$out" "$@" > "$out/study.out" 2>&1 &
-echo "study started in $out (pid $!)"
+study=${RIGBENCH_STUDY:-real-gemma}
+[ "$study" = real-gemma ] && set -- "$out" "$@"
+rm -f "$out/DONE" "$out/EXIT"
+setsid nohup bash -c 'python3 -m rigbench study "$@"; echo $? > "$OUT/EXIT"; touch "$OUT/DONE"' \
+    study "$study" "$@" > "$out/study.out" 2>&1 &
+echo "study $study started in $out (pid $!)"
