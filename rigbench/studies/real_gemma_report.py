@@ -74,7 +74,9 @@ def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
             share = f" ({value / top:.2f})" if value and top else ""
             served_row.append(f"{fmt(value)} [{fmt(low)}-{fmt(high)}]{share}")
             rate = calls[label].get(count)
-            call_row.append(fmt(1000 / rate if rate else None, 1))
+            # tokens served per decode call: how many busy slots one call carried, on average
+            per_call = f" / {value / rate:.1f}" if rate and value else ""
+            call_row.append(fmt(1000 / rate if rate else None, 1) + per_call)
         per_slot, unified = (ceilings[name].decode_tok_s.get(count) if ceilings[name] else None
                              for name in ("per-slot-kv", "unified-kv"))
         served_rows.append([*served_row, f"{fmt(per_slot)} / {fmt(unified)}"])
@@ -82,7 +84,9 @@ def sweep_tables(study: Path, runs: dict[str, Path]) -> list[str]:
     return [
         "### Served aggregate tok/s [95% interval] (÷ llama-batched-bench's decode tok/s with as many sequences)", "",
         tabulate(served_rows, ["users", *arms, "ceiling per-slot / unified"], "github"), "",
-        "### The server's ms per decode call (llamacpp:n_decode_total over each window)", "",
+        "### The server's ms per decode call / tokens per call (llamacpp:n_decode_total over each window)", "",
+        "Tokens per call is the served aggregate over the calls per second: the sequences one call carried, on "
+        "average (prompt calls are counted as calls too, so it reads a little low).", "",
         tabulate(call_rows, ["users", *arms], "github"), "",
         "### Where the time of one decode call goes (ms), and the reading", "",
         tabulate(budget_rows, ["users", "arm", "served ÷ ceiling", "card's step", "server's call", "sampling",
