@@ -158,7 +158,7 @@ def price_line(manifest: LadderManifest, price_per_hour: float | None, price_sou
     if price is None:
         return (
             f"Wall time {manifest.wall_seconds or 0:.0f} s ({hours:.2f} h). No price was given: "
-            "`rigbench quality-report DIR --price-per-hour P --price-source S` prices it."
+            "`rigbench quality report DIR --price-per-hour P --price-source S` prices it."
         )
     return (
         f"Wall time {manifest.wall_seconds or 0:.0f} s ({hours:.2f} h) × ${price:.4f}/h"
