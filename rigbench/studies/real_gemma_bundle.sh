@@ -9,11 +9,17 @@
 # Usage, from the repository root (with the project's .venv, or PYTHON naming one that imports it):
 #   rigbench/studies/real_gemma_bundle.sh STAGE [CHUNK_MIB]
 #   STAGE      an ignored folder (e.g. .device/stage): bundle.tar.part-NN and bundle.sha256 go there
-#   CHUNK_MIB  the size of each part (default 46: with the working tree, under one call's 64 MiB)
+#   CHUNK_MIB  the size of each part (default: what one call's 64 MiB leaves beside the working tree,
+#              its tracked and untracked files, less 2 MiB; the tree grows as runs are committed)
 # The image's Python is 3.12; wheels are fetched for CPython 3.12 on x86-64 manylinux.
 set -euo pipefail
 stage=${1:?usage: real_gemma_bundle.sh STAGE [CHUNK_MIB]}
-chunk=${2:-46}
+if [ -n "${2:-}" ]; then
+    chunk=$2M
+else
+    tree=$({ git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 stat -c %s | awk '{s+=$1} END {print s}')
+    chunk=$(( 64 * 1048576 - tree - 2 * 1048576 ))
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/{model,sdist,python,tools} "$stage"
@@ -40,5 +46,5 @@ cp "$(ldd "$(command -v ccache)" | awk '/libhiredis/ {print $3}')" "$work/tools/
 tar -cf "$work/bundle.tar" -C "$work" model sdist python tools
 (cd "$work" && sha256sum bundle.tar) > "$stage/bundle.sha256"
 rm -f "$stage"/bundle.tar.part-*
-split -b "${chunk}M" -d "$work/bundle.tar" "$stage/bundle.tar.part-"
+split -b "$chunk" -d "$work/bundle.tar" "$stage/bundle.tar.part-"
 ls -l "$stage"
