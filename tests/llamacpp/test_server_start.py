@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import llamacpp.server as server_module
 from llamacpp.server import LocalServer
 
 
@@ -14,10 +13,10 @@ def test_ctrl_c_while_the_server_loads_stops_the_child(tmp_path, monkeypatch) ->
     loading.chmod(0o755)
     server = LocalServer(loading, [], log_path=tmp_path / "server.log")
 
-    def interrupted(seconds: float) -> None:
+    def interrupted(self: LocalServer) -> None:
         raise KeyboardInterrupt  # as SIGTERM arrives (sigterm_as_keyboard_interrupt) during the health wait
 
-    monkeypatch.setattr(server_module.time, "sleep", interrupted)
+    monkeypatch.setattr(LocalServer, "wait_healthy", interrupted)
     with pytest.raises(KeyboardInterrupt), server:
         pass
     assert server.process is not None
