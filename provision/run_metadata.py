@@ -18,11 +18,12 @@ from pathlib import Path
 
 from fabric import Connection
 
+from core.errors import ProvisionError
 from core.profile import ModelFile, RigProfile
 from core.rundir import ModelInfo, RigInfo, RunDir, RunManifest
 from provision.build import read_build_manifest
 from provision.connection import run
-from provision.download import model_paths
+from provision.download import model_paths, rig_sha256
 from provision.rig_paths import RigPaths
 from provision.toolkit import read_gpu
 
@@ -44,7 +45,9 @@ def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict,
     size = int(run(c, f"stat -c %s {shlex.quote(remote_path)}").stdout.strip())
     sha256 = digests.get(name, {}).get("sha256")
     if not sha256 or digests[name].get("size_bytes") != size:
-        sha256 = run(c, f"sha256sum {shlex.quote(remote_path)}", timeout=600).stdout.split()[0]
+        sha256 = rig_sha256(c, remote_path)
+        if sha256 is None:
+            raise ProvisionError(f"{remote_path}: sha256sum on the rig failed for a file it just listed")
     info = ModelInfo(name=name, sha256=sha256, size_bytes=size, repo=model.repo, synthetic=model.synthetic is not None)
     if provenance is None or provenance.sha256 != sha256:
         return info
