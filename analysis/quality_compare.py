@@ -75,8 +75,11 @@ class Paired:
         return self.lost > self.gained and self.p_value < SIGNIFICANT_P
 
 
-def paired(reference: EvalResult, other: EvalResult) -> Paired:
-    common = sorted(set(reference.answers) & set(other.answers))
+def paired(reference: EvalResult, other: EvalResult, questions: list[str] | None = None) -> Paired:
+    """``questions`` narrows the pairing to a set both answered (a grid pairs on the questions every rung of
+    both machines answered)."""
+    common = sorted(set(reference.answers) & set(other.answers) & set(questions if questions is not None
+                                                                        else reference.answers))
     if not common:
         raise AnalysisError(f"{reference.folder} and {other.folder} share no question ids; they cannot be paired")
     lost = sum(reference.answers[q].right and not other.answers[q].right for q in common)

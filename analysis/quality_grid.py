@@ -10,7 +10,7 @@ one row per rung and one cell per question (both right, both wrong, or graded di
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +22,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from analysis.quality_compare import check_same_questions, describe_prompt  # noqa: E402
+from analysis.quality_compare import Paired, check_same_questions, describe_prompt, format_p, paired  # noqa: E402
 from analysis.quality_report import RungResult, load_ladder  # noqa: E402
 from core.errors import AnalysisError  # noqa: E402
 
@@ -42,6 +42,11 @@ class GridRung:
     lost_a: int
     lost_b: int
     lost_both: int
+    # the machine alone: right on A and wrong on B (lost), the reverse (gained), exact McNemar p
+    machine: Paired
+    # the quantization alone, on each machine: this rung against the machine's own reference rung
+    quantization_a: Paired
+    quantization_b: Paired
 
 
 def _label(folder: Path, rungs: list[RungResult]) -> str:
@@ -49,7 +54,10 @@ def _label(folder: Path, rungs: list[RungResult]) -> str:
     return machine.gpu_name or machine.cpu_model or folder.name
 
 
-def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) -> dict:
+def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False,
+                    leave_out_different_files: bool = False) -> dict:
+    """``allow_different_files`` keeps rungs whose files differ, marked; ``leave_out_different_files`` draws the
+    grid without them and names them (a loop over several rigs draws what it can and says what it could not)."""
     manifest_a, rungs_a = load_ladder(a)
     manifest_b, rungs_b = load_ladder(b)
     by_name_b = {rung.name: rung for rung in rungs_b}
@@ -58,11 +66,16 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
         raise AnalysisError(f"{a} and {b} share no rung names; a grid needs the same rungs on both machines")
     check_same_questions([rung.result for rung in common] + [by_name_b[r.name].result for r in common])
     different = [r.name for r in common if r.sha256 != by_name_b[r.name].sha256]
-    if different and not allow_different_files:
-        pairs = "; ".join(
-            f"{n}: {next(r for r in common if r.name == n).sha256[:12]} vs {by_name_b[n].sha256[:12]}"
-            for n in different
-        )
+    pairs = "; ".join(
+        f"{n}: {next(r for r in common if r.name == n).sha256[:12]} vs {by_name_b[n].sha256[:12]}" for n in different
+    )
+    left_out = {}
+    if different and leave_out_different_files:
+        left_out = {r.name: (r.sha256, by_name_b[r.name].sha256) for r in common if r.name in different}
+        common = [r for r in common if r.name not in different]
+        if not common:
+            raise AnalysisError(f"{a} and {b} ran different files for every rung they share ({pairs}): no grid")
+    elif different and not allow_different_files:
         raise AnalysisError(
             f"the ladders ran different files for {', '.join(different)} ({pairs}); a grid compares the same bytes on "
             "two machines — quantize once and copy the files, or pass --allow-different-files to mark those rungs"
@@ -113,6 +126,9 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
                 lost_a=lost_a,
                 lost_b=lost_b,
                 lost_both=lost_both,
+                machine=paired(rung.result, other.result, questions),
+                quantization_a=paired(reference_a.result, rung.result, questions),
+                quantization_b=paired(reference_b.result, other.result, questions),
             )
         )
     return {
@@ -124,6 +140,7 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False) ->
         "questions": questions,
         "cells": cells,
         "first_lost": first_lost,
+        "left_out": left_out,
     }
 
 
@@ -180,10 +197,14 @@ def render_grid(grid: dict) -> str:
         f"{len(grid['questions'])} questions; lost = right at the machine's reference rung, wrong at this rung.",
         grid["prompt"],
         "",
+        *[f"**{name} left out**: the two machines ran different files (sha256 {sha_a[:12]} on A, {sha_b[:12]} on B)."
+          " A grid compares the same bytes; quantize again or copy the file." for name, (sha_a, sha_b) in
+          grid.get("left_out", {}).items()],
         tabulate(table, headers="keys", tablefmt="github"),
         "",
         "![grade grid](grid.png)",
         "",
+        *machine_against_quantization(grid),
         "## First rung that loses each question",
         "",
         f"{len(lost_anywhere)} questions are lost at some rung on either machine; on {same_first} of them "
@@ -204,8 +225,58 @@ def render_grid(grid: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = False) -> Path:
-    grid = compare_ladders(a, b, allow_different_files=allow_different_files)
+def count(pair: Paired) -> int:
+    return pair.lost + pair.gained
+
+
+def moved(pair: Paired) -> str:
+    return f"{pair.lost} / {pair.gained}"
+
+
+def machine_against_quantization(grid: dict) -> list[str]:
+    """The article's headline comparison: at each rung, how many answers the machine alone moves (the same file
+    on both) beside how many the quantization moves on each machine (this rung against its own reference), each
+    with its exact McNemar p."""
+    a, b = grid["a"], grid["b"]
+    rows = grid["rungs"]
+    table = [
+        {
+            "rung": row.name + ("" if row.same_file else " ⚠ other file"),
+            "machine: right only on A / only on B": moved(row.machine),
+            "p (machine)": format_p(row.machine.p_value),
+            f"quantization on A: lost / gained vs {a['reference']}": "—" if row.name == a["reference"]
+            else moved(row.quantization_a),
+            "p (A)": "—" if row.name == a["reference"] else format_p(row.quantization_a.p_value),
+            f"quantization on B: lost / gained vs {b['reference']}": "—" if row.name == b["reference"]
+            else moved(row.quantization_b),
+            "p (B)": "—" if row.name == b["reference"] else format_p(row.quantization_b.p_value),
+        }
+        for row in rows
+    ]
+    lines = ["## The machine against the quantization", "",
+             "Each count is questions whose grade moved; p is McNemar's exact test on those moves (a moved "
+             "question either way is a coin toss under no effect).", ""]
+    top = next((row for row in rows if row.name == a["reference"] and row.same_file), None)
+    if top is not None:
+        sentence = (f"At the top rung, {top.name}, the machine alone moves {count(top.machine)} of {top.questions} "
+                    f"grades ({moved(top.machine)}, p = {format_p(top.machine.p_value)})")
+        quantized = [row for row in rows if row.name != a["reference"]]
+        for side, label in (("quantization_a", "A"), ("quantization_b", "B")):
+            if quantized:
+                least = min(quantized, key=lambda row: count(getattr(row, side)))
+                most = max(quantized, key=lambda row: count(getattr(row, side)))
+                sentence += (f"; on {label} the quantization moves {count(getattr(least, side))} ({least.name}, p = "
+                             f"{format_p(getattr(least, side).p_value)}) to {count(getattr(most, side))} ({most.name},"
+                             f" p = {format_p(getattr(most, side).p_value)})")
+        lines += [sentence + ".", ""]
+    lines += [tabulate(table, headers="keys", tablefmt="github"), ""]
+    return lines
+
+
+def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = False,
+               leave_out_different_files: bool = False) -> Path:
+    grid = compare_ladders(a, b, allow_different_files=allow_different_files,
+                           leave_out_different_files=leave_out_different_files)
     out.mkdir(parents=True, exist_ok=True)
     draw_grid(grid, out / "grid.png")
     (out / "grid.md").write_text(render_grid(grid))
@@ -213,8 +284,9 @@ def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = Fal
         "a": grid["a"],
         "b": grid["b"],
         "prompt_mode": grid["prompt_mode"],
-        "rungs": [row.__dict__ for row in grid["rungs"]],
+        "rungs": [asdict(row) for row in grid["rungs"]],
         "first_lost": grid["first_lost"],
+        "left_out": grid["left_out"],
     }
     (out / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
     return out / "grid.md"

@@ -147,6 +147,28 @@ def test_a_grid_of_different_files_is_refused_or_marked(tmp_path: Path) -> None:
     assert not (tmp_path / "grid").exists()
     grid = compare_ladders(a, b, allow_different_files=True)
     assert [row.same_file for row in grid["rungs"]] == [True, True, False]
+    grid = compare_ladders(a, b, leave_out_different_files=True)
+    assert [row.name for row in grid["rungs"]] == ["F16", "Q8_0"] and list(grid["left_out"]) == ["Q4_0"]
+    markdown = write_grid(a, b, tmp_path / "grid", leave_out_different_files=True).read_text()
+    assert "**Q4_0 left out**: the two machines ran different files (sha256 333333333333 on A, 999999999999" in (
+        markdown)
+
+
+def test_the_grid_sets_what_the_machine_moves_beside_what_the_quantization_moves(tmp_path: Path) -> None:
+    a = write_ladder(tmp_path / "a", ladder_rungs(), machine="CPU")
+    rungs_b = ladder_rungs()
+    rungs_b["F16"] = ([False, False] + [True] * 8, *rungs_b["F16"][1:])  # the machine alone loses q00, q01
+    b = write_ladder(tmp_path / "b", rungs_b, machine="GPU")
+    grid = compare_ladders(a, b)
+    top, q4 = grid["rungs"][0], grid["rungs"][2]
+    assert (top.machine.lost, top.machine.gained, round(top.machine.p_value, 3)) == (2, 0, 0.5)
+    assert (q4.quantization_a.lost, q4.quantization_a.gained) == (8, 0)
+    assert q4.quantization_a.p_value == pytest.approx(2 * 0.5 ** 8)
+    assert (q4.quantization_b.lost, q4.quantization_b.gained) == (6, 0), "lost against B's own F16"
+    markdown = write_grid(a, b, tmp_path / "grid").read_text()
+    assert "At the top rung, F16, the machine alone moves 2 of 10 grades (2 / 0, p = 0.500); on A the " \
+           "quantization moves 1 (Q8_0, p = 1) to 8 (Q4_0, p = 0.008)" in markdown
+    assert json.loads((tmp_path / "grid" / "grid.json").read_text())["rungs"][0]["machine"]["lost"] == 2
 
 
 def test_a_grid_of_ladders_asked_differently_is_refused(tmp_path: Path) -> None:
