@@ -9,6 +9,7 @@
     ├── LlamaCppError     llama.cpp on this machine (build, server, llama-bench) failed
     ├── LoadTestError     the load generator could not run or stopped the sweep
     │   └── RunIncomplete a run was made but did not complete (failed or interrupted; records kept)
+    │       └── RunInterrupted  stopped by Ctrl-C or a signal: a loop of runs stops too, not only this run
     ├── QualityError      an eval could not ask its questions (the server stopped answering)
     ├── CloudError        the cloud loop refused its input, or a rig of it did not finish
     ├── StudyError        a study (``rigbench study …``) began but a part of it failed
@@ -56,6 +57,10 @@ class LoadTestError(RigbenchError):
 
 class RunIncomplete(LoadTestError):
     exit_code = 1
+
+
+class RunInterrupted(RunIncomplete):
+    pass
 
 
 class CloudError(RigbenchError):

@@ -25,13 +25,13 @@ import psutil
 import pyarrow as pa
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from core.errors import LoadTestError, RunDirError, RunIncomplete
+from core.errors import LoadTestError, RunDirError, RunInterrupted
 from core.lists import format_seconds, seconds_per_step
 from core.load_reached import FAIL_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
 from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.rundir.columns import read_record_table
-from core.signals import sigterm_as_keyboard_interrupt
+from core.signals import stop_signals_as_keyboard_interrupt
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
 from loadtest.long_context import context_for_tokens
@@ -217,9 +217,9 @@ def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunMani
     return run.update_manifest(status="failed", status_detail=detail[:2000], ended_at=utc_now())
 
 
-def interrupted_error(run: RunDir) -> RunIncomplete:
+def interrupted_error(run: RunDir) -> RunInterrupted:
     """The one line a command ends with when Ctrl-C or SIGTERM stopped its sweep."""
-    return RunIncomplete(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept")
+    return RunInterrupted(f"{run.path}: interrupted (Ctrl-C or SIGTERM); its records are kept")
 
 
 def run_sweep(
@@ -276,7 +276,7 @@ def run_sweep(
     log_path = run.path / LOCUST_LOG
     interrupted = False
     try:
-        with sigterm_as_keyboard_interrupt(), open(log_path, "ab") as log:
+        with stop_signals_as_keyboard_interrupt(), open(log_path, "ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
             process = subprocess.Popen(

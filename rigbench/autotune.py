@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from tabulate import tabulate
 
 from analysis.summary import read_summary
-from core.errors import RigbenchError
+from core.errors import RigbenchError, RunInterrupted
 from core.rundir import utc_now
 from rigbench.local_rig import run_local_rig
 
@@ -156,18 +156,26 @@ def run_autotune(
             if bench_tg and result.one_user_server_tok_s:
                 result.one_user_vs_bench = result.one_user_server_tok_s / bench_tg
         except RigbenchError as error:
+            stopped = isinstance(error, RunInterrupted)  # Ctrl-C or a signal ends the tuning, not only this trial
             result = TrialResult(
                 name=name,
                 overrides=overrides,
-                status="failed",
+                status="interrupted" if stopped else "failed",
                 error=str(error)[:2000],
                 started_at=started,
                 bench_tg=bench_tg,
             )
-        with open(log, "a") as handle:
-            handle.write(result.model_dump_json() + "\n")
+            if stopped:
+                _append(log, result)
+                raise
+        _append(log, result)
         results.append(result)
     return results
+
+
+def _append(log: Path, result: TrialResult) -> None:
+    with open(log, "a") as handle:
+        handle.write(result.model_dump_json() + "\n")
 
 
 def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:

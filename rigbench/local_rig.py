@@ -34,6 +34,7 @@ from core.rundir import (
     utc_now,
 )
 from core.rundir.models import Arrival
+from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import build_llama_cpp
 from llamacpp.decode_bytes import gguf_decode_bytes
 from llamacpp.named_models import fetch_named_model, model_source, named_model
@@ -155,8 +156,11 @@ class PreparedServer:
     server_args: list[str]
 
 
-def prepare_server(options: LocalRigOptions, console: Console, port: int | None = None) -> PreparedServer:
-    """Build or reuse llama.cpp, write or find the model (and drafter), and make the server's command."""
+def prepare_server(
+    options: LocalRigOptions, console: Console, port: int | None = None, port_source: str | None = None
+) -> PreparedServer:
+    """Build or reuse llama.cpp, write or find the model (and drafter), and make the server's command.
+    ``port_source`` names the flag a given ``port`` came from, for the line that refuses it."""
     profile = load_profile(options.profile)
     cache = cache_root()
     console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
@@ -171,7 +175,7 @@ def prepare_server(options: LocalRigOptions, console: Console, port: int | None 
     server_args = profile.server_args(model_path, drafter_path)
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
-    server = LocalServer(built.binary("llama-server"), server_args, port=port)
+    server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source)
     return PreparedServer(profile, built, model, drafter, server, server_args)
 
 
@@ -196,9 +200,14 @@ def choose_processes(run: RunDir, url: str, load: LoadSettings, threads: int, co
 
 
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
-    """Run the local rig end to end; returns the report's path."""
+    """Run the local rig end to end; returns the report's path. SIGTERM and SIGHUP stop it as
+    Ctrl-C does, at any stage: llama-server and the load stop (none is left orphaned), and a run
+    already made says interrupted."""
+    with stop_signals_as_keyboard_interrupt():
+        return _run_local_rig(options, console or Console(stderr=True))
 
-    console = console or Console(stderr=True)
+
+def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
     if options.processes is None:
         require_capacity(read_capacity())  # --processes auto without a saved ceiling: refused before the build
     prepared = prepare_server(options, console)

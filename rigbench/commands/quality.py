@@ -19,12 +19,12 @@ from tabulate import tabulate
 from analysis.quality_compare import check_same_questions, load_eval, mode_warning, paired, paired_row
 from analysis.quality_grid import write_grid
 from analysis.quality_report import write_ladder_report
-from core.errors import RunIncomplete, UsageError
+from core.errors import RunInterrupted, UsageError
 from core.machine import machine_info
 from core.rundir import RigInfo, new_run_id, server_at, utc_now
 from core.rundir.quality import EvalManifest, EvalSettings
 from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
-from core.signals import sigterm_as_keyboard_interrupt
+from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import BACKENDS, build_llama_cpp
 from llamacpp.quantize import DEFAULT_RUNGS
 from loadtest.preflight import check_url, preflight
@@ -89,12 +89,12 @@ def _names(text: str, option: str) -> list[str]:
 
 @contextlib.contextmanager
 def _stoppable(folder: Path) -> Iterator[None]:
-    """Ctrl-C or SIGTERM: the servers stop, the folder says interrupted, one line says how to resume."""
-    with sigterm_as_keyboard_interrupt():
+    """Ctrl-C, SIGTERM or SIGHUP: the servers stop, the folder says interrupted, one line says how to resume."""
+    with stop_signals_as_keyboard_interrupt():
         try:
             yield
         except KeyboardInterrupt:
-            raise RunIncomplete(
+            raise RunInterrupted(
                 f"{folder}: interrupted (Ctrl-C or SIGTERM); answers kept: run the same command again to resume"
             ) from None
 

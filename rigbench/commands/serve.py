@@ -2,16 +2,24 @@
 
 For a sweep by hand (``rigbench sweep --url``, a hand-started Locust) against the same server
 ``rigbench local`` would start: the same build, model and command line.
+
+For scripts: stdout holds only the URL, printed once the server is healthy; a busy ``--port``
+is refused before anything is built, started or written; Ctrl-C, SIGTERM and SIGHUP stop
+llama-server and wait for it to exit before this process does.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from core.errors import LlamaCppError
+from core.signals import exit_status, signal_name, stop_signals_as_keyboard_interrupt
+from llamacpp.server import LOOPBACK, check_port
 from rigbench.local_rig import LocalRigOptions, prepare_server
 from rigbench.options import (
     backend_option,
@@ -24,8 +32,9 @@ from rigbench.options import (
 )
 
 EXIT_CODES = (
-    "Exit codes: 0 stopped with Ctrl-C; 2 the build, the model or the server's start-up failed (one line says "
-    "which)."
+    "Exit codes: 2 the port is in use, or the build, the model, the server's start-up or the server itself failed "
+    "(one line says which); 130, 143 or 129 stopped by Ctrl-C, SIGTERM or SIGHUP (128 + the signal's number), "
+    "llama-server stopped first."
 )
 
 
@@ -43,20 +52,33 @@ def serve(
     server_arg: list[str] = server_arg_option(),
 ) -> None:
     """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
+    # Before the build, which may take minutes: a busy port is refused at once. LocalServer checks
+    # it again as it starts, and once llama-server answers, for a server that took it meanwhile.
+    check_port(LOOPBACK, port, "--port")
     console = Console(stderr=True)
     options = LocalRigOptions(
         profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
         server_overrides=server_overrides(server_arg),
     )
-    prepared = prepare_server(options, console, port=port)
+    with stop_signals_as_keyboard_interrupt():
+        try:
+            serve_until_stopped(options, port, console)
+        except KeyboardInterrupt as stop:  # llama-server has exited: the `with` around it waited
+            console.print(f"stopped by {signal_name(stop)}")
+            raise typer.Exit(exit_status(stop)) from None
+
+
+def serve_until_stopped(options: LocalRigOptions, port: int, console: Console) -> None:
+    """Start the server, print its URL on stdout once it is healthy, and wait; it returns only by
+    raising: a stop signal, or the server ending on its own."""
+    prepared = prepare_server(options, console, port=port, port_source="--port")
     with prepared.server as server:
         console.print(f"llama-server for {prepared.profile.name} at {server.base_url} (log {server.log_path}); "
                       "Ctrl-C stops it")
         typer.echo(server.base_url)
-        try:
-            while server.process is not None and server.process.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            console.print("stopped")
-            return
-    raise typer.Exit(2)  # the server ended on its own
+        assert server.process is not None
+        while server.process.poll() is None:
+            time.sleep(0.5)
+    code = server.process.returncode
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited on its own with code {code}"
+    raise LlamaCppError(f"llama-server at {server.base_url} {how}; its log: {server.log_path}")

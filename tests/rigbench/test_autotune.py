@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from core.errors import LlamaCppError, RunInterrupted
+from rigbench import autotune
 from rigbench.autotune import TrialResult, best_trial, changes_sampling, kept_sentence, run_autotune
 from rigbench.local_rig import LocalRigOptions
 
@@ -38,6 +40,24 @@ def test_a_trial_that_changes_every_requests_sampling_is_never_best() -> None:
     greedy_only = trial("greedy-chain", 5000, 0.99, overrides=["--backend-sampling", "--samplers", "temperature"])
     assert changes_sampling(greedy_only.overrides) and not changes_sampling(["--backend-sampling"])
     assert best_trial([greedy_only, trial("bs", 1600, 0.92, ["--backend-sampling"])]).name == "bs"
+
+
+def test_ctrl_c_or_a_signal_ends_the_tuning_not_only_its_trial(tmp_path, monkeypatch) -> None:
+    ran = []
+
+    def local_rig(options: LocalRigOptions):
+        ran.append(options.label)
+        if options.label == "broken":
+            raise LlamaCppError("llama-server exited with code 1 during start-up")
+        raise RunInterrupted(f"{tmp_path}/run: interrupted (Ctrl-C or SIGTERM); its records are kept")
+
+    monkeypatch.setattr(autotune, "run_local_rig", local_rig)
+    trials = {"broken": ["--no-such-llama-flag"], "stopped": [], "never": []}
+    with pytest.raises(RunInterrupted):
+        run_autotune(LocalRigOptions(), trials, tmp_path)
+    assert ran == ["broken", "stopped"]
+    lines = [json.loads(line) for line in (tmp_path / "autotune.jsonl").read_text().splitlines()]
+    assert [(line["name"], line["status"]) for line in lines] == [("broken", "failed"), ("stopped", "interrupted")]
 
 
 @pytest.mark.integration
