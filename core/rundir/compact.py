@@ -9,15 +9,18 @@ A run still ``running`` is refused: its load processes may be writing.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 from pathlib import Path
 
 from core.errors import RunDirError
 from core.rundir import RunDir
+from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 
 # Files gzipped in place (name -> name + ".gz"); records shards are matched separately.
 LOG_FILES = ("llama-server.log", "locust.log")
+QUALITY_FILES = ("answers.jsonl", "server.log")  # in each eval folder
 
 
 def gzip_file(path: Path) -> Path:
@@ -31,8 +34,25 @@ def gzip_file(path: Path) -> Path:
     return target
 
 
+def compact_quality(folder: Path) -> list[Path]:
+    """A ladder's or an eval's folder: every eval in it (one per rung, per arm, or the folder itself) keeps
+    its answers gzipped and its server log gzipped; manifests and question files stay as they are."""
+    manifest = folder / LADDER_MANIFEST if (folder / LADDER_MANIFEST).exists() else folder / EVAL_MANIFEST
+    status = json.loads(manifest.read_text()).get("status")
+    if status == "running":
+        raise RunDirError(f"{folder}: status is 'running'; compact it only after it has ended")
+    evals = sorted({path.parent for path in folder.rglob(EVAL_MANIFEST)})
+    sources = [eval_folder / name for eval_folder in evals for name in QUALITY_FILES if (eval_folder / name).exists()]
+    clashes = [str(p.relative_to(folder)) + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
+    if clashes:
+        raise RunDirError(f"{folder}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")
+    return [gzip_file(source) for source in sources]
+
+
 def compact_run(path: Path | str) -> list[Path]:
-    """Compact one run directory in place; returns the files it wrote."""
+    """Compact one run directory (or a ladder's or an eval's folder) in place; returns the files it wrote."""
+    if (Path(path) / LADDER_MANIFEST).exists() or (Path(path) / EVAL_MANIFEST).exists():
+        return compact_quality(Path(path))
     run = RunDir(Path(path))
     manifest = run.read_manifest()  # validates: not a run directory -> a clear error
     if manifest.status == "running":

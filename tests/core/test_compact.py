@@ -49,3 +49,30 @@ def test_compact_never_overwrites_and_the_command_goes_on_to_the_next_run(kit) -
     result = CliRunner().invoke(app, ["compact", str(first), str(second)])
     assert result.exit_code == 1
     assert "not compacted" in result.output and (second / "records" / "p0.jsonl.gz").exists()
+
+
+def test_a_ladder_is_compacted_rung_by_rung_and_grades_the_same(tmp_path) -> None:
+    """A committed ladder, unpacked as a ladder leaves it (answers and server logs plain), packed again."""
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    from analysis.quality_report import load_ladder
+
+    committed = Path(__file__).resolve().parents[2] / "runs/quality-cpu-gemma3-2026-12-03/ladder"
+    ladder = shutil.copytree(committed, tmp_path / "ladder")
+    for packed in ladder.glob("rungs/*/answers.jsonl.gz"):
+        packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
+        packed.unlink()
+        (packed.parent / "server.log").write_text("llama-server says hello\n")
+    right_before = {rung.name: sum(a.right for a in rung.result.answers.values()) for rung in load_ladder(ladder)[1]}
+
+    written = compact_run(ladder)
+
+    assert len(written) == 2 * len(right_before) and all(path.name.endswith(".gz") for path in written)
+    assert not list(ladder.glob("rungs/*/answers.jsonl")) and not list(ladder.glob("rungs/*/server.log"))
+    assert {rung.name: sum(a.right for a in rung.result.answers.values())
+            for rung in load_ladder(ladder)[1]} == right_before
+    assert right_before["F16"] == 74
+    result = CliRunner().invoke(app, ["compact", str(ladder)])  # packed already: nothing left to do
+    assert result.exit_code == 0 and "0 file(s) gzipped" in result.output
