@@ -3,11 +3,24 @@
 $/Mtok = hourly price / (aggregate output tok/s x 3600) x 1e6. Its interval is the price over
 the ends of the throughput interval (the price itself is taken as exact, with its source).
 
-Which price: an AWS run is priced from its manifest (the price the rig recorded at run time,
-for its market) and from the price book for the other market. A local rig has no price, so
-it is priced *hypothetically* at reference instance types (``g6.xlarge`` unless the user
-names others), labelled as such everywhere; never a silent zero. A price the book lacks is a
-counted warning.
+Which price, by what the run is known to have run on:
+
+- *recorded*: a run whose manifest names an instance type (an AWS rig) is priced as that type:
+  the price the rig recorded at run time for its market, the price book for the other market.
+  ``--price-as`` does not re-price it (a warning says so).
+- *price-as*: any other run (a local machine) is priced only when the user says which known type
+  its machine counts as (``--price-as TYPE``), labelled ``(--price-as)``. Without it the run is not
+  priced at all: the report says once why (:func:`not_priced_line`) and shows no $ figure, since
+  a price of hardware the run did not use would read as a measurement.
+- *hypothetical*: ``rigbench plan --hypothetical TYPE`` extrapolates any run to another type,
+  labelled ``(hypothetical)``.
+
+A run priced as a type it did not run on is taken to have used one GPU (a manifest records one
+card, and llama-server serves from it): for a type of N > 1 GPUs the price is the per-GPU share,
+1/N of the instance's, labelled ``per-GPU share (1/N) of TYPE``. So a run on one lent H200 with
+``--price-as p5en.48xlarge`` is priced at 1/8 of that instance (8x H200). A ``--price-as`` type
+whose GPU is not the one the run recorded is a counted warning: the price is of other hardware.
+A price the book lacks is a counted warning too, never a silent zero.
 """
 
 from __future__ import annotations
@@ -15,39 +28,51 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from analysis.figures import RunFigures
 from analysis.intervals import Estimate
 from analysis.prices import Market, PriceBook, PriceQuote
-from core.errors import InfraError
-from core.instance_types import get_instance_type
-from core.rundir import RunManifest
+from core.gpus import find_gpu
+from core.instance_types import INSTANCE_TYPES, known_types
+from core.rundir import RigInfo, RunManifest
 
-DEFAULT_REFERENCE_TYPES = ("g6.xlarge",)
 DEFAULT_REGION = "us-east-1"
 MARKETS: tuple[Market, ...] = ("on-demand", "spot")
+PriceBasis = Literal["recorded", "price-as", "hypothetical"]
+BASIS_SUFFIX: dict[str, str] = {"recorded": "", "price-as": " (--price-as)", "hypothetical": " (hypothetical)"}
+
+
+def price_label(instance_type: str, market: str, basis: PriceBasis, gpu_share: int = 1) -> str:
+    """'g6.xlarge spot', 'g6.xlarge spot (--price-as)', 'per-GPU share (1/8) of p5en.48xlarge on-demand
+    (--price-as)': the one spelling of a price's name in tables, plots, summary.json and the gate."""
+    text = f"{instance_type} {market}"
+    if gpu_share > 1:
+        text = f"per-GPU share (1/{gpu_share}) of {text}"
+    return text + BASIS_SUFFIX[basis]
 
 
 @dataclass(frozen=True)
 class PriceChoice:
-    """A price applied to a run, and whether the run really ran on that instance type."""
+    """A price applied to a run, and on what grounds (see the module docstring)."""
 
-    quote: PriceQuote
-    hypothetical: bool
+    quote: PriceQuote  # for a per-GPU share, usd_per_hour is already the share
+    basis: PriceBasis = "recorded"
+    gpu_share: int = 1  # the quote is 1/gpu_share of the instance's price
+
+    @property
+    def hypothetical(self) -> bool:
+        return self.basis == "hypothetical"
 
     @property
     def label(self) -> str:
-        text = f"{self.quote.instance_type} {self.quote.market}"
-        return f"{text} (hypothetical)" if self.hypothetical else text
+        return price_label(self.quote.instance_type, self.quote.market, self.basis, self.gpu_share)
 
 
 def gpu_description(instance_type: str) -> str | None:
     """'1x L4 24 GiB' from the shared instance table, or None for a type it does not list."""
-    try:
-        known = get_instance_type(instance_type)
-    except InfraError:  # a type the table does not list just has no GPU line
-        return None
-    return f"{known.gpu_count}x {known.gpu_name} {known.gpu_memory_gib} GiB"
+    known = INSTANCE_TYPES.get(instance_type)
+    return None if known is None else f"{known.gpu_count}x {known.gpu_name} {known.gpu_memory_gib} GiB"
 
 
 def dollars_per_mtok(usd_per_hour: float, tok_s: float | None) -> float | None:
@@ -62,6 +87,20 @@ def dollars_per_mtok_estimate(usd_per_hour: float, throughput: Estimate) -> Esti
     low = dollars_per_mtok(usd_per_hour, throughput.high)
     high = dollars_per_mtok(usd_per_hour, throughput.low)
     return Estimate(value, low, high, throughput.n, throughput.method)
+
+
+def machine_name(rig: RigInfo) -> str:
+    """What a run ran on, in the words its manifest allows: the instance type, else the host and its GPU
+    (or CPU)."""
+    if rig.instance_type:
+        return rig.instance_type
+    machine = rig.machine
+    host = machine.hostname or "an unnamed machine"
+    if machine.gpu_name:
+        return f"{host} ({machine.gpu_name})"
+    cpu = ", ".join(part for part in (machine.cpu_model, f"{machine.cpu_cores} cores" if machine.cpu_cores else "")
+                    if part)
+    return f"{host} ({cpu + ', ' if cpu else ''}no GPU recorded)"
 
 
 def _manifest_quote(manifest: RunManifest) -> PriceQuote | None:
@@ -79,34 +118,103 @@ def _manifest_quote(manifest: RunManifest) -> PriceQuote | None:
     )
 
 
-def price_choices(
-    manifest: RunManifest, book: PriceBook, reference_types: tuple[str, ...] | list[str] | None, warnings: list[str]
+def ran_on_a_priced_type(manifest: RunManifest) -> bool:
+    """Whether the run is priced from what it ran on: a known instance type, or a price its rig recorded."""
+    rig = manifest.rig
+    if rig.instance_type is None:
+        return False
+    return rig.instance_type in INSTANCE_TYPES or _manifest_quote(manifest) is not None
+
+
+def not_priced_line(manifest: RunManifest) -> str:
+    """The one line a run that is not priced gets, saying why and how to price it."""
+    return (
+        f"not priced: ran on {machine_name(manifest.rig)}, not a known instance type; "
+        "--price-as TYPE prices it as one"
+    )
+
+
+def _recorded_choices(manifest: RunManifest, book: PriceBook, warnings: list[str]) -> list[PriceChoice]:
+    rig = manifest.rig
+    instance_type = rig.instance_type or ""
+    recorded = _manifest_quote(manifest)
+    region = rig.region or DEFAULT_REGION
+    choices = []
+    for market in MARKETS:
+        if recorded is not None and recorded.market == market:
+            choices.append(PriceChoice(recorded))
+            continue
+        quote = book.find(instance_type, region, market, rig.availability_zone)
+        if quote is not None:
+            choices.append(PriceChoice(quote))
+        elif instance_type in INSTANCE_TYPES:
+            warnings.append(f"no {market} price for {instance_type} in {region}; run `rigbench prices fetch`")
+        else:
+            warnings.append(f"no {market} price for {instance_type} in {region} (not a type rigbench knows)")
+    return choices
+
+
+def per_gpu_share(quote: PriceQuote, gpus: int) -> PriceQuote:
+    """The quote of one GPU of a ``gpus``-GPU instance, saying what it is a share of."""
+    if gpus <= 1:
+        return quote
+    note = f"per-GPU share: 1/{gpus} of the instance's ${quote.usd_per_hour:.4f}/h"
+    return quote.model_copy(
+        update={"usd_per_hour": quote.usd_per_hour / gpus, "note": note + (f"; {quote.note}" if quote.note else "")}
+    )
+
+
+def _choices_as(
+    manifest: RunManifest, book: PriceBook, instance_type: str, basis: PriceBasis, warnings: list[str]
 ) -> list[PriceChoice]:
-    """The prices a run is costed at (see the module docstring); missing ones become warnings."""
+    """The run priced as a type it did not run on: the type's prices, per GPU for a multi-GPU type."""
+    rig = manifest.rig
+    known = INSTANCE_TYPES[instance_type]
+    if basis == "price-as" and find_gpu(rig.machine.gpu_name) is not find_gpu(known.gpu_name):
+        warnings.append(
+            f"priced as {instance_type} ({known.gpu_count}x {known.gpu_name}) as --price-as says, though it ran on "
+            f"{machine_name(rig)}: the price is of other hardware"
+        )
+    region = rig.region or DEFAULT_REGION
+    choices = []
+    for market in MARKETS:
+        quote = book.find(instance_type, region, market)
+        if quote is None:
+            warnings.append(f"no {market} price for {instance_type} in {region}; left out")
+        else:
+            choices.append(PriceChoice(per_gpu_share(quote, known.gpu_count), basis, known.gpu_count))
+    return choices
+
+
+def price_choices(
+    manifest: RunManifest,
+    book: PriceBook,
+    price_as: tuple[str, ...] | list[str] | None,
+    warnings: list[str],
+    hypothetical: tuple[str, ...] | list[str] | None = None,
+) -> list[PriceChoice]:
+    """The prices a run is costed at (see the module docstring); missing ones become warnings. An
+    unknown type in either list is refused (UsageError, exit 2), naming its flag."""
+    price_as = known_types(price_as or [], "--price-as")
+    hypothetical = known_types(hypothetical or [], "--hypothetical")
     rig = manifest.rig
     choices: list[PriceChoice] = []
-    if rig.kind == "aws" and rig.instance_type:
-        recorded = _manifest_quote(manifest)
-        region = rig.region or DEFAULT_REGION
-        for market in MARKETS:
-            if recorded is not None and recorded.market == market:
-                choices.append(PriceChoice(recorded, hypothetical=False))
-                continue
-            quote = book.find(rig.instance_type, region, market, rig.availability_zone)
-            if quote is None:
-                warnings.append(f"no {market} price for {rig.instance_type} in {region}; run `rigbench prices fetch`")
-            else:
-                choices.append(PriceChoice(quote, hypothetical=False))
-    types = list(reference_types) if reference_types else ([] if choices else list(DEFAULT_REFERENCE_TYPES))
-    for instance_type in types:
-        if rig.kind == "aws" and instance_type == rig.instance_type:
-            continue
-        for market in MARKETS:
-            quote = book.find(instance_type, rig.region or DEFAULT_REGION, market)
-            if quote is None:
-                warnings.append(f"no {market} price for {instance_type} in {rig.region or DEFAULT_REGION}; left out")
-            else:
-                choices.append(PriceChoice(quote, hypothetical=True))
+    if ran_on_a_priced_type(manifest):
+        choices += _recorded_choices(manifest, book, warnings)
+        for instance_type in price_as:
+            if instance_type != rig.instance_type:
+                warnings.append(
+                    f"--price-as {instance_type} not applied: the run ran on {rig.instance_type} (its manifest "
+                    "says so) and is priced as that"
+                )
+        priced_as = [rig.instance_type]
+    else:
+        for instance_type in price_as:
+            choices += _choices_as(manifest, book, instance_type, "price-as", warnings)
+        priced_as = price_as
+    for instance_type in hypothetical:
+        if instance_type not in priced_as:
+            choices += _choices_as(manifest, book, instance_type, "hypothetical", warnings)
     return choices
 
 

@@ -21,6 +21,11 @@ queue grows for as long as the step lasts, so latency is far from linear in the 
 ceil(requests/s to serve / capacity), so such a plan needs the rate to serve (``Targets.rate``);
 users do not convert to requests/s.
 
+Which rigs: a run's plans come from its prices (``analysis.cost``): the type it ran on, or the type
+``--price-as`` says its machine counts as, and only with ``--hypothetical`` types it is
+extrapolated to. A run with no price is not ranked (its "not priced" line says why). For a price
+that is a per-GPU share of a multi-GPU instance, an "instance" is one GPU of it.
+
 Plans are ranked by $/h, then $/Mtok. Beside each plan: the share of the card's bandwidth roof
 (``analysis.roofline``) that the last measured step meeting the targets reached, so a plan that
 leaves most of the card's memory bandwidth unused says so.
@@ -82,6 +87,12 @@ class Plan:
         where = "1 user" if step.rate is None and step.users == 1 else step.load_label
         return f"{self.roof.aggregate_fraction:.1%} at {where}"
 
+    def instances_text(self) -> str:
+        """'3 instance(s)', or '3 GPU(s), each 1/8 of a p5en.48xlarge' for a per-GPU share."""
+        if self.price.gpu_share > 1:
+            return f"{self.instances} GPU(s), each 1/{self.price.gpu_share} of a {self.price.quote.instance_type}"
+        return f"{self.instances} instance(s)"
+
     def to_dict(self) -> dict:
         if self.capacity.unit == "requests/s":
             capacity = {"users_per_instance": None, "requests_per_second_per_instance": self.capacity.per_instance}
@@ -91,6 +102,8 @@ class Plan:
             "run": self.run_label,
             "price": self.price.quote.model_dump(),
             "hypothetical": self.price.hypothetical,
+            "price_basis": self.price.basis,
+            "gpu_share": self.price.gpu_share,
             **capacity,
             "aggregate_tok_s_at_capacity": self.capacity.aggregate_tok_s,
             "basis": self.capacity.basis,

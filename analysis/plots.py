@@ -4,8 +4,10 @@ The x axis is the user count for closed-loop runs and the offered rate (requests
 ones. A report that holds both kinds draws each kind in its own files (``<name>.png`` for the
 user runs, ``<name>-by-rate.png`` for the rate runs): the two loads share no axis.
 matplotlib runs on the Agg backend (no display on a rig or in CI). The $/Mtok plot has one
-line per run and price (on-demand, spot, hypothetical types), labelled as in the report: a run
-keeps its colour and marker in every plot, a price has its own line style.
+line per run and price (on-demand, spot, --price-as and hypothetical types), labelled as in the
+report: a run keeps its colour and marker in every plot, a price has its own line style. When no
+run is priced there is no $/Mtok plot (the overview's panel says "not priced"): an empty axis
+would read as a price of zero or a failed draw.
 
 ``overview.png`` puts the four plots on one 2x2 sheet: the one picture a slide about a run needs.
 
@@ -61,6 +63,7 @@ class Line:
     points: Points
 
 
+NO_DATA = "no data (see the report's warnings)"
 PLOTS = {
     "aggregate_tok_s": PlotSpec("Aggregate output throughput", "aggregate output tokens (tok/s)"),
     "per_user_tok_s": PlotSpec("Per-user decode speed", "median per-user decode (tok/s)"),
@@ -79,6 +82,12 @@ def legend_label(section: RunSection) -> str:
 def price_labels(sections: list[RunSection]) -> list[str]:
     """Every price any of the runs is priced at, in order of first appearance (one line style each)."""
     return list(dict.fromkeys(label for section in sections for label in section.cost_labels))
+
+
+def _empty_text(group: list[RunSection], name: str) -> str:
+    if name == "usd_per_mtok" and not price_labels(group):
+        return "not priced (see the report's Cost section)"
+    return NO_DATA
 
 
 def _per_user(section: RunSection) -> Points:
@@ -113,8 +122,9 @@ def _price_style(price: int) -> str | tuple:
     return PRICE_STYLES[price % len(PRICE_STYLES)]
 
 
-def _draw_on(axes, spec: PlotSpec, lines: list[Line], open_loop: bool) -> None:
-    """One plot on ``axes`` (the legend is the figure's, shared by all its plots)."""
+def _draw_on(axes, spec: PlotSpec, lines: list[Line], open_loop: bool, empty: str = NO_DATA) -> None:
+    """One plot on ``axes`` (the legend is the figure's, shared by all its plots); ``empty`` is said on an
+    axes without a line."""
     ticks: set[float] = set()
     for line in lines:
         kept = [(users, e) for users, e in line.points if e.value is not None]
@@ -143,7 +153,9 @@ def _draw_on(axes, spec: PlotSpec, lines: list[Line], open_loop: bool) -> None:
         axes.minorticks_off()
         axes.set_ylim(bottom=0)
     else:
-        axes.text(0.5, 0.5, "no data (see the report's warnings)", ha="center", transform=axes.transAxes)
+        axes.text(0.5, 0.5, empty, ha="center", transform=axes.transAxes)
+        axes.set_xticks([])  # an empty axis's 0..1 would read as figures
+        axes.set_yticks([])
     axes.set_title(spec.title)
     axes.set_xlabel(X_LABELS[open_loop])
     axes.set_ylabel(spec.ylabel)
@@ -206,7 +218,7 @@ def _draw_overview(path: Path, group: list[RunSection], open_loop: bool) -> None
     with plt.rc_context(STYLE):
         figure, grid = plt.subplots(2, 2, figsize=OVERVIEW_SIZE, dpi=DPI, layout="constrained")
         for axes, (name, spec) in zip(grid.flat, PLOTS.items(), strict=True):
-            _draw_on(axes, spec, _lines(group, name), open_loop)
+            _draw_on(axes, spec, _lines(group, name), open_loop, _empty_text(group, name))
         _legend(figure, group, with_prices=True)
         figure.suptitle(f"rigbench: {_sheet_title(group)}", fontsize=14)
         _save(figure, path)
@@ -226,6 +238,8 @@ def write_plots(sections: list[RunSection], folder: Path) -> list[Path]:
         _draw_overview(overview, group, open_loop)
         written.append(overview)
         for name in PLOTS:
+            if name == "usd_per_mtok" and not price_labels(group):
+                continue  # no run is priced: no $ plot (the report says why), rather than an empty one
             path = folder / f"{name}{suffix}.png"
             _draw(path, name, group, open_loop)
             written.append(path)

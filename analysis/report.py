@@ -4,8 +4,10 @@ The same report also as ``report.html`` (``analysis.report_html``, converted fro
 as ``steps.csv`` + ``requests.csv`` (``analysis.report_csv``), by the formats asked for.
 
 The report opens with each run's per-step table, then prices and cost (each price with its
-source and date; hypothetical prices labelled), then warnings (counted), the cross-run
-comparison when several runs are given, and the definitions of every figure.
+source and date, and on what grounds it applies: the type the run ran on, ``--price-as``, or
+hypothetical; a run on no known type and without ``--price-as`` gets one "not priced" line and no $
+figure), then warnings (counted), the cross-run comparison when several runs are given, and the
+definitions of every figure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from analysis.roofline import roofline_section
 from analysis.step import StepFigures
 from analysis.summary import SUMMARY_FILE, build_summary, summary_text
 from core.errors import AnalysisError, UsageError
+from core.instance_types import known_types
 from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
 
@@ -176,12 +179,22 @@ def token_methods_line(section: RunSection) -> str:
     ) + "."
 
 
+PRICE_FLAGS = {
+    "recorded": "",
+    "price-as": " (priced as this type because --price-as says so: the run did not run on it)",
+    "hypothetical": " **HYPOTHETICAL: this run did not run on this instance type**",
+}
+
+
 def cost_section(section: RunSection) -> list[str]:
-    lines = ["Prices applied:", ""]
+    """The prices applied and what they give; a run that is not priced gets its one line saying why instead
+    (above any hypothetical prices: they are not its own)."""
+    said = [f"{section.not_priced[0].upper()}{section.not_priced[1:]}."] if section.not_priced else []
     if not section.prices:
-        return ["No price is known for this run, so $/Mtok and run cost are left out (not zero)."]
+        return said or ["No price is known for this run, so $/Mtok and run cost are left out (not zero)."]
+    lines = [*said, *([""] if said else []), "Prices applied:", ""]
     for choice in section.prices:
-        flag = " **HYPOTHETICAL: this run did not run on this instance type**" if choice.hypothetical else ""
+        flag = PRICE_FLAGS[choice.basis]
         gpu = gpu_description(choice.quote.instance_type)
         gpu_text = f" [{gpu}]" if gpu else ""
         lines.append(f"- {choice.label}{gpu_text}: {choice.quote.describe()}{flag}")
@@ -328,18 +341,20 @@ def default_out_dir(run_dirs: list[Path]) -> Path:
 
 def build_sections(
     run_dirs: list[Path],
-    reference_types: list[str] | None = None,
+    price_as: list[str] | None = None,
     book: PriceBook | None = None,
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
     ceilings: list[Path] | None = None,
 ) -> list[RunSection]:
-    """``ceilings``: llama-batched-bench reports to set beside the runs (``--ceiling``), besides
-    those found in each run's folders (``analysis.ceiling``)."""
+    """``price_as``: the known types a run on no known type counts as (``--price-as``; see
+    ``analysis.cost``); ``ceilings``: llama-batched-bench reports to set beside the runs
+    (``--ceiling``), besides those found in each run's folders (``analysis.ceiling``)."""
     if not run_dirs:
         raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
+    price_as = known_types(price_as or [], "--price-as")  # refused before any run is read
     book = book or PriceBook.default()
     named = [explicit_ceiling(path) for path in ceilings or []]
-    sections = [build_section(Path(path), book, reference_types, decode_bytes, named) for path in run_dirs]
+    sections = [build_section(Path(path), book, price_as, decode_bytes, named) for path in run_dirs]
     attach_budgets(sections)  # the runs given together pair up to split each one's decode call
     return sections
 
@@ -386,7 +401,7 @@ def write_report(
     run_dirs: list[Path],
     out_dir: Path | None = None,
     *,
-    reference_types: list[str] | None = None,
+    price_as: list[str] | None = None,
     book: PriceBook | None = None,
     formats: Sequence[str] = ("md",),
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
@@ -394,9 +409,9 @@ def write_report(
     """Write report.md (or the other ``formats``), summary.json and plots/; returns the first report file.
 
     Default ``out_dir``: the run's own directory for one run, ``<runs>/reports/cross-<hash>``
-    for several. ``reference_types`` are instance types to price the runs at hypothetically
-    (a local rig is priced at g6.xlarge when none is named). ``decode_bytes``: model summaries by
-    sha256 for runs whose manifests record none, so their roofline can be drawn."""
+    for several. ``price_as``: the known instance types a run on no known type is priced as (without
+    them such a run is not priced). ``decode_bytes``: model summaries by sha256 for runs whose
+    manifests record none, so their roofline can be drawn."""
     run_dirs = [Path(p) for p in run_dirs]
-    sections = build_sections(run_dirs, reference_types, book, decode_bytes)
+    sections = build_sections(run_dirs, price_as, book, decode_bytes)
     return write_sections(sections, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs), formats)

@@ -17,7 +17,9 @@ from analysis.compare import StepComparison, compare_runs
 from analysis.cost import (
     PriceChoice,
     dollars_per_mtok_estimate,
+    not_priced_line,
     price_choices,
+    ran_on_a_priced_type,
     run_uptime_seconds,
 )
 from analysis.figures import RunFigures, run_figures
@@ -51,6 +53,7 @@ class RunSection:
     roofline: RunRoofline | None = None
     ceiling: BatchedCeiling | None = None  # the card's batched decode speed, when a bench result matches
     budget: RunBudget | None = None  # where a decode call's time goes: set across a report's runs (budget_section)
+    not_priced: str | None = None  # why the run has no price at all, when it ran on no known type (analysis.cost)
 
     @property
     def label(self) -> str:
@@ -64,12 +67,15 @@ class RunSection:
 def build_section(
     path: Path,
     book: PriceBook,
-    reference_types: list[str] | None = None,
+    price_as: list[str] | None = None,
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
     ceilings: list[BatchedCeiling] | None = None,
+    hypothetical: list[str] | None = None,
 ) -> RunSection:
-    """``decode_bytes``: model summaries by sha256, for a run whose manifest records none (its roofline);
-    ``ceilings``: llama-batched-bench results named by hand, besides those found beside the run."""
+    """``price_as``: the types a run on no known type counts as (``--price-as``); ``hypothetical``: types to
+    extrapolate every run to (``plan --hypothetical``); ``decode_bytes``: model summaries by sha256, for a run
+    whose manifest records none (its roofline); ``ceilings``: llama-batched-bench results named by hand,
+    besides those found beside the run."""
     run = load_run(path)
     figures = run_figures(run)
     model = run.manifest.model
@@ -77,8 +83,11 @@ def build_section(
     if model is not None and decode is None and decode_bytes:
         decode = decode_bytes.get(model.sha256)
     warnings = figures.warnings
-    prices = price_choices(run.manifest, book, reference_types, warnings)
-    if not prices:
+    prices = price_choices(run.manifest, book, price_as, warnings, hypothetical)
+    not_priced = None
+    if not price_as and not ran_on_a_priced_type(run.manifest):
+        not_priced = not_priced_line(run.manifest)  # said once, in the cost section: not a warning to count
+    elif not prices:
         warnings.append("no price known for this run: $/Mtok and run cost are left out (not zero)")
     cost_rows = [
         [dollars_per_mtok_estimate(choice.quote.usd_per_hour, step.aggregate_tok_s) for choice in prices]
@@ -87,7 +96,7 @@ def build_section(
     seconds, basis = run_uptime_seconds(figures, warnings)
     run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
     return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode),
-                      ceiling_for(run, ceilings))
+                      ceiling_for(run, ceilings), not_priced=not_priced)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.compare import StepComparison
+from analysis.cost import PriceBasis, price_label
 from analysis.intervals import Estimate
 from analysis.prices import PriceQuote
 from analysis.report_model import Report, RunSection
@@ -43,16 +44,20 @@ class Strict(BaseModel):
 
 
 class AppliedPrice(PriceQuote):
-    """A price a run was costed at; ``hypothetical`` when the run did not run on that instance type."""
+    """A price a run was costed at, and on what grounds (``analysis.cost``): ``basis`` says whether the
+    run ran on that type, was priced as it by ``--price-as``, or is extrapolated to it (``hypothetical``,
+    kept for older readers); ``gpu_share`` N > 1 means usd_per_hour is 1/N of the instance's price."""
 
     model_config = ConfigDict(extra="forbid")
 
     hypothetical: bool
+    basis: PriceBasis | None = Field(None, description="recorded, price-as or hypothetical; older files lack it")
+    gpu_share: int = Field(1, ge=1, description="usd_per_hour is 1/gpu_share of the instance's price")
 
     @property
     def label(self) -> str:
-        text = f"{self.instance_type} {self.market}"
-        return f"{text} (hypothetical)" if self.hypothetical else text
+        basis = self.basis or ("hypothetical" if self.hypothetical else "recorded")
+        return price_label(self.instance_type, self.market, basis, self.gpu_share)
 
 
 class RunCostSummary(Strict):
@@ -72,6 +77,7 @@ class RunSummary(Strict):
     usd_per_mtok: list[dict[str, Estimate]] = Field(description="per step, $/Mtok by price label")
     run_cost: list[RunCostSummary]
     warnings: list[str]
+    not_priced: str | None = Field(None, description="why the run has no price: it ran on no known instance type")
 
     def cost(self, step: int, label: str) -> Estimate | None:
         """$/Mtok of the ``step``-th step at the price labelled ``label``, if the run was priced at it."""
@@ -102,13 +108,18 @@ def run_summary(section: RunSection) -> RunSummary:
             "label": section.label,
             "status": run.manifest.status,
             "steps": section.figures.steps,
-            "prices": [{**choice.quote.model_dump(), "hypothetical": choice.hypothetical} for choice in section.prices],
+            "prices": [
+                {**choice.quote.model_dump(), "hypothetical": choice.hypothetical, "basis": choice.basis,
+                 "gpu_share": choice.gpu_share}
+                for choice in section.prices
+            ],
             "usd_per_mtok": [dict(zip(section.cost_labels, row, strict=True)) for row in section.cost_rows],
             "run_cost": [
                 {"price": cost.price.label, "seconds": cost.seconds, "usd": cost.usd, "basis": cost.basis}
                 for cost in section.run_costs
             ],
             "warnings": section.warnings,
+            "not_priced": section.not_priced,
         }
     )
 

@@ -33,6 +33,9 @@ KNOWN_GPUS: dict[str, GpuSpec] = _table(
     GpuSpec(name="NVIDIA A10G", memory_bandwidth_gb_s=600),
     GpuSpec(name="NVIDIA L4", memory_bandwidth_gb_s=300),
     GpuSpec(name="NVIDIA L40S", memory_bandwidth_gb_s=864),
+    GpuSpec(name="NVIDIA A100 40GB", memory_bandwidth_gb_s=1555, other_names=("NVIDIA A100-SXM4-40GB",)),
+    GpuSpec(name="NVIDIA A100 80GB", memory_bandwidth_gb_s=2039, other_names=("NVIDIA A100-SXM4-80GB",)),
+    GpuSpec(name="NVIDIA H100", memory_bandwidth_gb_s=3350, other_names=("NVIDIA H100 80GB HBM3",)),
     GpuSpec(name="NVIDIA H200", memory_bandwidth_gb_s=4800, other_names=("NVIDIA H200 NVL",)),
 )
 

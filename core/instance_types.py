@@ -8,14 +8,24 @@ once and every stage agrees on it.
 Figures come from the vendors' specifications and the public AWS price list. GPU memory is
 the nominal size the vendor sells; the driver shows a little less. ``on_demand_usd_per_hour``
 is the us-east-1 Linux on-demand price where it is known here, and ``None`` where it is not:
-analysis then asks the price list, not this table.
+analysis then asks the price list, not this table (the bundled price snapshot holds the same
+figures, with their source and date; a test keeps the two equal).
+
+The eight-GPU P types are here so that a run measured on one of their GPUs can be priced (as a
+per-GPU share of the instance, ``analysis.cost``); infra can rent them too, but a run there
+serves from all eight GPUs and is priced as the whole instance.
+
+The names are also what ``--price-as`` and ``--hypothetical`` accept; :func:`known_types` refuses
+any other in one line naming the flag and the known types.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import InfraError
+from core.errors import InfraError, UsageError
 from core.gpus import find_gpu
 
 
@@ -62,7 +72,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = _table(
     InstanceType(name="g5.xlarge", gpu_name="NVIDIA A10G", gpu_memory_gib=24, compute_capability="8.6",
                  vcpu=4, ram_gib=16, local_nvme_gb=250, on_demand_usd_per_hour=1.006),
     InstanceType(name="g5.2xlarge", gpu_name="NVIDIA A10G", gpu_memory_gib=24, compute_capability="8.6",
-                 vcpu=8, ram_gib=32, local_nvme_gb=450),
+                 vcpu=8, ram_gib=32, local_nvme_gb=450, on_demand_usd_per_hour=1.212),
     InstanceType(name="g6.xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
                  vcpu=4, ram_gib=16, local_nvme_gb=250, on_demand_usd_per_hour=0.8048),
     InstanceType(name="g6.2xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
@@ -70,14 +80,45 @@ INSTANCE_TYPES: dict[str, InstanceType] = _table(
     InstanceType(name="g6.4xlarge", gpu_name="NVIDIA L4", gpu_memory_gib=24, compute_capability="8.9",
                  vcpu=16, ram_gib=64, local_nvme_gb=600, on_demand_usd_per_hour=1.3232),
     InstanceType(name="g6e.xlarge", gpu_name="NVIDIA L40S", gpu_memory_gib=48, compute_capability="8.9",
-                 vcpu=4, ram_gib=32, local_nvme_gb=250),
+                 vcpu=4, ram_gib=32, local_nvme_gb=250, on_demand_usd_per_hour=1.861),
     InstanceType(name="g6e.2xlarge", gpu_name="NVIDIA L40S", gpu_memory_gib=48, compute_capability="8.9",
                  vcpu=8, ram_gib=64, local_nvme_gb=450, on_demand_usd_per_hour=2.24208),
+    InstanceType(name="p4d.24xlarge", gpu_name="NVIDIA A100 40GB", gpu_count=8, gpu_memory_gib=40,
+                 compute_capability="8.0", vcpu=96, ram_gib=1152, local_nvme_gb=8000,
+                 on_demand_usd_per_hour=21.957642),
+    InstanceType(name="p4de.24xlarge", gpu_name="NVIDIA A100 80GB", gpu_count=8, gpu_memory_gib=80,
+                 compute_capability="8.0", vcpu=96, ram_gib=1152, local_nvme_gb=8000,
+                 on_demand_usd_per_hour=27.44705),
+    InstanceType(name="p5.48xlarge", gpu_name="NVIDIA H100", gpu_count=8, gpu_memory_gib=80,
+                 compute_capability="9.0", vcpu=192, ram_gib=2048, local_nvme_gb=30720,
+                 on_demand_usd_per_hour=55.04),
+    InstanceType(name="p5en.48xlarge", gpu_name="NVIDIA H200", gpu_count=8, gpu_memory_gib=141,
+                 compute_capability="9.0", vcpu=192, ram_gib=2048, local_nvme_gb=30720,
+                 on_demand_usd_per_hour=63.296),
 )
 
 
 def known_instance_type_names() -> list[str]:
     return sorted(INSTANCE_TYPES)
+
+
+def known_types(values: Iterable[str], flag: str) -> list[str]:
+    """The instance types named by a price flag (each value may hold several, comma-separated), in order,
+    once each. An unknown name is refused before anything is read, in one line naming the flag and the
+    known types: a price that silently disappears from a report reads as "not priced" for the wrong reason."""
+    names: list[str] = []
+    for value in values:
+        for name in (piece.strip() for piece in value.split(",")):
+            if not name:
+                continue
+            if name not in INSTANCE_TYPES:
+                raise UsageError(
+                    f"{flag}: {name!r} is not an instance type rigbench knows; known: "
+                    f"{', '.join(known_instance_type_names())} (`rigbench prices list` shows their GPUs and prices)"
+                )
+            if name not in names:
+                names.append(name)
+    return names
 
 
 def get_instance_type(name: str) -> InstanceType:

@@ -47,7 +47,8 @@ COMMANDS: dict[str, Entry] = {
     "cloud": Entry("cloud", "The whole cloud loop in one command (rigs up, studies, report, destroy), and its "
                    "leftovers."),
     "provision": Entry("provision", "Provision the rig over SSH (Fabric): toolkit, build, download, serve, ..."),
-    "prices": Entry("prices", "Instance prices: AWS Price List and spot history, cached with source and date."),
+    "prices": Entry("prices", "Instance types and prices: the types rigbench knows, AWS Price List and spot history, "
+                     "cached with source and date."),
     "build": Entry("build", "Build llama-server, llama-bench, llama-quantize and llama-batched-bench for this machine "
                    "(cached); print the build manifest."),
     "check": Entry("check", "Verify a run directory (manifest, shards, step counts, telemetry, status); exit 1 if "

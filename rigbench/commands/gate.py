@@ -11,11 +11,12 @@ from analysis.gate import gate as judge
 from analysis.gate_output import markdown_table, outcome_line, write_junit
 from analysis.prices import PriceBook
 from analysis.report_model import build_section
+from core.instance_types import known_types
 
 EXIT_CODES = (
     "Exit codes: 0 no regression and every limit met; 1 a regression or a missed limit (the table says which); "
     "2 unusable input: a run that cannot be read or analysed, runs of different workloads without "
-    "--allow-different, runs that share no step, a bad option."
+    "--allow-different, runs that share no step, a bad option (an unknown --price-as type among them)."
 )
 
 
@@ -46,6 +47,10 @@ def gate(
     junit: Path | None = typer.Option(
         None, "--junit", help="also write JUnit XML here: a testcase per step and figure, failures for regressions"
     ),
+    price_as: list[str] = typer.Option(
+        [], "--price-as", help="price both runs, when made on no known instance type, as this known type, so "
+        "$/Mtok is gated too (a run on a known type is priced as that; repeatable, or comma-separated)",
+    ),
     allow_different: bool = typer.Option(
         False,
         "--allow-different",
@@ -56,13 +61,16 @@ def gate(
     """Judge RUN against BASELINE step by step, for CI: pass, or fail naming the figure that moved.
 
     Steps are paired by users, or by rate for open-loop runs: aggregate tok/s, per-user tok/s, TTFT p90,
-    error rate and $/Mtok, printed as a markdown table for the CI log.
+    error rate and $/Mtok at every price both runs have (none for runs on a machine that is no known
+    instance type, unless --price-as prices them), printed as a markdown table for the CI log.
 
     Both runs are analysed afresh from their records, as `rigbench report` does (their summary.json is not
     read, and nothing is written but --junit's file)."""
 
+    price_as = known_types(price_as, "--price-as")
     book = PriceBook.default()
-    ours, theirs = (GatedRun.from_section(build_section(path, book)) for path in (run, baseline))
+    sections = [build_section(path, book, price_as) for path in (run, baseline)]
+    ours, theirs = (GatedRun.from_section(section) for section in sections)
     thresholds = Thresholds(max_drop=max_drop / 100, min_tok_s=min_tok_s, max_ttft_p90_s=max_ttft_p90)
     result = judge(ours, theirs, thresholds, allow_different=allow_different)
     typer.echo(f"run      = {ours.label}\nbaseline = {theirs.label}")
@@ -71,6 +79,9 @@ def gate(
     )
     for note in result.notes:
         typer.echo(f"note: {note}")
+    unpriced = {f"{s.label}: {s.not_priced}" for s in sections if s.not_priced and not s.prices}
+    for line in sorted(unpriced):
+        typer.echo(f"note: $/Mtok not gated: {line}")
     typer.echo(markdown_table(result))
     typer.echo(f"\n{outcome_line(result)}")
     if junit is not None:

@@ -1,5 +1,9 @@
 """``rigbench plan``: instances needed per measured rig to serve N users (closed-loop sweeps) or
-R requests per second (open-loop sweeps, ``--rates``) at the targets."""
+R requests per second (open-loop sweeps, ``--rates``) at the targets.
+
+Only priced rigs are ranked: a run on a known instance type, or one whose machine ``--price-as``
+names a type for. Other types enter only when ``--hypothetical`` names them, labelled so: a
+recommendation of a type nobody measured must be asked for."""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ from analysis.plan import Targets, plan_table, plans_for_sections
 from analysis.prices import PriceBook
 from analysis.report_model import build_section
 from core.errors import UsageError
+from core.instance_types import known_types
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 NO_PLAN_EXIT_CODE = 3
 EXIT_CODES = (
     "Exit codes: 0 a rig meets the targets (the recommendation is printed); 3 no measured rig meets them; "
-    "2 a bad option or run directory, or a --gguf that is no given run's model."
+    "2 a bad option or run directory, an unknown instance type in --price-as or --hypothetical, no run priced "
+    "(none ran on a known type: give --price-as or --hypothetical), or a --gguf that is no given run's model."
 )
 
 
@@ -34,7 +40,13 @@ def plan(
     min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
     ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
     price_as: list[str] = typer.Option(
-        [], "--price-as", help="also price at this instance type, labelled hypothetical (repeatable)"
+        [], "--price-as", help="price runs made on no known instance type (a local machine) as this known type: "
+        "what the machine counts as; a run on one GPU of a multi-GPU type is priced per GPU (repeatable, or "
+        "comma-separated; `rigbench prices list` shows the types)",
+    ),
+    hypothetical: list[str] = typer.Option(
+        [], "--hypothetical", metavar="TYPE[,TYPE]", help="also rank every run extrapolated to these known "
+        "types, labelled hypothetical (without it only the types the runs ran on, or --price-as, are ranked)",
     ),
     out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
     gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
@@ -45,9 +57,16 @@ def plan(
     if (users is None) == (rate is None) or rate == 0:
         raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
                          "sweeps made with --rates), one of the two")
+    price_as = known_types(price_as, "--price-as")
+    hypothetical = known_types(hypothetical, "--hypothetical")
     book = PriceBook.default()
     known = decode_bytes_for_runs(runs, gguf)
-    sections = [build_section(path, book, price_as or None, known) for path in runs]
+    sections = [build_section(path, book, price_as, known, hypothetical=hypothetical) for path in runs]
+    unpriced = [section for section in sections if not section.prices]
+    if len(unpriced) == len(sections):
+        why = "; ".join(f"{section.label}: {section.not_priced or 'no price known'}" for section in unpriced)
+        raise UsageError(f"no run is priced, so there is nothing to rank ({why}); give --price-as TYPE (what the "
+                         "machine counts as) or --hypothetical TYPE[,TYPE] (`rigbench prices list` shows the types)")
     targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
     plans = plans_for_sections(sections, targets)
     demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
@@ -61,16 +80,18 @@ def plan(
         typer.echo("\nno measured rig meets the targets; relax them or measure smaller user steps")
     else:
         typer.echo(
-            f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances} instance(s) of "
+            f"\nrecommended: {best.run_label} at {best.price.label}: {best.instances_text()} of "
             f"{best.capacity.describe()}, ${best.usd_per_hour:.3f}/h"
         )
     if out is not None:
         payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}
         out.write_text(json.dumps(payload, indent=2) + "\n")
-    for plan in plans:
-        if plan.price.hypothetical:
-            typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on")
-            break
+    if any(plan.price.hypothetical for plan in plans):
+        typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on (--hypothetical)")
+    if any(plan.price.basis == "price-as" for plan in plans):
+        typer.echo("\nprices marked (--price-as) apply the type given for a machine that is no known type")
+    for section in unpriced:
+        typer.echo(f"not ranked: {section.label}: {section.not_priced or 'no price known (see its warnings)'}")
     for section in sections:
         for warning in section.warnings:
             typer.echo(f"warning: {section.label}: {warning}")

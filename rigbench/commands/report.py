@@ -9,11 +9,12 @@ import typer
 
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
 from analysis.report_model import compare_sections
+from core.instance_types import known_types
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
-    "Exit codes: 0 written; 2 a run directory that cannot be read, an unknown --format, or a --gguf that is "
-    "no given run's model."
+    "Exit codes: 0 written; 2 a run directory that cannot be read, an unknown --format, an unknown instance type "
+    "in --price-as, or a --gguf that is no given run's model."
 )
 FORMAT_HELP = (
     "comma-separated: md (report.md), html (report.html: one self-contained page, plots embedded, sortable "
@@ -31,7 +32,9 @@ def report(
     ),
     out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),
     price_as: list[str] = typer.Option(
-        [], "--price-as", help="also price the runs at this instance type, labelled hypothetical (repeatable)"
+        [], "--price-as", help="price runs made on no known instance type (a local machine) as this known type: "
+        "what the machine counts as; without it such a run is not priced. A run on one GPU of a multi-GPU type is "
+        "priced per GPU (repeatable, or comma-separated; `rigbench prices list` shows the types)",
     ),
     formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
     gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
@@ -47,8 +50,8 @@ def report(
     per-step ratios B/A of per-user tok/s, aggregate tok/s and TTFT p90, with 95% intervals, paired
     by prompt category, are printed here and written in the cross-run report."""
     chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
-    sections = build_sections(runs, price_as or None, decode_bytes=decode_bytes_for_runs(runs, gguf),
-                              ceilings=ceiling)
+    price_as = known_types(price_as, "--price-as")  # and an unknown type
+    sections = build_sections(runs, price_as, decode_bytes=decode_bytes_for_runs(runs, gguf), ceilings=ceiling)
     comparisons = compare_sections(sections)  # a pair that cannot be compared: the report says why
     for comparison in comparisons:
         typer.echo(f"A = {comparison.a}\nB = {comparison.b}\n\n{comparison_table(comparison.steps)}\n")

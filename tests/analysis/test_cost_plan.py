@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.cost import PriceChoice, dollars_per_mtok, dollars_per_mtok_estimate, price_choices, run_uptime_seconds
+from analysis.cost import (
+    PriceChoice,
+    dollars_per_mtok,
+    dollars_per_mtok_estimate,
+    not_priced_line,
+    price_choices,
+    ran_on_a_priced_type,
+    run_uptime_seconds,
+)
 from analysis.figures import RunFigures, run_figures
 from analysis.intervals import Estimate
 from analysis.load import LoadedRun, load_run
 from analysis.plan import Targets, capacity, crossing, plan_for, rank
 from analysis.prices import PriceBook, PriceQuote
 from analysis.step import StepFigures
-from core.rundir import RigInfo
+from core.errors import UsageError
+from core.rundir import MachineInfo, RigInfo
 
 
 def quote(instance_type="g6.xlarge", market="on-demand", usd=0.8048, region="us-east-1", zone=None) -> PriceQuote:
@@ -41,15 +50,71 @@ def test_cost_interval_comes_from_the_ends_of_the_throughput_interval():
     assert (cost.low, cost.value, cost.high) == pytest.approx((0.8, 1.0, 1.25))
 
 
-def test_local_rig_is_priced_hypothetically_at_the_reference_type(kit):
+def test_a_local_rig_is_not_priced_unless_price_as_names_what_it_counts_as(kit):
+    """No fake price: a machine that is no known type gets no $ figure (it used to be priced as g6.xlarge)."""
     book = PriceBook([quote(), quote(market="spot", usd=0.4)])
+    manifest = kit.manifest("r", [kit.window()])
     warnings: list[str] = []
-    choices = price_choices(kit.manifest("r", [kit.window()]), book, None, warnings)
-    assert [(c.label, c.quote.usd_per_hour) for c in choices] == [
-        ("g6.xlarge on-demand (hypothetical)", 0.8048),
-        ("g6.xlarge spot (hypothetical)", 0.4),
+    assert price_choices(manifest, book, None, warnings) == [] and warnings == []
+    assert not ran_on_a_priced_type(manifest)
+    assert not_priced_line(manifest) == (
+        "not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; "
+        "--price-as TYPE prices it as one"
+    )
+    choices = price_choices(manifest, book, ["g6.xlarge"], warnings)
+    assert [(c.label, c.quote.usd_per_hour, c.basis) for c in choices] == [
+        ("g6.xlarge on-demand (--price-as)", 0.8048, "price-as"),
+        ("g6.xlarge spot (--price-as)", 0.4, "price-as"),
     ]
-    assert warnings == []
+    # priced at the user's word, but the price is of a machine with an L4 and this one recorded no GPU
+    assert warnings == [
+        "priced as g6.xlarge (1x NVIDIA L4) as --price-as says, though it ran on an unnamed machine "
+        "(no GPU recorded): the price is of other hardware"
+    ]
+
+
+def test_a_run_on_one_h200_is_priced_as_its_share_of_an_eight_gpu_instance(kit):
+    h200 = RigInfo(kind="local", machine=MachineInfo(hostname="gpu", gpu_name="NVIDIA H200"))
+    manifest = kit.manifest("r", [kit.window()], rig=h200)
+    book = PriceBook([quote("p5en.48xlarge", usd=63.296)])
+    warnings: list[str] = []
+    (choice,) = price_choices(manifest, book, ["p5en.48xlarge"], warnings)
+    assert choice.label == "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+    assert (choice.gpu_share, choice.basis) == (8, "price-as")
+    assert choice.quote.usd_per_hour == pytest.approx(63.296 / 8)
+    assert choice.quote.note == "per-GPU share: 1/8 of the instance's $63.2960/h"
+    assert warnings == ["no spot price for p5en.48xlarge in us-east-1; left out"]  # its GPU is the type's: no warning
+    assert not_priced_line(manifest).startswith("not priced: ran on gpu (NVIDIA H200), not a known instance type")
+
+
+def test_hypothetical_types_extrapolate_any_run_and_say_so(kit):
+    rig = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1")
+    book = PriceBook([quote(), quote("g6e.xlarge", usd=1.861), quote("p5.48xlarge", usd=55.04)])
+    warnings: list[str] = []
+    choices = price_choices(kit.manifest("r", [kit.window()], rig=rig), book, ["g6e.xlarge"], warnings,
+                            ["g6.xlarge", "p5.48xlarge"])
+    assert [c.label for c in choices] == [
+        "g6.xlarge on-demand",  # what it ran on; hypothetical g6.xlarge would only repeat it
+        "per-GPU share (1/8) of p5.48xlarge on-demand (hypothetical)",
+    ]
+    assert choices[1].quote.usd_per_hour == pytest.approx(6.88) and choices[1].hypothetical
+    assert warnings == [
+        "no spot price for g6.xlarge in us-east-1; run `rigbench prices fetch`",
+        "--price-as g6e.xlarge not applied: the run ran on g6.xlarge (its manifest says so) and is priced as that",
+        "no spot price for p5.48xlarge in us-east-1; left out",
+    ]
+
+
+@pytest.mark.parametrize("flag", ["--price-as", "--hypothetical"])
+def test_an_unknown_type_is_refused_naming_the_flag_and_the_known_types(kit, flag):
+    arguments = {"price_as": ["h100"]}
+    if flag == "--hypothetical":
+        arguments = {"price_as": None, "hypothetical": ["g6.xlarge,h100"]}
+    with pytest.raises(UsageError) as refused:
+        price_choices(kit.manifest("r", [kit.window()]), PriceBook([]), warnings=[], **arguments)
+    message = str(refused.value)
+    assert message.startswith(f"{flag}: 'h100' is not an instance type rigbench knows; known: g4dn.xlarge, ")
+    assert "p5en.48xlarge" in message and "\n" not in message and refused.value.exit_code == 2
 
 
 def test_aws_run_uses_its_recorded_price_and_the_book_for_the_other_market(kit):
@@ -69,13 +134,15 @@ def test_aws_run_uses_its_recorded_price_and_the_book_for_the_other_market(kit):
     by_market = {c.quote.market: c for c in choices}
     assert by_market["spot"].quote.usd_per_hour == 0.41
     assert by_market["spot"].quote.source.startswith("run manifest (describe_spot_price_history")
-    assert not by_market["spot"].hypothetical
+    assert not by_market["spot"].hypothetical and by_market["spot"].basis == "recorded"
+    assert [c.label for c in choices] == ["g6.2xlarge on-demand", "g6.2xlarge spot"]
     assert by_market["on-demand"].quote.usd_per_hour == 0.9776
 
 
 def test_missing_price_is_a_warning_not_a_zero(kit):
+    h100 = RigInfo(machine=MachineInfo(gpu_name="NVIDIA H100 80GB HBM3"))  # as nvidia-smi names it
     warnings: list[str] = []
-    choices = price_choices(kit.manifest("r", [kit.window()]), PriceBook([]), ["p5.48xlarge"], warnings)
+    choices = price_choices(kit.manifest("r", [kit.window()], rig=h100), PriceBook([]), ["p5.48xlarge"], warnings)
     assert choices == []
     assert warnings == [
         "no on-demand price for p5.48xlarge in us-east-1; left out",
@@ -168,8 +235,8 @@ def test_plans_rank_by_dollars_per_hour(kit):
     run = LoadedRun(kit.root, kit.manifest("r", [kit.window()]), records=None)  # type: ignore[arg-type]
     figures = RunFigures(run, SWEEP)
     targets = Targets(users=100, min_tok_s=76, ttft_p90_s=0.8)
-    on_demand = plan_for(figures, PriceChoice(quote(usd=0.8048), hypothetical=True), targets)
-    spot = plan_for(figures, PriceChoice(quote(market="spot", usd=0.5), hypothetical=True), targets)
+    on_demand = plan_for(figures, PriceChoice(quote(usd=0.8048), "hypothetical"), targets)
+    spot = plan_for(figures, PriceChoice(quote(market="spot", usd=0.5), "hypothetical"), targets)
     # ceil(100 / 12) = 9 instances
     assert on_demand.instances == 9
     assert on_demand.usd_per_hour == pytest.approx(9 * 0.8048)

@@ -37,7 +37,10 @@ E4B = STUDY / "runs/20261130T063044Z-gemma4-e2b-e4b-best-cab0"
 CONTEXT_0 = STUDY / "runs/20261130T063437Z-gemma4-e2b-e2b-ctx0-c584"
 CONTEXT_32K = STUDY / "runs/20261130T063516Z-gemma4-e2b-e2b-ctx32768-4fae"
 FIXED_LENGTH_E2B = RUNS / "gpu-h200-profiles-2026-11-30/runs/20261130T083256Z-gemma4-e2b-many-e2b-profile-d469"
-ON_DEMAND, SPOT = "$/Mtok g6.xlarge on-demand (hypothetical)", "$/Mtok g6.xlarge spot (hypothetical)"
+# the runs were made on one H200 of a lent machine: priced as its share of a p5en.48xlarge (8x H200), which the
+# bundled snapshot prices on demand only
+PRICE_AS = ["p5en.48xlarge"]
+ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
 
 
 def figure(value: float | None, low: float | None = None, high: float | None = None) -> Estimate:
@@ -95,12 +98,12 @@ def test_error_rate_interval_is_clopper_pearson() -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Iterator[dict[Path, GatedRun]]:
-    """Each committed run analysed once, at the bundled prices."""
+    """Each committed run analysed once, at the bundled prices, priced as its share of a p5en.48xlarge."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path_factory.mktemp("prices") / "none.json"))
         book = PriceBook.default()
         paths = (SEED_MANY, BACKEND_SAMPLING, E2B, E4B, CONTEXT_0, CONTEXT_32K, FIXED_LENGTH_E2B)
-        yield {path: GatedRun.from_section(build_section(path, book)) for path in paths}
+        yield {path: GatedRun.from_section(build_section(path, book, PRICE_AS)) for path in paths}
 
 
 def failed(result) -> list[tuple[str, str]]:
@@ -110,9 +113,9 @@ def failed(result) -> list[tuple[str, str]]:
 def test_a_run_against_itself_passes(runs) -> None:
     result = gate(runs[E2B], runs[E2B], Thresholds())
     assert result.passed and result.notes == []
-    assert len(result.checks) == 7 * 6  # 7 user steps x (4 figures + 2 prices)
+    assert len(result.checks) == 7 * 5  # 7 user steps x (4 figures + 1 price)
     assert {check.change for check in result.checks if check.judged} == {0.0}
-    assert outcome_line(result) == "gate: pass (42 checks)"
+    assert outcome_line(result) == "gate: pass (35 checks)"
 
 
 def test_the_cpu_sampling_arm_fails_against_the_gpu_sampling_one(runs) -> None:
@@ -121,19 +124,18 @@ def test_the_cpu_sampling_arm_fails_against_the_gpu_sampling_one(runs) -> None:
         ("1 users", "per-user tok/s"),
         ("64 users", "aggregate tok/s"),
         ("64 users", ON_DEMAND),
-        ("64 users", SPOT),
     ]
     by_name = {(check.step, check.figure.name): check for check in result.checks}
     aggregate = by_name["64 users", "aggregate tok/s"]
     assert aggregate.change == pytest.approx(722.5 / 1589.8 - 1, abs=1e-3)
     assert aggregate.failures == ("worse by 54.6%, 95% intervals apart",)
     assert by_name["1 users", "aggregate tok/s"].failures == ()  # one user: the same within the noise
-    assert math.isclose(by_name["64 users", SPOT].change, 1589.8 / 722.5 - 1, abs_tol=1e-3)  # $/Mtok: price / tok/s
+    assert math.isclose(by_name["64 users", ON_DEMAND].change, 1589.8 / 722.5 - 1, abs_tol=1e-3)  # price / tok/s
     table = markdown_table(result).splitlines()
     assert [cell.strip() for cell in table[0].split("|")[1:-1]] == [
         "step", "figure", "baseline", "run", "change", "95% intervals", "verdict"]
-    assert "| 64 users | aggregate tok/s " in table[8] and "| 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] |" in (
-        table[8])
+    assert "| 64 users | aggregate tok/s " in table[7] and "| 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] |" in (
+        table[7])
 
 
 def test_the_faster_arm_fails_only_where_it_is_worse(runs) -> None:
@@ -149,7 +151,6 @@ def test_a_larger_allowed_drop_and_the_absolute_limits(runs) -> None:
         ("64 users", "per-user tok/s"),  # no request finished inside the 64-user window: no value to hold to it
         ("64 users", "TTFT p90"),
         ("64 users", ON_DEMAND),  # +120%, beyond 60%
-        ("64 users", SPOT),
     ]
     by_name = {(check.step, check.figure.name): check for check in result.checks}
     assert by_name["1 users", "per-user tok/s"].failures == ("below --min-tok-s 290",)
@@ -175,7 +176,7 @@ def test_allow_different_compares_and_says_so(runs) -> None:
         "compared although they differ (--allow-different): ignore_eos until the model stops in the run, "
         "fixed length in the baseline"
     ]
-    assert len(result.checks) == 42
+    assert len(result.checks) == 35
 
 
 def test_runs_that_share_no_step_are_unusable(runs) -> None:
@@ -203,18 +204,17 @@ def test_junit_has_a_testcase_per_check_and_a_failure_per_regression(runs, tmp_p
     result = gate(runs[SEED_MANY], runs[BACKEND_SAMPLING], Thresholds())
     path = write_junit(result, tmp_path / "reports" / "gate.xml")
     root = ET.parse(path).getroot()
-    assert (root.tag, root.get("tests"), root.get("failures")) == ("testsuites", "12", "4")
+    assert (root.tag, root.get("tests"), root.get("failures")) == ("testsuites", "10", "3")
     (suite,) = root
     cases = suite.findall("testcase")
-    assert len(cases) == 12 and suite.get("skipped") == "3"  # 64 users: no request finished in the window
+    assert len(cases) == 10 and suite.get("skipped") == "3"  # 64 users: no request finished in the window
     failures = [(case.get("classname"), case.get("name")) for case in cases if case.find("failure") is not None]
     assert failures == [
         ("rigbench gate.1 users", "per-user tok/s"),
         ("rigbench gate.64 users", "aggregate tok/s"),
         ("rigbench gate.64 users", ON_DEMAND),
-        ("rigbench gate.64 users", SPOT),
     ]
-    failure = cases[6].find("failure")
+    failure = cases[5].find("failure")
     assert failure.get("message") == "worse by 54.6%, 95% intervals apart"
     assert failure.text == (
         "aggregate tok/s: baseline 1,589.8 [1,581.8, 1,600.4], run 722.5 [719.1, 724.2]; change -54.6%; "

@@ -22,6 +22,7 @@ from analysis.prices import (
     save_quotes,
 )
 from core.errors import AnalysisError
+from core.instance_types import INSTANCE_TYPES
 
 
 def product(sku: str, usd: str, instance_type: str = "g6.xlarge") -> str:
@@ -210,3 +211,14 @@ def test_bundled_snapshot_carries_design_figures_with_sources():
     spot = book.find("g6.2xlarge", "us-east-1", "spot", "us-east-1d")
     assert spot.usd_per_hour == 0.8393 and spot.as_of.startswith("2026-10")
     assert all(q.source and q.as_of for q in book.quotes)
+
+
+def test_the_instance_table_and_the_bundled_snapshot_agree_on_every_known_on_demand_price():
+    """Two places hold the us-east-1 on-demand price (infra's estimate reads the table, reports the
+    snapshot): they must not drift apart. Every known type has one, the H200's P type included."""
+    book = PriceBook(bundled_snapshot().quotes)
+    for name, row in INSTANCE_TYPES.items():
+        quote = book.find(name, "us-east-1", "on-demand")
+        assert quote is not None and row.on_demand_usd_per_hour == quote.usd_per_hour, name
+    p5en = book.find("p5en.48xlarge", "us-east-1", "on-demand")
+    assert "AWS Price List, on-demand, us-east-1" in p5en.source and "2025" in p5en.as_of

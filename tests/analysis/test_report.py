@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -60,10 +61,8 @@ def test_single_run_report_opens_with_the_per_step_table(kit):
     for column in ("users", "requests", "errors", "aggregate tok/s", "median per-user tok/s", "TTFT p50", "TTFT p90"):
         assert column in header
     assert [line.split("|")[1].strip() for line in lines[table_start + 2 : table_start + 5]] == ["1", "2", "4"]
-    assert "g6.xlarge on-demand (hypothetical)" in text and "HYPOTHETICAL" in text
-    assert "bundled snapshot" in text
     assert "### Warnings (0)" in text
-    for name in ("aggregate_tok_s", "per_user_tok_s", "ttft_p90", "usd_per_mtok"):
+    for name in ("aggregate_tok_s", "per_user_tok_s", "ttft_p90"):
         png = path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png.stat().st_size < 100_000
@@ -74,8 +73,40 @@ def test_single_run_report_opens_with_the_per_step_table(kit):
     assert one_user["users"] == 1
     assert 30 < one_user["aggregate_tok_s"]["value"] < 45
     assert one_user["server_tok_s"]["n"] == one_user["ok"]
-    assert summary["runs"][0]["prices"][0]["hypothetical"] is True
-    assert summary["runs"][0]["run_cost"][0]["seconds"] == pytest.approx(3600)
+
+
+NOT_PRICED = (
+    "not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; "
+    "--price-as TYPE prices it as one"
+)
+
+
+def test_a_local_machine_that_is_no_known_type_is_not_priced_and_says_so_once(kit):
+    """It used to be priced as a g6.xlarge (labelled hypothetical); now no $ figure at all, one line why."""
+    path = sweep_run(kit, "base", speed=40.0)
+    text = write_report([path]).read_text()
+    cost = text.split("### Cost", 1)[1].split("###", 1)[0]
+    assert cost.strip() == "Not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; " \
+        "--price-as TYPE prices it as one."
+    assert text.lower().count("not priced") == 1
+    assert not re.search(r"\$\s?\d", text) and "| $/Mtok" not in text and "g6.xlarge" not in text
+    assert "### Warnings (0)" in text  # said once, in the cost section: not a warning to count
+    assert not (path / "plots" / "usd_per_mtok.png").exists()  # no $ plot, rather than an empty one
+    run = json.loads((path / "summary.json").read_text())["runs"][0]
+    assert (run["prices"], run["run_cost"], run["not_priced"]) == ([], [], NOT_PRICED)
+    assert all(costs == {} for costs in run["usd_per_mtok"])
+
+
+def test_price_as_prices_a_local_run_as_the_type_it_counts_as(kit):
+    path = sweep_run(kit, "base", speed=40.0)
+    text = write_report([path], price_as=["g6.xlarge"]).read_text()
+    assert "g6.xlarge on-demand (--price-as)" in text and "HYPOTHETICAL" not in text
+    assert "because --price-as says so" in text and "bundled snapshot" in text and "not priced" not in text
+    assert "priced as g6.xlarge (1x NVIDIA L4) as --price-as says, though it ran on an unnamed machine" in text
+    assert (path / "plots" / "usd_per_mtok.png").stat().st_size < 100_000
+    run = json.loads((path / "summary.json").read_text())["runs"][0]
+    assert [(p["basis"], p["hypothetical"], p["gpu_share"]) for p in run["prices"]] == [("price-as", False, 1)] * 2
+    assert run["run_cost"][0]["seconds"] == pytest.approx(3600) and run["not_priced"] is None
 
 
 def test_two_runs_give_a_cross_run_report_with_paired_ratios(kit):
@@ -105,7 +136,7 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     runner = CliRunner()
     result = runner.invoke(app, ["report", str(base), "--out", str(tmp_path / "out"), "--price-as", "g6.2xlarge"])
     assert result.exit_code == 0, result.output
-    assert "g6.2xlarge spot (hypothetical)" in (tmp_path / "out" / "report.md").read_text()
+    assert "g6.2xlarge spot (--price-as)" in (tmp_path / "out" / "report.md").read_text()
 
     result = runner.invoke(app, ["report", str(base), str(faster), "--out", str(tmp_path / "cmp")])
     assert result.exit_code == 0, result.output
@@ -119,16 +150,18 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
 
     plan_json = tmp_path / "plan.json"
     args = ["plan", "--users", "10", "--min-tok-s", "15", "--ttft-p90", "1", str(base), str(faster), "--out"]
-    result = runner.invoke(app, [*args, str(plan_json)])
+    result = runner.invoke(app, [*args, str(plan_json), "--price-as", "g6.xlarge"])
     assert result.exit_code == 0, result.output
     ranked = [line for line in result.output.splitlines() if line.startswith("|      1 ")]
     assert ranked and "drafter" in ranked[0]
-    assert "recommended: local drafter at g6.xlarge spot (hypothetical)" in result.output
+    assert "recommended: local drafter at g6.xlarge spot (--price-as): " in result.output
+    assert "hypothetical" not in result.output
     plans = json.loads(plan_json.read_text())["plans"]
-    assert plans[0]["hypothetical"] is True and plans[0]["instances"] >= 1
+    assert plans[0]["hypothetical"] is False and plans[0]["price_basis"] == "price-as" and plans[0]["instances"] >= 1
 
     # targets no measured rig meets: a script can tell by the exit code (3), not only by the text
-    unmet = runner.invoke(app, ["plan", "--users", "10", "--min-tok-s", "1000", "--ttft-p90", "1", str(base)])
+    unmet = runner.invoke(app, ["plan", "--users", "10", "--min-tok-s", "1000", "--ttft-p90", "1", str(base),
+                                "--price-as", "g6.xlarge"])
     assert unmet.exit_code == 3, unmet.output
     assert "no measured rig meets the targets" in unmet.output
 

@@ -43,12 +43,13 @@ def copy_run(source: Path, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cross-run report of two committed runs in every format, priced from the bundled list only."""
+    """A cross-run report of two committed runs in every format, priced from the bundled list only: each run
+    was made on one H200, so as its share of a p5en.48xlarge (8x H200)."""
     folder = tmp_path_factory.mktemp("cross")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RIGBENCH_PRICE_CACHE", str(folder / "no-price-cache.json"))
         runs = [copy_run(DRAFTER, folder), copy_run(MANY, folder)]
-        report = write_report(runs, folder / "report", formats=("md", "html", "csv"))
+        report = write_report(runs, folder / "report", formats=("md", "html", "csv"), price_as=["p5en.48xlarge"])
     assert report == folder / "report" / "report.md"
     return report.parent
 

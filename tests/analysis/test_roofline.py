@@ -100,7 +100,8 @@ def test_rigbench_report_takes_the_bytes_from_the_gguf_given(kit, tiny_model, mo
 
 def test_the_plan_table_shows_the_share_of_the_roof_at_capacity(kit):
     path = two_step_run(kit, "plan", rig=H200, model=model())
-    result = CliRunner().invoke(app, ["plan", "--users", "8", "--min-tok-s", "5", "--ttft-p90", "1", str(path)])
+    args = ["plan", "--users", "8", "--min-tok-s", "5", "--ttft-p90", "1", str(path), "--price-as", "p5en.48xlarge"]
+    result = CliRunner().invoke(app, args)  # an H200 run: priced as its share of a p5en.48xlarge
     assert result.exit_code == 0, result.output
     table = [line.split("|")[1:-1] for line in result.output.splitlines() if line.startswith("|")]
     column = [cell.strip() for cell in table[0]].index("aggregate, of the measured card's bandwidth roof")

@@ -16,6 +16,7 @@ from analysis.step import StepFigures
 from analysis.summary import (
     SCHEMA_FILE,
     SUMMARY_VERSION,
+    AppliedPrice,
     ComparisonSummary,
     RunSummary,
     Summary,
@@ -58,13 +59,30 @@ def test_a_written_summary_reads_back_to_the_same_figures(written: Path) -> None
     assert step.aggregate_tok_s.value == pytest.approx(committed["steps"][0]["aggregate_tok_s"]["value"])
     assert step.aggregate_tok_s.low < step.aggregate_tok_s.value < step.aggregate_tok_s.high
     assert step.window_seconds == pytest.approx(step.window_end - step.window_start)
-    spot = "g6.xlarge spot (hypothetical)"
-    assert [price.label for price in run.prices] == ["g6.xlarge on-demand (hypothetical)", spot]
-    assert run.cost(0, spot).value == pytest.approx(committed["usd_per_mtok"][0][spot]["value"])
+    # a run on one lent H200 is not priced unless --price-as says what it counts as
+    assert run.prices == [] and run.run_cost == [] and run.usd_per_mtok == [{}]
+    assert run.not_priced == committed["not_priced"]
+    assert run.not_priced.startswith("not priced: ran on vm (NVIDIA H200), not a known instance type")
     # the text written is the models' own dump, so reading and writing again changes nothing
     rebuilt = Summary.model_validate_json(written.read_text())
     assert rebuilt == summary
     assert json.loads(written.read_text()) == summary.model_dump(mode="python")
+
+
+def test_a_price_keeps_its_grounds_and_share_through_the_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+    copy = shutil.copytree(ONE_USER, tmp_path / ONE_USER.name, ignore=shutil.ignore_patterns("plots", "summary.json"))
+    write_report([copy], price_as=["p5en.48xlarge"])
+    (run,) = read_summary(copy / "summary.json").runs
+    share = "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+    (price,) = run.prices
+    assert (price.label, price.basis, price.gpu_share, price.hypothetical) == (share, "price-as", 8, False)
+    assert price.usd_per_hour == pytest.approx(63.296 / 8) and run.not_priced is None
+    aggregate = run.steps[0].aggregate_tok_s.value
+    assert run.cost(0, share).value == pytest.approx(63.296 / 8 / (aggregate * 3600) * 1e6)
+    # a file written before prices said their grounds reads with them from ``hypothetical``
+    older = price.model_dump(exclude={"basis", "gpu_share"}) | {"hypothetical": True}
+    assert AppliedPrice.model_validate(older).label == "p5en.48xlarge on-demand (hypothetical)"
 
 
 def test_the_written_file_validates_against_the_committed_json_schema(written: Path) -> None:

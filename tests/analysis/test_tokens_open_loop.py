@@ -186,10 +186,10 @@ def test_plan_gives_open_loop_capacity_in_requests_per_second(kit):
     quote = PriceQuote(
         instance_type="g6.xlarge", region="us-east-1", market="on-demand", usd_per_hour=1.0, source="t", as_of="2027"
     )
-    plan = plan_for(figures, PriceChoice(quote, hypothetical=True), targets)
+    plan = plan_for(figures, PriceChoice(quote, "hypothetical"), targets)
     assert plan.instances == 5 and plan.to_dict()["requests_per_second_per_instance"] == 1.0
     # without a rate to serve, users do not size an open-loop plan
-    unsized = plan_for(figures, PriceChoice(quote, hypothetical=True), Targets(users=10, min_tok_s=1.0, ttft_p90_s=1.0))
+    unsized = plan_for(figures, PriceChoice(quote, "hypothetical"), Targets(users=10, min_tok_s=1.0, ttft_p90_s=1.0))
     assert unsized.instances is None and "give the requests/s to serve" in unsized.capacity.basis
 
 

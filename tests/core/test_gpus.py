@@ -10,7 +10,8 @@ from core.instance_types import INSTANCE_TYPES, get_instance_type
 
 @pytest.mark.parametrize(
     ("instance_type", "gb_s"),
-    [("g4dn.xlarge", 320), ("g5.xlarge", 600), ("g6.xlarge", 300), ("g6.2xlarge", 300), ("g6e.2xlarge", 864)],
+    [("g4dn.xlarge", 320), ("g5.xlarge", 600), ("g6.xlarge", 300), ("g6.2xlarge", 300), ("g6e.2xlarge", 864),
+     ("p4d.24xlarge", 1555), ("p4de.24xlarge", 2039), ("p5.48xlarge", 3350), ("p5en.48xlarge", 4800)],
 )
 def test_instance_types_read_their_gpu_bandwidth(instance_type, gb_s):
     assert get_instance_type(instance_type).gpu_memory_bandwidth_gb_s == gb_s
@@ -26,5 +27,8 @@ def test_nvidia_smi_spellings_find_their_card():
     assert h200 is not None and h200.memory_bandwidth_gb_s == 4800
     assert find_gpu("nvidia  h200 nvl") is h200
     assert find_gpu("Tesla T4") is KNOWN_GPUS["NVIDIA T4"]
+    assert find_gpu("NVIDIA H100 80GB HBM3") is KNOWN_GPUS["NVIDIA H100"]
+    assert find_gpu("NVIDIA A100-SXM4-40GB") is KNOWN_GPUS["NVIDIA A100 40GB"]
+    assert find_gpu("NVIDIA H100 PCIe") is None  # a slower card than the SXM part AWS rents: not guessed
     assert find_gpu("NVIDIA GeForce RTX 3050") is None
     assert find_gpu(None) is None and find_gpu("") is None

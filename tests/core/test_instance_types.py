@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InfraError
-from core.instance_types import INSTANCE_TYPES, get_instance_type
+from core.errors import InfraError, UsageError
+from core.instance_types import INSTANCE_TYPES, get_instance_type, known_types
 
 REQUIRED = [
     "g6.xlarge", "g6.2xlarge", "g6.4xlarge", "g6e.xlarge", "g6e.2xlarge", "g5.xlarge", "g5.2xlarge", "g4dn.xlarge",
@@ -27,6 +27,12 @@ def test_the_required_types_are_known():
         ("g6.2xlarge", "NVIDIA L4", 24, "8.9", 8, 32, 450, 0.9776),
         ("g6.4xlarge", "NVIDIA L4", 24, "8.9", 16, 64, 600, 1.3232),
         ("g6e.2xlarge", "NVIDIA L40S", 48, "8.9", 8, 64, 450, 2.24208),
+        ("g6e.xlarge", "NVIDIA L40S", 48, "8.9", 4, 32, 250, 1.861),
+        ("g5.2xlarge", "NVIDIA A10G", 24, "8.6", 8, 32, 450, 1.212),
+        ("p4d.24xlarge", "NVIDIA A100 40GB", 40, "8.0", 96, 1152, 8000, 21.957642),
+        ("p4de.24xlarge", "NVIDIA A100 80GB", 80, "8.0", 96, 1152, 8000, 27.44705),
+        ("p5.48xlarge", "NVIDIA H100", 80, "9.0", 192, 2048, 30720, 55.04),
+        ("p5en.48xlarge", "NVIDIA H200", 141, "9.0", 192, 2048, 30720, 63.296),
     ],
 )
 def test_figures_match_the_design_table(name, gpu, memory, cc, vcpu, ram, nvme, price):
@@ -42,13 +48,29 @@ def test_cuda_architecture_and_family():
     assert get_instance_type("g4dn.xlarge").cuda_architecture == "75"
 
 
+def test_the_p_types_have_eight_gpus_and_the_g_types_one():
+    for name, row in INSTANCE_TYPES.items():
+        assert row.gpu_count == (8 if row.family.startswith("p") else 1), name
+    assert get_instance_type("p5en.48xlarge").cuda_architecture == "90"
+
+
 def test_unknown_type_names_the_known_ones():
     with pytest.raises(InfraError) as caught:
-        get_instance_type("p5.48xlarge")
+        get_instance_type("p9.fake")  # p5.48xlarge, the example here once, is known now
     message = str(caught.value)
-    assert "'p5.48xlarge'" in message
+    assert "'p9.fake'" in message
     for name in REQUIRED:
         assert name in message
+
+
+def test_price_flags_take_known_types_once_each_in_order():
+    assert known_types(["g6.xlarge", "p5en.48xlarge, g6.xlarge", ""], "--price-as") == ["g6.xlarge", "p5en.48xlarge"]
+    with pytest.raises(UsageError) as refused:
+        known_types(["g6.xlarge,h200"], "--hypothetical")
+    message = str(refused.value)
+    assert message.startswith("--hypothetical: 'h200' is not an instance type rigbench knows; known: g4dn.xlarge, ")
+    assert all(name in message for name in INSTANCE_TYPES) and "\n" not in message
+    assert refused.value.exit_code == 2
 
 
 def test_rows_are_immutable():

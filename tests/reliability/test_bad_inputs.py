@@ -239,7 +239,8 @@ CASES = [
         (
             "InfraError: config key rigbench:instanceType: instance type 'g7.mega' is not a "
             "GPU type rigbench knows; expected one of: g4dn.xlarge, g5.2xlarge, g5.xlarge, "
-            "g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge. Pick one of those, "
+            "g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge, p4d.24xlarge, p4de.24xlarge, "
+            "p5.48xlarge, p5en.48xlarge. Pick one of those, "
             "or add the type to core/instance_types.py with its GPU figures. Fix it with "
             "`pulumi config set <key> <value>` and run the preview again."
         ),
@@ -394,6 +395,15 @@ CASES = [
         "cli: report in an unknown format",
         lambda ws, url: cli("report", f"runs/{RUN_ID}", "--format", "md,pdf"),
         "UsageError: --format: cannot read 'md,pdf': 'pdf' is not one of md, html, csv, all; e.g. md,html,csv (exit 2)",
+    ),
+    Case(
+        "cli: report priced as an unknown type",
+        lambda ws, url: cli("report", f"runs/{RUN_ID}", "--price-as", "h100"),
+        (
+            "UsageError: --price-as: 'h100' is not an instance type rigbench knows; known: g4dn.xlarge, g5.2xlarge, "
+            "g5.xlarge, g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge, p4d.24xlarge, p4de.24xlarge, "
+            "p5.48xlarge, p5en.48xlarge (`rigbench prices list` shows their GPUs and prices) (exit 2)"
+        ),
     ),
     Case(
         "cli: gate a missing run",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from core.errors import AnalysisError
+from core.errors import AnalysisError, UsageError
 from rigbench.cli import app
 
 STUDY = Path(__file__).resolve().parents[2] / "runs" / "gpu-h200-study-2026-11-30"
@@ -28,38 +28,55 @@ def gate(*args: str | Path):
     return CliRunner().invoke(app, ["gate", *map(str, args)])
 
 
+# the committed runs were made on one H200 of a lent machine: its share of a p5en.48xlarge (8x H200)
+PRICE_AS = ("--price-as", "p5en.48xlarge")
+ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+
+
 def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
+    """A run on a machine that is no known type has no $/Mtok to gate unless --price-as prices it: said once."""
     result = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == f"run      = local bs {BACKEND_SAMPLING.name}"
     assert lines[2] == "a regression: worse than the baseline by more than 5% with the two 95% intervals apart"
-    assert lines[4].startswith("| step ") and lines[5].startswith("|----")
-    assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 12
-    assert lines[-1] == "gate: pass (12 checks)"
+    assert lines[4] == (
+        f"note: $/Mtok not gated: local bs {BACKEND_SAMPLING.name}: not priced: ran on vm (NVIDIA H200), not a known "
+        "instance type; --price-as TYPE prices it as one"
+    )
+    assert lines[5].startswith("| step ") and lines[6].startswith("|----")
+    assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 8
+    assert "$/Mtok" not in "".join(lines[5:])
+    assert lines[-1] == "gate: pass (8 checks)"
+    priced = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING, *PRICE_AS)
+    assert priced.exit_code == 0 and priced.output.splitlines()[-1] == "gate: pass (10 checks)"
+    assert "not gated" not in priced.output and f"| 64 users | {ON_DEMAND} " in priced.output
+
+
+def test_an_unknown_price_as_type_is_refused_before_any_run_is_read(tmp_path: Path) -> None:
+    refused = gate(tmp_path / "no-such-run", "--baseline", BACKEND_SAMPLING, "--price-as", "h100")
+    assert isinstance(refused.exception, UsageError) and refused.exception.exit_code == 2
+    assert str(refused.exception).startswith("--price-as: 'h100' is not an instance type rigbench knows; known: ")
 
 
 def test_a_slower_run_exits_1_and_writes_junit(tmp_path: Path) -> None:
     junit = tmp_path / "reports" / "gate.xml"
-    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--junit", junit)
+    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--junit", junit, *PRICE_AS)
     assert result.exit_code == 1, result.output
     assert (
-        "| 64 users | aggregate tok/s                           | 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] "
+        f"| 64 users | {'aggregate tok/s':<{len(ON_DEMAND)}} | 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] "
         "| -54.6%   | apart, worse    | FAIL: worse by 54.6%, 95% intervals apart"
     ) in result.output
-    assert result.output.splitlines()[-2].startswith("gate: FAIL, 4 of 12 checks: 1 users per-user tok/s, 64 users")
+    assert result.output.splitlines()[-2].startswith("gate: FAIL, 3 of 10 checks: 1 users per-user tok/s, 64 users")
     assert result.output.splitlines()[-1] == f"junit: {junit}"
     failures = ET.parse(junit).getroot().findall("./testsuite/testcase/failure")
-    assert len(failures) == 4
+    assert len(failures) == 3
 
 
 def test_a_looser_drop_lets_the_throughput_pass_but_not_the_cost() -> None:
-    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--max-drop", "60")
+    result = gate(SEED_MANY, "--baseline", BACKEND_SAMPLING, "--max-drop", "60", *PRICE_AS)
     assert result.exit_code == 1
-    assert result.output.splitlines()[-1] == (
-        "gate: FAIL, 2 of 12 checks: 64 users $/Mtok g6.xlarge on-demand (hypothetical), "
-        "64 users $/Mtok g6.xlarge spot (hypothetical)"
-    )
+    assert result.output.splitlines()[-1] == f"gate: FAIL, 1 of 10 checks: 64 users {ON_DEMAND}"
 
 
 def test_runs_of_different_models_are_refused_unless_allowed(tmp_path: Path) -> None:
@@ -93,7 +110,7 @@ def test_the_console_script_exits_with_the_gate_codes(tmp_path: Path) -> None:
         timeout=120,
     )
     assert slower.returncode == 1 and slower.stderr == ""
-    assert "gate: FAIL, 4 of 12 checks" in slower.stdout
+    assert "gate: FAIL, 2 of 8 checks" in slower.stdout  # not priced: no $/Mtok checks
     refused = subprocess.run(
         [rigbench, "gate", E4B, "--baseline", SEED_MANY], capture_output=True, text=True, env=env, timeout=120
     )

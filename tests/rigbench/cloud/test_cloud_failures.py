@@ -168,7 +168,7 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
         ("--stack", A, "--yes", "--max-usd", "0.01"): "--max-usd: the estimate is $",
         ("--stack", A): "pass --yes to go ahead",
         ("--stack", A, "--yes", "--study", "sweep,soak"): "--study: cannot read 'sweep,soak'",
-        ("--stack", A, "--yes", "--fallback-type", "p5.48xlarge"): "--fallback-type: ",
+        ("--stack", A, "--yes", "--fallback-type", "p9.fake"): "--fallback-type: ",  # p5.48xlarge is known now
         ("--stack", A, "--yes", "--fallback-market", "spot"): "--fallback-market: expected on-demand",
         ("--stack", A, "--yes", "--steps", "1,2", "--measure", "1,2,3"): "--measure: 3 measured windows for 2",
         ("--yes",): "--stack: none given",

@@ -1,0 +1,112 @@
+"""``rigbench plan`` ranks priced rigs only: the type a run ran on, or the one ``--price-as`` gives its machine;
+other types only when ``--hypothetical`` names them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from core.errors import UsageError
+from core.rundir import MachineInfo, RigInfo
+from rigbench.cli import app
+
+TARGETS = ["--users", "10", "--min-tok-s", "15", "--ttft-p90", "1"]
+AWS = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1", availability_zone="us-east-1a",
+              market="spot", price_per_hour=0.4, price_source="spot price at launch")
+CPU = RigInfo(kind="local", machine=MachineInfo(hostname="laptop", cpu_model="Some CPU", cpu_cores=2))
+H200 = RigInfo(kind="local", machine=MachineInfo(hostname="gpu", gpu_name="NVIDIA H200"))
+
+
+@pytest.fixture(autouse=True)
+def bundled_prices(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+
+
+def sweep(kit, run_id: str, rig: RigInfo, speed: float = 40.0) -> str:
+    """1, 2 and 4 users streaming back to back; per-user tok/s falls as speed / users."""
+    steps, records = [], []
+    for index, users in enumerate((1, 2, 4)):
+        start = kit.T0 + index * 100
+        steps.append(kit.window(index, users, start=start + 10, end=start + 70))
+        for user in range(users):
+            clock, number = start + user * 0.1, 0
+            while clock < start + 80:
+                decode = 20 / (speed / users)
+                records.append(kit.record(f"{index}-{user}-{number}", step=index, users=users, t_start=clock,
+                                          phase="measure" if clock >= start + 10 else "warmup", ttft=0.1 * users,
+                                          decode=decode, server_tok_s=speed / users))
+                clock += 0.1 * users + decode + 0.02
+                number += 1
+    return str(kit.make_run(run_id, steps, {"p0": records}, rig=rig))
+
+
+def plan(*args: str):
+    return CliRunner().invoke(app, ["plan", *TARGETS, *args])
+
+
+def ranked(output: str) -> list[str]:
+    """The price cell of each ranked row."""
+    return [line.split("|")[3].strip() for line in output.splitlines() if line.startswith("|") and "rank" not in line
+            and not line.startswith("|--")]
+
+
+def test_without_hypothetical_only_measured_rigs_are_ranked(kit, tmp_path: Path) -> None:
+    """The local CPU run used to be ranked as a g6.xlarge (hypothetical) and could be recommended."""
+    aws, local = sweep(kit, "aws", AWS), sweep(kit, "cpu", CPU, speed=60.0)
+    out = tmp_path / "plan.json"
+    result = plan(aws, local, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert ranked(result.output) == ["g6.xlarge spot", "g6.xlarge on-demand"]  # both the AWS run's own
+    assert "recommended: g6.xlarge aws at g6.xlarge spot: 4 instance(s) of 3 users, $1.600/h" in result.output
+    assert "not ranked: local cpu: not priced: ran on laptop (Some CPU, 2 cores, no GPU recorded), not a known " \
+        "instance type; --price-as TYPE prices it as one" in result.output
+    assert "hypothetical" not in result.output
+    plans = json.loads(out.read_text())["plans"]
+    assert {(p["run"], p["price_basis"], p["hypothetical"]) for p in plans} == {("g6.xlarge aws", "recorded", False)}
+
+
+def test_hypothetical_types_are_ranked_beside_the_measured_ones_and_labelled(kit) -> None:
+    aws, local = sweep(kit, "aws", AWS), sweep(kit, "cpu", CPU, speed=60.0)
+    result = plan(aws, local, "--hypothetical", "g6e.xlarge,g6.xlarge")
+    assert result.exit_code == 0, result.output
+    prices = ranked(result.output)
+    assert sorted(prices) == sorted([
+        "g6.xlarge spot", "g6.xlarge on-demand",  # the AWS run: its own type, not repeated as hypothetical
+        "g6e.xlarge on-demand (hypothetical)",  # the AWS run extrapolated
+        "g6e.xlarge on-demand (hypothetical)", "g6.xlarge on-demand (hypothetical)",  # the CPU run
+        "g6.xlarge spot (hypothetical)",
+    ])
+    assert "not ranked" not in result.output
+    assert "prices marked (hypothetical) apply an instance type the run did not run on (--hypothetical)" in (
+        result.output)
+
+
+def test_price_as_ranks_a_local_machine_as_the_type_it_counts_as(kit) -> None:
+    aws, local = sweep(kit, "aws", AWS), sweep(kit, "cpu", CPU, speed=60.0)
+    result = plan(aws, local, "--price-as", "g6.2xlarge")
+    assert result.exit_code == 0, result.output
+    assert sorted(ranked(result.output)) == sorted([
+        "g6.xlarge spot", "g6.xlarge on-demand", "g6.2xlarge on-demand (--price-as)", "g6.2xlarge spot (--price-as)"])
+    assert "--price-as g6.2xlarge not applied: the run ran on g6.xlarge (its manifest says so)" in result.output
+
+
+def test_one_h200_is_planned_in_gpus_of_a_p5en_at_its_per_gpu_share(kit) -> None:
+    result = plan(sweep(kit, "h200", H200, speed=60.0), "--price-as", "p5en.48xlarge")
+    assert result.exit_code == 0, result.output
+    assert ranked(result.output) == ["per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"]
+    row = next(line for line in result.output.splitlines() if line.startswith("|      1 "))
+    instances, usd = (cell.strip() for cell in row.split("|")[5:7])
+    assert float(usd) == pytest.approx(int(instances) * 63.296 / 8, abs=1e-3)
+    assert f"{instances} GPU(s), each 1/8 of a p5en.48xlarge" in result.output
+    assert "priced as p5en.48xlarge" not in result.output  # its GPU is the type's: no other-hardware warning
+
+
+def test_no_priced_run_is_refused_saying_how_to_price_it(kit) -> None:
+    result = plan(sweep(kit, "cpu", CPU))
+    assert isinstance(result.exception, UsageError) and result.exception.exit_code == 2
+    message = str(result.exception)
+    assert message.startswith("no run is priced, so there is nothing to rank (local cpu: not priced: ran on laptop")
+    assert "give --price-as TYPE (what the machine counts as) or --hypothetical TYPE[,TYPE]" in message
