@@ -55,7 +55,7 @@ def _label(folder: Path, rungs: list[RungResult]) -> str:
 
 
 def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False,
-                    leave_out_different_files: bool = False) -> dict:
+                    leave_out_different_files: bool = False, labels: tuple[str, str] | None = None) -> dict:
     """``allow_different_files`` keeps rungs whose files differ, marked; ``leave_out_different_files`` draws the
     grid without them and names them (a loop over several rigs draws what it can and says what it could not)."""
     manifest_a, rungs_a = load_ladder(a)
@@ -132,8 +132,8 @@ def compare_ladders(a: Path, b: Path, *, allow_different_files: bool = False,
             )
         )
     return {
-        "a": {"folder": str(a), "label": _label(a, rungs_a), "reference": reference_a.name},
-        "b": {"folder": str(b), "label": _label(b, rungs_b), "reference": reference_b.name},
+        "a": {"folder": str(a), "label": labels[0] if labels else _label(a, rungs_a), "reference": reference_a.name},
+        "b": {"folder": str(b), "label": labels[1] if labels else _label(b, rungs_b), "reference": reference_b.name},
         "prompt_mode": manifest_a.settings.mode_label(),
         "prompt": describe_prompt(manifest_a.settings),
         "rungs": rows,
@@ -198,7 +198,7 @@ def render_grid(grid: dict) -> str:
         grid["prompt"],
         "",
         *[f"**{name} left out**: the two machines ran different files (sha256 {sha_a[:12]} on A, {sha_b[:12]} on B)."
-          " A grid compares the same bytes; quantize again or copy the file." for name, (sha_a, sha_b) in
+          " A grid compares the same bytes; quantize again or copy the file.\n" for name, (sha_a, sha_b) in
           grid.get("left_out", {}).items()],
         tabulate(table, headers="keys", tablefmt="github"),
         "",
@@ -274,9 +274,10 @@ def machine_against_quantization(grid: dict) -> list[str]:
 
 
 def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = False,
-               leave_out_different_files: bool = False) -> Path:
+               leave_out_different_files: bool = False, labels: tuple[str, str] | None = None) -> Path:
+    """``labels``: the names the page gives the two machines (default: each ladder's GPU or CPU)."""
     grid = compare_ladders(a, b, allow_different_files=allow_different_files,
-                           leave_out_different_files=leave_out_different_files)
+                           leave_out_different_files=leave_out_different_files, labels=labels)
     out.mkdir(parents=True, exist_ok=True)
     draw_grid(grid, out / "grid.png")
     (out / "grid.md").write_text(render_grid(grid))

@@ -10,15 +10,19 @@ quantizes with the build the rig has.
 
 from __future__ import annotations
 
+import io
 import shlex
+import tarfile
 from pathlib import Path
 
 from fabric import Connection
 
 from core.errors import ProvisionError
+from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 from provision.connection import describe_host, rig_step, run
 from provision.rig_paths import RigPaths
-from provision.sweep import SWEEP_TIMEOUT_S, fetch, rig_rigbench
+from provision.run_metadata import aws_rig
+from provision.sweep import SWEEP_TIMEOUT_S, annotate_quality, fetch, folder_rig, rig_rigbench
 
 SIDECAR = ".source"
 SHOTS_FROM = "--shots-from"
@@ -52,6 +56,64 @@ def shots_from_on_rig(options: list[str], remote: str) -> list[str]:
     return pointed
 
 
+def put_question_files(c: Connection, paths: RigPaths, questions: Path, extra: list[str]) -> tuple[str, list[str]]:
+    """The question file (with its source sidecar) and a ``--shots-from`` exemplar file onto the rig; the
+    remote question path and the options pointing at the rig's copies."""
+    remote_questions = f"{paths.results}/questions/{questions.name}"
+    run(c, f"mkdir -p {shlex.quote(paths.results)}/questions {shlex.quote(paths.runs)}")
+    c.put(str(questions), remote=remote_questions)
+    sidecar = questions.with_name(questions.name + SIDECAR)
+    if sidecar.is_file():
+        c.put(str(sidecar), remote=remote_questions + SIDECAR)
+    exemplars = shots_from_file(extra)
+    if exemplars is not None:
+        remote_exemplars = f"{paths.results}/questions/{exemplars.name}"
+        c.put(str(exemplars), remote=remote_exemplars)
+        extra = shots_from_on_rig(extra, remote_exemplars)
+    return remote_questions, extra
+
+
+def put_earlier(c: Connection, local: Path, remote: str, manifest: str) -> bool:
+    """A ladder or eval stopped on a rig that is gone resumes on the next one: what came home from the
+    first goes up to the second, where the command carries on from its last finished rung or answer."""
+    if not (local / manifest).is_file() or run(c, f"test -e {shlex.quote(remote)}/{manifest}", warn=True).ok:
+        return False
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as archive:
+        archive.add(local, arcname=".")
+    packed.seek(0)
+    run(c, f"mkdir -p {shlex.quote(remote)}")
+    c.put(packed, remote=f"{remote}.resume.tar.gz")
+    run(c, f"tar -xzf {shlex.quote(remote)}.resume.tar.gz -C {shlex.quote(remote)} && rm "
+           f"{shlex.quote(remote)}.resume.tar.gz")
+    print(f"[resume] {local.name}: what came home from an earlier rig put back on this one", flush=True)
+    return True
+
+
+def run_on_rig(c: Connection, what: str, command: list[str], environment: str, name: str, timeout: int) -> None:
+    shown = " ".join(shlex.quote(part) for part in command)
+    print(f"[{what}] on the rig: {shown}", flush=True)
+    result = run(c, f"{environment} {shown}".strip(), timeout=timeout, hide=False, warn=True)
+    if result.exited in (None, -1):
+        raise ProvisionError(
+            f"{what}: lost the SSH session to {describe_host(c)} while `rigbench quality {what}` ran on the rig; it "
+            f"goes on there: once it has ended, `rigbench provision fetch` copies {name}"
+        )
+    if not result.ok:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-5:])
+        raise ProvisionError(f"{what}: `rigbench quality {what}` on the rig exited {result.exited}:\n{tail}")
+
+
+def fetch_annotated(c: Connection, paths: RigPaths, local_runs: Path | str, name: str,
+                    stack_outputs: dict | None) -> Path:
+    """Copy the folder home and write the instance it ran on (type, zone, price) into its manifests."""
+    local = fetch.__wrapped__(c, paths, local_runs, [name])[0]
+    rig = folder_rig(local)
+    if stack_outputs and rig is not None:
+        annotate_quality(local, aws_rig(stack_outputs, rig))
+    return local
+
+
 @rig_step("ladder")
 def ladder(
     c: Connection,
@@ -65,47 +127,43 @@ def ladder(
     local_runs: Path | str = "runs",
     cache: str | None = None,
     timeout: int = SWEEP_TIMEOUT_S,
+    stack_outputs: dict | None = None,
 ) -> Path:
     """Run ``rigbench quality ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into
-    ``local_runs``."""
+    ``local_runs``. A ladder of that name already here and not on the rig (its rig was destroyed) is put back
+    first, so it resumes rung by rung."""
     rigbench = rigbench or rig_rigbench(paths)
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"ladder: no rigbench at {rigbench} on the rig; run the project step first")
-    remote_questions = f"{paths.results}/questions/{questions.name}"
-    run(c, f"mkdir -p {shlex.quote(paths.results)}/questions {shlex.quote(paths.runs)}")
-    c.put(str(questions), remote=remote_questions)
-    sidecar = questions.with_name(questions.name + SIDECAR)
-    if sidecar.is_file():
-        c.put(str(sidecar), remote=remote_questions + SIDECAR)
-    extra = list(extra or [])
-    exemplars = shots_from_file(extra)
-    if exemplars is not None:
-        remote_exemplars = f"{paths.results}/questions/{exemplars.name}"
-        c.put(str(exemplars), remote=remote_exemplars)
-        extra = shots_from_on_rig(extra, remote_exemplars)
-    command = [
-        rigbench,
-        "quality",
-        "ladder",
-        source,
-        "--questions",
-        remote_questions,
-        "--out",
-        f"{paths.runs}/{name}",
-        "--rungs",
-        rungs,
-        *extra,
-    ]
-    shown = " ".join(shlex.quote(part) for part in command)
-    print(f"[ladder] on the rig: {shown}", flush=True)
-    environment = f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}"
-    result = run(c, f"{environment} {shown}", timeout=timeout, hide=False, warn=True)
-    if result.exited in (None, -1):
-        raise ProvisionError(
-            f"ladder: lost the SSH session to {describe_host(c)} while `rigbench quality ladder` ran on the rig; it "
-            f"goes on there: once it has ended, `rigbench provision fetch` copies {name}"
-        )
-    if not result.ok:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-5:])
-        raise ProvisionError(f"ladder: `rigbench ladder` on the rig exited {result.exited}:\n{tail}")
-    return fetch.__wrapped__(c, paths, local_runs, [name])[0]
+    remote_questions, extra = put_question_files(c, paths, questions, list(extra or []))
+    put_earlier(c, Path(local_runs) / name, f"{paths.runs}/{name}", LADDER_MANIFEST)
+    command = [rigbench, "quality", "ladder", source, "--questions", remote_questions, "--out",
+               f"{paths.runs}/{name}", "--rungs", rungs, *extra]
+    run_on_rig(c, "ladder", command, f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}", name, timeout)
+    return fetch_annotated(c, paths, local_runs, name, stack_outputs)
+
+
+@rig_step("eval")
+def evaluate(
+    c: Connection,
+    paths: RigPaths,
+    questions: Path,
+    name: str,
+    url: str,
+    extra: list[str] | None = None,
+    rigbench: str | None = None,
+    local_runs: Path | str = "runs",
+    timeout: int = SWEEP_TIMEOUT_S,
+    stack_outputs: dict | None = None,
+) -> Path:
+    """Run ``rigbench quality eval --url URL`` on the rig (its own served model) into ``<runs>/<name>``; copy
+    that folder into ``local_runs`` (resumed like the ladder)."""
+    rigbench = rigbench or rig_rigbench(paths)
+    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
+        raise ProvisionError(f"eval: no rigbench at {rigbench} on the rig; run the project step first")
+    remote_questions, extra = put_question_files(c, paths, questions, list(extra or []))
+    put_earlier(c, Path(local_runs) / name, f"{paths.runs}/{name}", EVAL_MANIFEST)
+    command = [rigbench, "quality", "eval", "--url", url, "--questions", remote_questions, "--out",
+               f"{paths.runs}/{name}", *extra]
+    run_on_rig(c, "eval", command, "", name, timeout)
+    return fetch_annotated(c, paths, local_runs, name, stack_outputs)

@@ -20,7 +20,9 @@ from fabric import Connection
 
 from core.errors import ProvisionError
 from core.profile import RigProfile
-from core.rundir import RunDir
+from core.rundir import RigInfo, RunDir
+from core.rundir.quality import EvalManifest, LadderManifest
+from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST, EvalDir, LadderDir
 from provision.connection import describe_host, privileged, rig_step, run
 from provision.rig_paths import RigPaths
 from provision.run_metadata import ModelProvenance, annotate_runs, rig_facts
@@ -161,6 +163,38 @@ def rig_annotations(local: Path) -> dict:
     return fields | ({"drafter": manifest.drafter} if manifest.drafter is not None else {})
 
 
+def folder_rig(local: Path) -> RigInfo | None:
+    """The rig a ladder's or an eval's folder here names; None for other folders or a damaged manifest (the
+    fresh copy from the rig replaces it)."""
+    for path, model in ((local / LADDER_MANIFEST, LadderManifest), (local / EVAL_MANIFEST, EvalManifest)):
+        if path.is_file():
+            try:
+                return model.model_validate_json(path.read_text()).rig
+            except ValueError:
+                return None
+    return None
+
+
+def quality_rig(local: Path) -> RigInfo | None:
+    """The instance a ladder's or an eval's folder here was annotated with, so copying the rig's own manifests
+    again does not take it away."""
+    rig = folder_rig(local)
+    return rig if rig is not None and rig.kind == "aws" else None
+
+
+def annotate_quality(local: Path, rig: RigInfo) -> None:
+    """Write ``rig`` into a ladder's manifest and every rung's eval manifest, or into an eval's."""
+    if (local / LADDER_MANIFEST).is_file():
+        ladder = LadderDir(local)
+        ladder.write_manifest(ladder.read_manifest().model_copy(update={"rig": rig}))
+        folders = [folder for folder in (local / "rungs").glob("*") if (folder / EVAL_MANIFEST).is_file()]
+    else:
+        folders = [local] if (local / EVAL_MANIFEST).is_file() else []
+    for folder in folders:
+        evaluation = EvalDir(folder)
+        evaluation.write_manifest(evaluation.read_manifest().model_copy(update={"rig": rig}))
+
+
 @rig_step("fetch")
 def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str = "runs",
           run_ids: list[str] | None = None) -> list[Path]:
@@ -180,9 +214,12 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
     copied = []
     for run_id in wanted:
         annotated = rig_annotations(local_runs / run_id)
+        kept_rig = quality_rig(local_runs / run_id)
         count = copy_tree(sftp, f"{paths.runs}/{run_id}", local_runs / run_id)
         if annotated:
             RunDir(local_runs / run_id).update_manifest(**annotated)
+        if kept_rig is not None:
+            annotate_quality(local_runs / run_id, kept_rig)
         copied.append(local_runs / run_id)
         print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
     try:

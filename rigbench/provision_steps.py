@@ -37,6 +37,7 @@ from provision.defaults import CUDA_PACKAGE, SERVER_PORT
 from provision.download import download as download_step
 from provision.download import model_paths
 from provision.llama_bench import bench as bench_step
+from provision.quality import evaluate as eval_step
 from provision.quality import ladder as ladder_step
 from provision.quality import shots_from_file
 from provision.rig_paths import DEFAULT_WORK, RigPaths
@@ -285,25 +286,49 @@ def fetch(rig: Rig, runs_dir: str) -> list[Path]:
     return fetch_step(rig.c, rig.paths, runs_dir)
 
 
-def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
-           ladder_args: str, cache: str) -> None:
-    """Quantize, benchmark and evaluate each rung on the rig (``rigbench quality ladder``), then copy the ladder
-    here."""
-
+def checked_question_files(questions: str, more_args: str, flag: str) -> Path:
+    """The question file and a ``--shots-from`` file, read line by line here: a bad line stops the command
+    before anything runs on the rig."""
     question_file = Path(questions)
     if not question_file.is_file():
         raise UsageError(f"--questions: {questions or '(none given)'} is not a question file here")
-    read_questions(question_file)  # a bad line stops the command before anything runs on the rig
-    exemplars = shots_from_file(shlex.split(ladder_args))
+    read_questions(question_file)
+    exemplars = shots_from_file(shlex.split(more_args))
     if exemplars is not None:
         try:
             read_questions(exemplars)
         except RunDirError as error:
-            raise UsageError(f"--ladder-args --shots-from: {error}") from None
+            raise UsageError(f"{flag} --shots-from: {error}") from None
+    return question_file
+
+
+def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
+           ladder_args: str, cache: str) -> list[Path]:
+    """Quantize, benchmark and evaluate each rung on the rig (``rigbench quality ladder``), then copy the ladder
+    here."""
+
+    question_file = checked_question_files(questions, ladder_args, "--ladder-args")
     source = source or model_paths(rig.profile, rig.paths)[0]
     name = name or f"ladder-{rig.profile.name}-{question_file.stem}"
-    print(ladder_step(rig.c, rig.paths, question_file, source, rungs, name, extra=shlex.split(ladder_args),
-                      rigbench=rigbench or None, local_runs=runs_dir, cache=cache or None), flush=True)
+    copied = ladder_step(rig.c, rig.paths, question_file, source, rungs, name, extra=shlex.split(ladder_args),
+                         rigbench=rigbench or None, local_runs=runs_dir, cache=cache or None,
+                         stack_outputs=rig.stack_outputs)
+    print(copied, flush=True)
+    return [copied]
+
+
+def evaluate(rig: Rig, questions: str, name: str, runs_dir: str, rigbench: str, eval_args: str,
+             server_port: int) -> list[Path]:
+    """Ask the rig's served model every question (``rigbench quality eval`` on the rig, against its own
+    llama-server), then copy the eval here."""
+
+    question_file = checked_question_files(questions, eval_args, "--eval-args")
+    name = name or f"eval-{rig.profile.name}-{question_file.stem}"
+    copied = eval_step(rig.c, rig.paths, question_file, name, f"http://127.0.0.1:{server_port}",
+                       extra=shlex.split(eval_args), rigbench=rigbench or None, local_runs=runs_dir,
+                       stack_outputs=rig.stack_outputs)
+    print(copied, flush=True)
+    return [copied]
 
 
 SERVER_PORT_OPTION = StepOption("server_port", SERVER_PORT, "llama-server's port on the rig")
@@ -365,6 +390,14 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("ladder_args", "",
                    "more `rigbench quality ladder` options, e.g. '--repeat-rungs F16,Q4_K_M --no-bench'"),
         CACHE_OPTION,
+    ), needs_profile=True),
+    ProvisionStep("eval", evaluate, (
+        StepOption("questions", "", "question file here (rigbench quality questions generate / gsm8k)"),
+        StepOption("name", "", "the eval folder's name (default: eval-PROFILE-QUESTIONS)"),
+        RUNS_OPTION,
+        StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
+        StepOption("eval_args", "", "more `rigbench quality eval` options, e.g. '--max-tokens 256 --repeat 2'"),
+        SERVER_PORT_OPTION,
     ), needs_profile=True),
 )
 

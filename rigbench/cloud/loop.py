@@ -10,6 +10,7 @@ phase and lets each destroy its stack; the loop ends only when every destroy has
 from __future__ import annotations
 
 import math
+import shlex
 import signal
 import threading
 import time
@@ -23,8 +24,9 @@ from rich.text import Text
 from core.errors import CloudError
 from rigbench.cloud.attempts import PlannedAttempt, Ranking, plan_attempts
 from rigbench.cloud.estimate import BENCH_SECONDS, estimate_rig, sweep_seconds
+from rigbench.cloud.quality_studies import check_ladder, eval_seconds, ladder_seconds
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord, RigEstimate, RigRecord
-from rigbench.cloud.results import final_table, write_report_and_plan
+from rigbench.cloud.results import final_table, write_quality_report, write_report_and_plan
 from rigbench.cloud.rig_driver import RigDriver
 from rigbench.cloud.screen import ALARM, Screen
 from rigbench.cloud.settings import CloudSettings
@@ -50,7 +52,6 @@ def plan_loop(settings: CloudSettings, stacks: dict[str, StackSettings], ranking
               model_bytes: int | None) -> LoopPlan:
     attempts: dict[str, list[PlannedAttempt]] = {}
     estimate = []
-    studies = study_seconds(settings)
     skip = {"project"} if settings.rig_rigbench else set()
     for name, stack in stacks.items():
         planned = plan_attempts(stack.instance_type, stack.market, stack.az, settings.fallback_types,
@@ -59,17 +60,26 @@ def plan_loop(settings: CloudSettings, stacks: dict[str, StackSettings], ranking
             raise CloudError(f"--stack {name}: no zone offers {stack.instance_type} in {stack.region} for spot; "
                              "give --fallback-type or --fallback-market on-demand, or another region")
         attempts[name] = planned
+        studies = study_seconds(settings, planned[0].instance_type, model_bytes)
         estimate.append(estimate_rig(name, planned[0], studies, model_bytes, skip))
     return LoopPlan(stacks, attempts, estimate)
 
 
-def study_seconds(settings: CloudSettings) -> dict[str, float]:
+def study_seconds(settings: CloudSettings, instance_type: str, model_bytes: int | None) -> dict[str, float]:
+    """Each study's expected seconds on the type: the ladder and eval from their questions, rungs and the
+    type's expected decode rate (``rigbench.cloud.quality_studies``)."""
     seconds = {}
     for study in settings.studies:
         if study == "sweep":
             seconds["sweep"] = sweep_seconds(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
         elif study == "bench":
             seconds["bench"] = BENCH_SECONDS
+        elif study == "ladder":
+            request = check_ladder(Path(settings.questions or ""), ",".join(settings.rungs),
+                                   shlex.join(settings.ladder_args))
+            seconds["ladder"] = ladder_seconds(request, instance_type, model_bytes)
+        elif study == "eval":
+            seconds["eval"] = eval_seconds(settings, instance_type, model_bytes)
     return seconds
 
 
@@ -118,6 +128,7 @@ class CloudLoop:
         self.console.print(Text(final_table(self.record)))
         if not self.cancel.is_set():
             write_report_and_plan(self.settings, self.folder, self.record, self.console)
+            write_quality_report(self.settings, self.folder, self.record, self.console)
             self.save()
         left = [rig.stack for rig in self.record.rigs.values() if rig.up]
         for stack in left:

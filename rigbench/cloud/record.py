@@ -23,7 +23,7 @@ RECORD_FILE = "cloud-run.json"
 SCHEMA_VERSION = 1
 # Phases on the rig, in order; studies come after them, then fetch; destroy ends every rig.
 RIG_PHASES = ("up", "setup", "toolkit", "build", "download", "serve", "project")
-STUDIES = ("sweep", "bench")
+STUDIES = ("sweep", "bench", "ladder", "eval")
 
 
 class Model(BaseModel):

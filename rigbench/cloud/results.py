@@ -15,14 +15,18 @@ from rich.text import Text
 from tabulate import tabulate
 
 from analysis.plan import Targets, plan_table, plans_for_sections
+from analysis.quality_across import Machine, evals_across, ladders_across
+from analysis.quality_report import write_ladder_report
 from analysis.report import build_sections, write_files
 from core.errors import RigbenchError, RunDirError
 from core.rundir import RunDir
+from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.decode_bytes import decode_bytes_for_runs
 
 REPORT_FOLDER = "report"
+ANSWERS_FILE = "answers.md"
 PLAN_FILE = "plan.md"
 
 
@@ -91,3 +95,48 @@ def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, recor
     (folder.root / PLAN_FILE).write_text(text)
     record.plan = PLAN_FILE
     console.print(Text(f"report: {written[0]}\nplan: {folder.root / PLAN_FILE}\n{verdict}"))
+
+
+def quality_folders(folder: CloudRunFolder, record: CloudRunRecord, manifest: str) -> list[Machine]:
+    """Each rig's ladder (or eval) folder that came home, named by stack and instance type."""
+    machines = []
+    for name, rig in record.rigs.items():
+        for relative in rig.runs:
+            path = folder.root / relative
+            if (path / manifest).is_file():
+                machines.append(Machine(f"{name} ({rig.instance_type or 'type unknown'})", path))
+    return machines
+
+
+def write_quality_report(settings: CloudSettings, folder: CloudRunFolder, record: CloudRunRecord,
+                         console: Console) -> None:
+    """Each rig's ladder report (priced at the rig's own rate), every pair's grid, and the tables across
+    machines, appended to the loop's report (or the whole report, when no sweep ran)."""
+    if not any(study in settings.studies for study in ("ladder", "eval")):
+        return
+    out = folder.root / REPORT_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    ladders = quality_folders(folder, record, LADDER_MANIFEST)
+    for machine in ladders:
+        rig = next(rig for rig in record.rigs.values() if any(folder.root / r == machine.folder for r in rig.runs))
+        try:
+            write_ladder_report(machine.folder, price_per_hour=rig.usd_per_hour,
+                                price_source=f"{rig.instance_type} {rig.market}" if rig.usd_per_hour else None)
+        except RigbenchError as error:
+            console.print(Text(f"{machine.label}: no ladder report ({error})"))
+    if settings.with_local:
+        ladders.append(Machine("this machine", Path(settings.with_local)))
+    parts = [f"# Answers on every rig: {Path(settings.questions or '').name}", ""]
+    if "ladder" in settings.studies:
+        parts.append(ladders_across(ladders, out) if ladders else "No ladder came home.\n")
+    if "eval" in settings.studies:
+        evals = quality_folders(folder, record, EVAL_MANIFEST)
+        parts.append(evals_across(evals) if evals else "No eval came home.\n")
+    text = "\n".join(parts)
+    (out / ANSWERS_FILE).write_text(text)
+    report = out / "report.md"
+    if record.report and (folder.root / record.report) == report:
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + text.replace("# Answers", "## Answers", 1))
+    else:
+        record.report = folder.relative(out / ANSWERS_FILE)
+    console.print(Text(f"answers: {out / ANSWERS_FILE}"))

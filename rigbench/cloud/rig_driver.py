@@ -10,6 +10,7 @@ next attempt: it may have created the key pair and security group without the in
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ from infra.spot_placement import failure_scope, retryable_failure
 from provision.connection import known_hosts_path
 from rigbench.cloud.attempts import PlannedAttempt, config_changes
 from rigbench.cloud.phase_runner import PhaseOutcome, run_phase
+from rigbench.cloud.quality_studies import eval_name, ladder_name
 from rigbench.cloud.record import RIG_PHASES, AttemptRecord, CloudRunFolder, PhaseRecord, RigRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import StackSettings, write_attempt_config
@@ -32,7 +34,8 @@ UP_TIMEOUT_S = 1800
 DESTROY_TIMEOUT_S = 1800
 DESTROY_TRIES = 3
 PHASE_TIMEOUT_S = {"setup": 1200, "toolkit": 1800, "build": 3600, "download": 7200, "serve": 900, "project": 1800,
-                   "bench": 3600, "sweep": 6 * 3600, "fetch": 1800}
+                   "bench": 3600, "sweep": 6 * 3600, "ladder": 12 * 3600, "eval": 6 * 3600, "fetch": 1800}
+RUN_STUDIES = ("sweep", "ladder", "eval", "fetch")  # phases whose result lists run folders copied home
 
 
 class RigFailed(CloudError):
@@ -52,7 +55,7 @@ def describe(name: str, result: object) -> str | None:
             return "cached on the rig"
         uploaded = f", uploaded to {result['uploaded_to']}" if result.get("uploaded_to") else ""
         return f"built in {result.get('build_seconds')} s{uploaded}"
-    if name in ("sweep", "fetch") and isinstance(result, list):
+    if name in RUN_STUDIES and isinstance(result, list):
         return f"{len(result)} run(s)"
     if name == "bench" and isinstance(result, dict):
         return ", ".join(f"{key} {value}" for key, value in list(result.items())[:4])
@@ -257,7 +260,7 @@ class RigDriver:
         record.seconds, record.ok = round(outcome.seconds, 1), outcome.ok
         result = json.loads(result_file.read_text()) if outcome.ok and result_file.is_file() else None
         if outcome.ok:
-            if name in ("sweep", "fetch") and isinstance(result, list):
+            if name in RUN_STUDIES and isinstance(result, list):
                 runs = [self.folder.relative(path) for path in result]
                 self.rec.runs = list(dict.fromkeys([*self.rec.runs, *runs]))
             record.detail = describe(name, result)
@@ -284,6 +287,13 @@ class RigDriver:
                     *(["--sweep-args", settings.sweep_args] if settings.sweep_args else [])]
         if name == "fetch":
             return ["--runs-dir", str(self.runs_dir)]
+        if name == "ladder":
+            return ["--questions", str(settings.questions), "--rungs", ",".join(settings.rungs), "--name",
+                    ladder_name(settings), "--runs-dir", str(self.runs_dir), *rigbench,
+                    "--ladder-args", shlex.join(settings.ladder_args)]
+        if name == "eval":
+            return ["--questions", str(settings.questions), "--name", eval_name(settings), "--runs-dir",
+                    str(self.runs_dir), *rigbench, "--eval-args", shlex.join(settings.eval_args)]
         return []
 
     def provision_argv(self, step: str, options: list[str], result_file: Path) -> list[str]:

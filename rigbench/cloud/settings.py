@@ -26,6 +26,13 @@ class CloudSettings(BaseModel):
     rig_rigbench: str | None = Field(None, description="rigbench already on the rigs: no project phase")
     project_dir: str = "."
     setup_timeout_s: int = 900
+    # the ladder and eval studies: one question file, the same rungs and options on every rig
+    questions: str | None = Field(None, description="the question file, absolute")
+    questions_sha256: str | None = Field(None, description="its digest: a resumed loop refuses a changed file")
+    rungs: list[str] = Field(default_factory=list)
+    ladder_args: list[str] = Field(default_factory=list, description="more `rigbench quality ladder` options")
+    eval_args: list[str] = Field(default_factory=list, description="more `rigbench quality eval` options")
+    with_local: str | None = Field(None, description="a ladder of this machine for the grids, absolute")
     plan_users: int | None = None
     plan_min_tok_s: float = 10.0
     plan_ttft_p90_s: float = 2.0

@@ -30,7 +30,9 @@ from core.lists import (
 from core.profile import load_profile
 from core.pulumi_cli import pulumi_executable
 from infra.spot_placement import rank_zones
+from llamacpp.quantize import DEFAULT_RUNGS
 from rigbench.cloud.loop import CloudLoop, check_budget, loop_folder, new_record, plan_loop
+from rigbench.cloud.quality_studies import check_unchanged, quality_settings
 from rigbench.cloud.record import STUDIES, CloudRunFolder
 from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import check_stacks, read_settings
@@ -79,7 +81,7 @@ app = typer.Typer(help="The whole cloud loop in one command (rigs up, studies, r
 def run(
     stack: list[str] = typer.Option([], "--stack", help="a Pulumi stack, one rig each (repeatable)"),
     profile: str = typer.Option("gemma4-e2b", "--profile", "-p", help="bundled profile name or .toml path"),
-    study: str = typer.Option("sweep", "--study", help="comma-separated, in order: sweep, bench"),
+    study: str = typer.Option("sweep", "--study", help="comma-separated, in order: sweep, bench, ladder, eval"),
     steps: str = typer.Option(DEFAULT_USER_STEPS, "--steps", help="the sweep's user counts, one step each"),
     warmup: float = typer.Option(SWEEP_WARMUP_SECONDS, "--warmup", min=0, help="warm-up seconds per sweep step"),
     measure: str = typer.Option(SWEEP_MEASURE, "--measure", help=MEASURE_HELP),
@@ -96,6 +98,14 @@ def run(
     project_dir: Path = typer.Option(Path("."), "--project-dir", help="the folder with Pulumi.yaml"),
     rigbench_on_rig: str = typer.Option(
         "", "--rigbench", help="rigbench already installed on the rigs (skips the project phase)"),
+    questions: Path = typer.Option(None, "--questions", help="question file the ladder and eval ask on every rig"),
+    rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="the ladder's llama-quantize types, widest first"),
+    ladder_args: str = typer.Option(
+        "", "--ladder-args", help="more `rigbench quality ladder` options, e.g. '--mode completion --shots 5 "
+        "--max-tokens 96' (default determinism check: the top rung asked twice)"),
+    eval_args: str = typer.Option("", "--eval-args", help="more `rigbench quality eval` options for the served model"),
+    with_local: Path = typer.Option(
+        None, "--with-local", help="a ladder of this machine (same questions and rungs) for the grids"),
     users: int = typer.Option(None, "--users", min=1, help="users the plan serves (default: the largest step)"),
     min_tok_s: float = typer.Option(10.0, "--min-tok-s", min=0, help="per-user tok/s the plan requires"),
     ttft_p90: float = typer.Option(2.0, "--ttft-p90", min=0, help="TTFT p90 ceiling (s) the plan requires"),
@@ -114,11 +124,12 @@ def run(
         folder = CloudRunFolder(candidate)
         record = folder.load()
         settings = CloudSettings.model_validate(record.settings)
+        check_unchanged(settings.questions, settings.questions_sha256)
         console.print(Text(f"resuming {folder.root}: stacks {', '.join(settings.stacks)}"))
     else:
         if fallback_market not in ("", "on-demand"):
             raise CloudError(f"--fallback-market: expected on-demand, found {fallback_market!r}")
-        studies = parse_choices(study, "--study", STUDIES, example="sweep,bench")
+        studies = parse_choices(study, "--study", STUDIES, example="sweep,ladder")
         user_steps = parse_counts(steps, "--steps")
         measure_seconds = parse_windows(measure, user_steps)
 
@@ -132,7 +143,8 @@ def run(
             measure_seconds=measure_seconds,
             sweep_args=sweep_args, fallback_types=list(fallback_type), fallback_market=fallback_market or None,
             keep=keep, rig_rigbench=rigbench_on_rig or None, project_dir=str(project_dir.resolve()),
-            setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90)
+            setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90,
+            **quality_settings(studies, questions, rungs, ladder_args, eval_args, with_local))
         folder = record = None
     loaded = load_profile(settings.profile)  # a bad profile stops here
     check_pypi_models(loaded)

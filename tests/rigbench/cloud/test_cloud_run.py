@@ -5,8 +5,10 @@ nothing may be left "running"."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +21,14 @@ import pytest
 from core.cache import cache_root
 from core.network import free_port
 from core.profile import load_profile
+from core.rundir.quality_files import write_question_file
 from llamacpp.build import BUILD_SCRIPT
 from llamacpp.joined_model import GEMMA3_270M
 from llamacpp.named_models import fetch_named_model, model_source
+from llamacpp.quantize import quantize_rung, rung_folder
+from llamacpp.real_model import SMOLLM2
+from provision.rig_paths import RigPaths
+from quality.generator import generate_questions
 
 pytestmark = pytest.mark.integration
 
@@ -235,4 +242,103 @@ def test_a_failed_provision_step_and_a_failed_sweep_both_end_destroyed(build_buc
         assert [h["command"] for h in fake_pulumi.state(name)["history"]] == ["up", "destroy"]
     assert "sweep" not in record["rigs"][A]["phases"] and record["rigs"][B]["phases"]["serve"]["ok"]
     assert record["report"] is None, "no run came home: no report"
+    assert_nothing_running(fake_pulumi, rigs)
+
+
+def smollm2_profile(folder: Path) -> Path:
+    """The real SmolLM2-135M-Instruct from PyPI, served as cheaply as a loop test can."""
+    path = folder / "smollm2-loop-test.toml"
+    path.write_text(f"""description = "SmolLM2 at the least a ladder loop test needs"
+[model]
+pypi = "smollm2"
+file = "{SMOLLM2.filename}"
+sha256 = "{SMOLLM2.sha256}"
+size_bytes = {SMOLLM2.size}
+[server]
+args = "-c 1024 --parallel 1 -t 1 --metrics --slots"
+[request]
+max_tokens = 8
+temperature = 0.0
+cache_prompt = false
+""")
+    return path
+
+
+def corrupt_rung_on(rig, llama_build, rung: str, tmp_path: Path) -> str:
+    """A rung in the rig's quantize cache that is not what quantizing gives (a bad copy: a few tensor bytes
+    flipped, its digest recomputed), as a rig restored from a bad cache would hold it; its sha256."""
+    good = quantize_rung(fetch_named_model("smollm2"), SMOLLM2.sha256, rung, llama_build, cache=tmp_path / "q")
+    folder = rung_folder(SMOLLM2.sha256, llama_build, Path(RigPaths(str(rig.work)).cache))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = bytearray(good.path.read_bytes())
+    for offset in range(len(data) - 4096, len(data) - 4000):
+        data[offset] ^= 0x01
+    (folder / f"{rung}.gguf").write_bytes(bytes(data))
+    digest = hashlib.sha256(data).hexdigest()
+    (folder / f"{rung}.sha256").write_text(digest + "\n")
+    return digest
+
+
+def test_two_rigs_ladder_and_eval_stopped_mid_ladder_resumed_to_a_grid_with_a_bad_rung_left_out(
+        build_bucket, fake_pulumi, project_dir, tmp_path: Path, llama_build) -> None:
+    """Two rigs run the same ladder and eval of the real SmolLM2; rig B's Q4_0 is a corrupted copy. The loop is
+    stopped once rig A's first rung is graded, both rigs are destroyed (what came home kept), the disks are
+    wiped as new instances' would be, and --resume puts the fetched rungs back and finishes: the grid of the
+    two rigs leaves Q4_0 out, naming both digests."""
+    fetch_named_model("smollm2")
+    rigs, _ = build_bucket
+    on_demand_stacks(project_dir)
+    questions = tmp_path / "questions.jsonl"
+    write_question_file(questions, generate_questions(4, 0, 1, 10), "test")
+    bad = corrupt_rung_on(rigs[1], llama_build, "Q4_0", tmp_path)
+    hubless = {**os.environ, "HF_ENDPOINT": "http://127.0.0.9:9"}
+    options = ["--profile", str(smollm2_profile(tmp_path)), "--study", "ladder,eval", "--questions", str(questions),
+               "--rungs", "Q8_0,Q4_0", "--ladder-args", "--max-tokens 24 --no-bench --server-arg='-t 1'",
+               "--eval-args", "--max-tokens 24"]
+    fake_pulumi.write_world(world_of(rigs))
+    process = cloud_run(tmp_path, project_dir, "--stack", A, "--stack", B, *options, env=hubless, wait=False)
+    ladder_on_a = Path(RigPaths(str(rigs[0].work)).runs) / "ladder-questions" / "ladder.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if ladder_on_a.is_file() and json.loads(ladder_on_a.read_text())["rungs"][0].get("eval_run"):
+            break
+        assert process.poll() is None, process.stdout.read()
+        time.sleep(0.3)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 1, output
+    folder, record = the_record(tmp_path)
+    assert record["rigs"][A]["status"] == "cancelled" and not record["rigs"][A]["up"], record["rigs"][A]
+    estimate = {rig["stack"]: rig["phases_s"] for rig in record["estimate"]}
+    assert estimate[A]["ladder"] > 0 and estimate[A]["eval"] > 0, "the estimate counts the quality studies"
+    home = folder / "rigs" / A / "runs" / "ladder-questions" / "ladder.json"
+    assert json.loads(home.read_text())["rungs"][0]["eval_run"], "the graded rung came home before destroy"
+    assert_nothing_running(fake_pulumi, rigs)
+
+    for rig in rigs:  # new instances: empty disks
+        shutil.rmtree(rig.work)
+        rig.work.mkdir()
+    corrupt_rung_on(rigs[1], llama_build, "Q4_0", tmp_path)
+    fake_pulumi.write_world(world_of(rigs))
+    resumed = cloud_run(tmp_path, project_dir, "--resume", folder.name, env=hubless)
+    assert resumed.returncode == 0, resumed.stdout[-4000:]
+    _, record = the_record(tmp_path)
+    log_a = (folder / "rigs" / A / "log.txt").read_text()
+    second = log_a.split("[resume] ladder-questions: what came home from an earlier rig put back on this one")
+    assert len(second) == 2, "rig A's ladder resumed from what came home"
+    assert "Q8_0: " not in second[1].split("[eval]")[0] and "[2/2] Q4_0" in second[1], "only Q4_0 was asked again"
+    for name in (A, B):
+        rig = record["rigs"][name]
+        assert rig["status"] == "finished" and not rig["up"] and rig["phases"]["ladder"]["ok"], rig
+        ladder = json.loads((folder / "rigs" / name / "runs" / "ladder-questions" / "ladder.json").read_text())
+        assert ladder["rig"]["kind"] == "aws" and ladder["rig"]["instance_type"] == rig["instance_type"]
+        assert (folder / "rigs" / name / "runs" / "ladder-questions" / "report.md").is_file()
+        evaluation = json.loads((folder / "rigs" / name / "runs" / "eval-questions" / "eval.json").read_text())
+        assert evaluation["rig"]["instance_type"] == rig["instance_type"] and evaluation["status"] == "complete"
+    answers = (folder / record["report"]).read_text()
+    assert f"**Q4_0: different files** ({A} (g6.xlarge) " in answers and bad[:12] in answers
+    assert "Every rung is the same file" not in answers and "The served model's answers on each machine" in answers
+    grid = (folder / "report" / "grids" / f"{A}-g6.xlarge-vs-{B}-g6.2xlarge" / "grid.md").read_text()
+    assert "**Q4_0 left out**" in grid and "| Q8_0 " in grid and "| Q4_0 " not in grid.split("## The machine")[0]
+    assert "answers: " in resumed.stdout
     assert_nothing_running(fake_pulumi, rigs)

@@ -1,0 +1,137 @@
+"""The same ladder on several machines, in the article's tables: right per rung per machine, whether every
+machine ran the same bytes, each machine's best trade with its decode speed, and per pair of machines
+the grid's counts (graded differently, lost on both, first lost on both at the same rung).
+
+Why a module apart from the pairwise grid: a loop over N rigs has N ladders and N(N-1)/2 grids, and the
+reader needs one page that lines them up before opening any single grid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+from tabulate import tabulate
+
+from analysis.quality_compare import format_p, load_eval, paired
+from analysis.quality_grid import write_grid
+from analysis.quality_report import RungResult, best_trade, load_ladder
+from core.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine's ladder (or eval) folder and the name the tables give it."""
+
+    label: str
+    folder: Path
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", label).strip("-")
+
+
+def same_bytes(ladders: dict[str, list[RungResult]]) -> list[str]:
+    """One line per rung whose file is not the same on every machine, naming who has which digest."""
+    lines = []
+    names = dict.fromkeys(rung.name for rungs in ladders.values() for rung in rungs)
+    for name in names:
+        digests = {label: rung.sha256 for label, rungs in ladders.items() for rung in rungs if rung.name == name}
+        if len(set(digests.values())) > 1:
+            held = "; ".join(f"{label} {digest[:12]}" for label, digest in digests.items())
+            lines.append(f"- **{name}: different files** ({held}): left out of the grids of the pairs that differ.")
+    return lines
+
+
+def ladders_across(machines: list[Machine], out: Path) -> str:
+    """The page's markdown; every pair's grid is written under ``out/grids/`` (a pair that cannot be compared
+    says why in one line instead)."""
+    ladders: dict[str, list[RungResult]] = {}
+    problems = []
+    for machine in machines:
+        try:
+            ladders[machine.label] = load_ladder(machine.folder)[1]
+        except AnalysisError as error:
+            problems.append(f"- {machine.label}: no ladder to compare ({error})")
+    lines = ["## Answers per rung on each machine", ""]
+    rung_names = list(dict.fromkeys(rung.name for rungs in ladders.values() for rung in rungs))
+    rows = []
+    for name in rung_names:
+        row: dict[str, object] = {"rung": name}
+        for label, rungs in ladders.items():
+            rung = next((r for r in rungs if r.name == name), None)
+            row[f"{label}: right (higher is better)"] = (
+                "—" if rung is None else f"{sum(a.right for a in rung.result.answers.values())}/"
+                f"{len(rung.result.answers)}")
+            row[f"{label}: decode tok/s (higher is better)"] = "—" if rung is None or rung.speed is None else round(
+                rung.speed, 1)
+        rows.append(row)
+    if rows:
+        lines += [tabulate(rows, headers="keys", tablefmt="github"), ""]
+    lines += same_bytes(ladders) or ["Every rung is the same file (sha256) on every machine."]
+    lines += ["", "### Best trade per machine", "",
+              "The fastest rung whose loss against the machine's own top rung is not significant (McNemar, p < 0.05).",
+              ""]
+    for label, rungs in ladders.items():
+        best = best_trade(rungs)
+        if best is None:
+            lines.append(f"- {label}: no rung without a significant loss has a decode speed")
+            continue
+        right = sum(a.right for a in best.result.answers.values())
+        lost = "" if best.pair is None else (f", lost {best.pair.lost} / gained {best.pair.gained}, p = "
+                                             f"{format_p(best.pair.p_value)}")
+        lines.append(f"- {label}: **{best.name}**, {right}/{len(best.result.answers)} right{lost}, "
+                     f"{best.speed:.1f} decode tok/s (median per answer)")
+    lines += ["", "### Machine against machine", ""]
+    for (label_a, _), (label_b, _) in combinations(ladders.items(), 2):
+        folder_a = next(m.folder for m in machines if m.label == label_a)
+        folder_b = next(m.folder for m in machines if m.label == label_b)
+        target = out / "grids" / f"{_slug(label_a)}-vs-{_slug(label_b)}"
+        try:
+            write_grid(folder_a, folder_b, target, leave_out_different_files=True, labels=(label_a, label_b))
+        except AnalysisError as error:
+            lines += [f"- {label_a} vs {label_b}: no grid ({error})", ""]
+            continue
+        grid_rows = _grid_rows(target)
+        lines += [f"**{label_a} vs {label_b}** ([grid]({target.relative_to(out)}/grid.md))", "",
+                  tabulate(grid_rows, headers="keys", tablefmt="github"), ""]
+    return "\n".join(lines + problems) + "\n"
+
+
+def _grid_rows(folder: Path) -> list[dict[str, object]]:
+    """The pair's counts per rung, read back from the grid.json just written; "first lost on both here": the
+    questions both machines first lose at that rung."""
+    grid = json.loads((folder / "grid.json").read_text())
+    first = {name: 0 for name in [row["name"] for row in grid["rungs"]]}
+    for where in grid["first_lost"].values():
+        if where["a"] is not None and where["a"] == where["b"]:
+            first[where["a"]] = first.get(where["a"], 0) + 1
+    return [{"rung": row["name"], "graded differently (lower: alike)": row["graded_differently"],
+             "machine moves: A only / B only": f"{row['machine']['lost']} / {row['machine']['gained']}",
+             "p (machine)": format_p(row["machine"]["p_value"]), "lost on both": row["lost_both"],
+             "first lost on both here": first[row["name"]]} for row in grid["rungs"]] + [
+        {"rung": f"left out: {name}", "graded differently (lower: alike)": "different files"}
+        for name in grid.get("left_out", {})]
+
+
+def evals_across(machines: list[Machine]) -> str:
+    """The served model's eval on each machine, and each pair question by question."""
+    results = {}
+    lines = ["## The served model's answers on each machine", ""]
+    for machine in machines:
+        try:
+            results[machine.label] = load_eval(machine.folder)
+        except AnalysisError as error:
+            lines.append(f"- {machine.label}: no eval ({error})")
+    rows = [{"machine": label, "right (higher is better)": f"{sum(a.right for a in r.answers.values())}/"
+             f"{len(r.answers)}", "decode tok/s (median)": r.median_decode_tok_s()} for label, r in results.items()]
+    if rows:
+        lines += [tabulate(rows, headers="keys", tablefmt="github"), ""]
+    for (label_a, a), (label_b, b) in combinations(results.items(), 2):
+        pair = paired(a, b)
+        lines.append(f"- {label_a} vs {label_b}: right on {label_a} only {pair.lost}, on {label_b} only "
+                     f"{pair.gained} of {pair.questions} (p = {format_p(pair.p_value)})")
+    return "\n".join(lines) + "\n"
