@@ -1,7 +1,7 @@
 """The architecture, checked: base, stages, app, and every import pointing down.
 
     base    core                                          imports no stage and no app
-    stages  infra, provision, llamacpp, loadtest, quality, analysis  import only the base (and themselves)
+    stages  infra, provision, llamacpp, loadtest, quality, analysis, hardware  import only the base (and themselves)
     app     rigbench, fabfile.py                           composes stages
 
 Imports are read from the source (every ``import`` and ``from ... import``, also inside
@@ -21,11 +21,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"core"}
-STAGES = {"infra", "provision", "llamacpp", "loadtest", "quality", "analysis"}
+STAGES = {"infra", "provision", "llamacpp", "loadtest", "quality", "analysis", "hardware"}
 APP = {"rigbench", "fabfile"}
 LAYERS = BASE | STAGES | APP
 # Files that run alone with the standard library on a bare rig (copied there one by one).
-STANDALONE = {"llamacpp/build_script.py", "provision/rig_agent.py"}
+STANDALONE = {"core/hub_download.py", "llamacpp/build_script.py", "provision/rig_agent.py"}
 
 
 def module_name(path: Path) -> str:

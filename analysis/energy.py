@@ -1,0 +1,134 @@
+"""Energy per output token, per step, from the run's hardware samples.
+
+A step's energy is read from the card's own cumulative counter where it has one (NVML's total
+energy, interpolated at the window's edges) and otherwise integrated from power samples
+(trapezoids, the power interpolated at the edges): the counter does not miss what happens between
+samples. Joules per output token is the window's energy over its output tokens, and its 95%
+interval comes from the same sub-windows as the throughput's: each sub-window is one paired
+observation (its joules, its tokens) of a ratio of sums. Idle power is the median of the samples
+before the load began. Electricity per million tokens is J/token x 10^6 / 3.6 x 10^6 J per kWh x the
+price per kWh; a card bought outright adds its price spread over its years of service.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis import intervals
+from analysis.intervals import Estimate
+from core.rundir.hardware import CpuEnergySample, GpuSample
+
+J_PER_KWH = 3.6e6
+HOURS_PER_YEAR = 8766.0  # 365.25 days
+
+
+@dataclass(frozen=True)
+class WindowEnergy:
+    """One device's (a GPU, or a RAPL domain) energy over a window, and how it was read."""
+
+    joules: float | None
+    method: str  # "counter", "integrated power" or "no samples"
+    mean_w: float | None
+    peak_w: float | None
+
+
+def _series(samples: Sequence[GpuSample], field: str) -> tuple[np.ndarray, np.ndarray]:
+    pairs = sorted((s.t, getattr(s, field)) for s in samples if getattr(s, field) is not None)
+    if not pairs:
+        return np.array([]), np.array([])
+    times, values = zip(*pairs, strict=True)
+    return np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+
+
+def _covers(times: np.ndarray, start: float, end: float) -> bool:
+    return len(times) >= 2 and times[0] <= start and times[-1] >= end
+
+
+def counter_joules(times: np.ndarray, counter: np.ndarray, start: float, end: float) -> float | None:
+    """A cumulative counter's increase over [start, end], interpolated at both edges; None when the samples do
+    not reach both edges."""
+    if not _covers(times, start, end):
+        return None
+    return float(np.interp(end, times, counter) - np.interp(start, times, counter))
+
+
+def integrated_joules(times: np.ndarray, power: np.ndarray, start: float, end: float) -> float | None:
+    """Power integrated over [start, end] by trapezoids, the power interpolated at the edges."""
+    if not _covers(times, start, end):
+        return None
+    inside = (times > start) & (times < end)
+    t = np.concatenate(([start], times[inside], [end]))
+    p = np.concatenate(([np.interp(start, times, power)], power[inside], [np.interp(end, times, power)]))
+    return float(np.trapezoid(p, t))
+
+
+def gpu_window_energy(samples: Sequence[GpuSample], start: float, end: float) -> WindowEnergy:
+    """One GPU over [start, end]: the counter where it covers the window, else integrated power."""
+    power_t, power = _series(samples, "power_w")
+    inside = power[(power_t >= start) & (power_t <= end)]
+    mean_w = float(inside.mean()) if len(inside) else None
+    peak_w = float(inside.max()) if len(inside) else None
+    counter_t, counter = _series(samples, "energy_j")
+    joules = counter_joules(counter_t, counter, start, end)
+    if joules is not None:
+        return WindowEnergy(joules, "counter", mean_w, peak_w)
+    joules = integrated_joules(power_t, power, start, end)
+    return WindowEnergy(joules, "integrated power" if joules is not None else "no samples", mean_w, peak_w)
+
+
+def by_gpu(samples: Sequence[GpuSample]) -> dict[int, list[GpuSample]]:
+    grouped: dict[int, list[GpuSample]] = defaultdict(list)
+    for sample in samples:
+        grouped[sample.gpu].append(sample)
+    return dict(sorted(grouped.items()))
+
+
+def cpu_window_joules(samples: Sequence[CpuEnergySample], start: float, end: float) -> dict[str, float | None]:
+    """Each RAPL domain's energy over [start, end] from its (unwrapped) counter."""
+    domains: dict[str, list[CpuEnergySample]] = defaultdict(list)
+    for sample in samples:
+        domains[sample.domain].append(sample)
+    found = {}
+    for domain, series in domains.items():
+        times = np.asarray([s.t for s in series], dtype=float)
+        counter = np.asarray([s.energy_j for s in series], dtype=float)
+        found[domain] = counter_joules(times, counter, start, end)
+    return found
+
+
+def idle_power_w(samples: Sequence[GpuSample], before: float) -> float | None:
+    """The median power of the samples before the load began (None when the sampler started with it)."""
+    values = [s.power_w for s in samples if s.t < before and s.power_w is not None]
+    return float(np.median(values)) if values else None
+
+
+def joules_per_token(joules: Sequence[float], tokens: Sequence[float]) -> Estimate:
+    """J per output token over a window's sub-windows: sum(J) / sum(tokens), a ratio of sums with its 95%
+    interval, each sub-window one paired observation."""
+    return intervals.ratio_of_sums(np.asarray(joules, dtype=float), np.asarray(tokens, dtype=float))
+
+
+def sub_window_joules(samples: Sequence[GpuSample], edges: Sequence[float]) -> list[float] | None:
+    """All GPUs' joules per sub-window between consecutive ``edges``; None when any GPU's samples do not cover
+    a sub-window."""
+    per_window = np.zeros(len(edges) - 1)
+    for series in by_gpu(samples).values():
+        for index, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            energy = gpu_window_energy(series, a, b).joules
+            if energy is None:
+                return None
+            per_window[index] += energy
+    return per_window.tolist()
+
+
+def electricity_usd_per_mtok(j_per_token: float, usd_per_kwh: float) -> float:
+    return j_per_token * 1e6 / J_PER_KWH * usd_per_kwh
+
+
+def card_usd_per_hour(card_usd: float, years: float) -> float:
+    """A card bought outright, its price spread evenly over its years of service."""
+    return card_usd / (years * HOURS_PER_YEAR)

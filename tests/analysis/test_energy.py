@@ -1,0 +1,82 @@
+"""Energy arithmetic on hand-made samples: the counter against integrated power, the window's edges, the
+sub-window interval of J/token, idle power, and the dollars."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.energy import (
+    card_usd_per_hour,
+    cpu_window_joules,
+    electricity_usd_per_mtok,
+    gpu_window_energy,
+    idle_power_w,
+    joules_per_token,
+    sub_window_joules,
+)
+from core.rundir.hardware import CpuEnergySample, GpuSample
+
+
+def steady(watts: float, start: float, end: float, every: float = 0.1, gpu: int = 0, counter: bool = True,
+           joules0: float = 1_000.0) -> list[GpuSample]:
+    """A GPU drawing ``watts`` from ``start`` to ``end``, sampled every ``every`` s."""
+    times = np.arange(start, end + every / 2, every)
+    return [GpuSample(t=float(t), gpu=gpu, power_w=watts,
+                      energy_j=joules0 + watts * (t - start) if counter else None) for t in times]
+
+
+def test_the_counter_and_integrated_power_agree_on_steady_power_with_edges_between_samples() -> None:
+    samples = steady(300.0, 100.0, 110.0)
+    by_counter = gpu_window_energy(samples, 101.05, 108.95)
+    assert by_counter.method == "counter" and by_counter.joules == pytest.approx(300.0 * 7.9)
+    no_counter = [s.model_copy(update={"energy_j": None}) for s in samples]
+    by_power = gpu_window_energy(no_counter, 101.05, 108.95)
+    assert by_power.method == "integrated power" and by_power.joules == pytest.approx(300.0 * 7.9)
+    assert (by_power.mean_w, by_power.peak_w) == (300.0, 300.0)
+
+
+def test_the_counter_sees_a_burst_between_samples_that_power_samples_miss() -> None:
+    """Power sampled at the wrong instants misses a burst; the card's counter does not."""
+    samples = steady(100.0, 0.0, 10.0, every=1.0)
+    burst = [s.model_copy(update={"energy_j": s.energy_j + (500.0 if s.t >= 5 else 0.0)}) for s in samples]
+    window = gpu_window_energy(burst, 0.0, 10.0)
+    assert window.method == "counter" and window.joules == pytest.approx(1000.0 + 500.0)
+    assert gpu_window_energy([s.model_copy(update={"energy_j": None}) for s in burst], 0.0, 10.0).joules == \
+        pytest.approx(1000.0)
+
+
+def test_a_window_the_samples_do_not_cover_has_no_energy() -> None:
+    samples = steady(200.0, 5.0, 10.0)
+    assert gpu_window_energy(samples, 4.0, 9.0).joules is None
+    assert gpu_window_energy([], 4.0, 9.0).method == "no samples"
+
+
+def test_joules_per_token_is_a_ratio_of_sums_over_sub_windows_with_its_interval() -> None:
+    two_gpus = steady(300.0, 0.0, 12.0) + steady(100.0, 0.0, 12.0, gpu=1)
+    edges = np.linspace(1.0, 11.0, 6)
+    joules = sub_window_joules(two_gpus, edges)
+    assert joules == pytest.approx([800.0] * 5), "both GPUs' energy in each 2 s sub-window"
+    estimate = joules_per_token(joules, [400.0, 410.0, 390.0, 400.0, 400.0])
+    assert estimate.value == pytest.approx(4000.0 / 2000.0)
+    assert estimate.low < estimate.value < estimate.high and estimate.n == 5
+    assert sub_window_joules(two_gpus, [11.0, 13.0]) is None, "a sub-window past the samples"
+
+
+def test_idle_power_is_the_median_before_the_load() -> None:
+    samples = steady(80.0, 0.0, 3.0) + steady(400.0, 3.05, 6.0)
+    assert idle_power_w(samples, before=3.0) == 80.0
+    assert idle_power_w(samples, before=0.0) is None
+
+
+def test_cpu_energy_per_domain_from_its_counter() -> None:
+    samples = [CpuEnergySample(t=float(t), domain=d, energy_j=w * t) for t in range(0, 11)
+               for d, w in (("package-0", 35.0), ("package-0/dram", 4.0))]
+    assert cpu_window_joules(samples, 2.5, 7.5) == {"package-0": pytest.approx(175.0),
+                                                    "package-0/dram": pytest.approx(20.0)}
+
+
+def test_dollars_of_electricity_and_of_a_card_bought_outright() -> None:
+    # 2 J per token is 2e6 J per million tokens: 0.556 kWh, at $0.30/kWh $0.1667
+    assert electricity_usd_per_mtok(2.0, 0.30) == pytest.approx(2e6 / 3.6e6 * 0.30)
+    assert card_usd_per_hour(1_600.0, 3.0) == pytest.approx(1_600.0 / (3 * 8766))
