@@ -74,9 +74,13 @@ class LocalServer:
         log_path: Path | str | None = None,
         startup_timeout: float = 120.0,
         port_source: str | None = None,
+        environment: dict[str, str] | None = None,
+        cpus: list[int] | None = None,
     ):
         """``port_source``: the flag or profile key the port came from, named when it is refused
-        (without one, the port was picked free here)."""
+        (without one, the port was picked free here). ``environment``: added to this process's
+        (a replica's ``CUDA_VISIBLE_DEVICES``); ``cpus``: the CPUs it may run on, set before it
+        starts a thread (a replica's share of the cores)."""
         self.binary = str(binary)
         self.host = host
         self.port = port or free_port(host)
@@ -84,6 +88,8 @@ class LocalServer:
         self.log_path = Path(log_path) if log_path else None
         self.startup_timeout = startup_timeout
         self.port_source = port_source
+        self.environment = dict(environment or {})
+        self.cpus = list(cpus or [])
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -103,8 +109,11 @@ class LocalServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # appended: a log path named twice (a resumed eval's) keeps what the earlier start wrote
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        cpus = self.cpus
         self.process = subprocess.Popen(
-            [self.binary, *self.args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [self.binary, *self.args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **self.environment} if self.environment else None,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,  # noqa: PLW1509 - before exec
         )
         log.close()
         try:

@@ -1,0 +1,69 @@
+"""Several llama-server replicas on one machine, started, watched and stopped as one server.
+
+Each replica is a :class:`LocalServer` started from its plan (``core.replicas``): its own port, log,
+GPU and CPUs. They start one after another, each waiting for its health check, so a replica that
+never becomes healthy stops the start with its own log's tail and the ones already up are stopped;
+stopping stops all and waits for each. ``dead()`` names any that ended on its own, which fails a
+run the way a single server that died does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.errors import LlamaCppError
+from core.replicas import ReplicaPlan
+from llamacpp.server import LOOPBACK, LocalServer
+
+
+class ReplicaSet:
+    def __init__(self, binary: Path | str, plans: list[ReplicaPlan], log_folder: Path | None = None,
+                 host: str = LOOPBACK, startup_timeout: float = 120.0, port_source: str | None = None) -> None:
+        self.plans = plans
+        self.servers = [
+            LocalServer(binary, plan.args, host=host, port=plan.port,
+                        log_path=(log_folder / f"llama-server-{plan.index}.log") if log_folder else None,
+                        startup_timeout=startup_timeout, port_source=port_source, environment=plan.environment,
+                        cpus=plan.cpus)
+            for plan in plans
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [server.base_url for server in self.servers]
+
+    def start(self) -> ReplicaSet:
+        for server in self.servers:  # every port first: a busy one starts nothing
+            server.check_port()
+        started: list[LocalServer] = []
+        try:
+            for plan, server in zip(self.plans, self.servers, strict=True):
+                try:
+                    server.start()
+                except LlamaCppError as error:
+                    raise LlamaCppError(f"replica {plan.index} of {len(self.plans)}: {error}") from None
+                started.append(server)
+        except BaseException:
+            for server in reversed(started):
+                server.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+
+    def dead(self) -> list[str]:
+        """One line per replica whose process has ended on its own."""
+        found = []
+        for plan, server in zip(self.plans, self.servers, strict=True):
+            if server.process is not None and server.process.poll() is not None:
+                found.append(f"replica {plan.index} ({server.base_url}) exited with code {server.process.returncode};"
+                             f" its log: {server.log_path}")
+        return found
+
+    def __enter__(self) -> ReplicaSet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
