@@ -90,6 +90,18 @@ def put_earlier(c: Connection, local: Path, remote: str, manifest: str) -> bool:
     return True
 
 
+def prepare_on_rig(c: Connection, paths: RigPaths, what: str, rigbench: str | None, questions: Path,
+                   extra: list[str] | None, local: Path, manifest: str) -> tuple[str, str, list[str]]:
+    """rigbench on the rig, the question files there, and what came home earlier put back: the rig's
+    rigbench, the remote question file and the options pointing at the rig's copies."""
+    rigbench = rigbench or rig_rigbench(paths)
+    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
+        raise ProvisionError(f"{what}: no rigbench at {rigbench} on the rig; run the project step first")
+    remote_questions, options = put_question_files(c, paths, questions, list(extra or []))
+    put_earlier(c, local, f"{paths.runs}/{local.name}", manifest)
+    return rigbench, remote_questions, options
+
+
 def run_on_rig(c: Connection, what: str, command: list[str], environment: str, name: str, timeout: int) -> None:
     shown = " ".join(shlex.quote(part) for part in command)
     print(f"[{what}] on the rig: {shown}", flush=True)
@@ -132,11 +144,8 @@ def ladder(
     """Run ``rigbench quality ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into
     ``local_runs``. A ladder of that name already here and not on the rig (its rig was destroyed) is put back
     first, so it resumes rung by rung."""
-    rigbench = rigbench or rig_rigbench(paths)
-    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
-        raise ProvisionError(f"ladder: no rigbench at {rigbench} on the rig; run the project step first")
-    remote_questions, extra = put_question_files(c, paths, questions, list(extra or []))
-    put_earlier(c, Path(local_runs) / name, f"{paths.runs}/{name}", LADDER_MANIFEST)
+    rigbench, remote_questions, extra = prepare_on_rig(c, paths, "ladder", rigbench, questions, extra,
+                                                       Path(local_runs) / name, LADDER_MANIFEST)
     command = [rigbench, "quality", "ladder", source, "--questions", remote_questions, "--out",
                f"{paths.runs}/{name}", "--rungs", rungs, *extra]
     run_on_rig(c, "ladder", command, f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}", name, timeout)
@@ -158,11 +167,8 @@ def evaluate(
 ) -> Path:
     """Run ``rigbench quality eval --url URL`` on the rig (its own served model) into ``<runs>/<name>``; copy
     that folder into ``local_runs`` (resumed like the ladder)."""
-    rigbench = rigbench or rig_rigbench(paths)
-    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
-        raise ProvisionError(f"eval: no rigbench at {rigbench} on the rig; run the project step first")
-    remote_questions, extra = put_question_files(c, paths, questions, list(extra or []))
-    put_earlier(c, Path(local_runs) / name, f"{paths.runs}/{name}", EVAL_MANIFEST)
+    rigbench, remote_questions, extra = prepare_on_rig(c, paths, "eval", rigbench, questions, extra,
+                                                       Path(local_runs) / name, EVAL_MANIFEST)
     command = [rigbench, "quality", "eval", "--url", url, "--questions", remote_questions, "--out",
                f"{paths.runs}/{name}", *extra]
     run_on_rig(c, "eval", command, "", name, timeout)

@@ -21,6 +21,7 @@ from core.digest import file_sha256
 from core.errors import CloudError, RigbenchError
 from core.gpus import find_gpu
 from core.instance_types import get_instance_type
+from core.lists import parse_choices
 from core.rundir.quality_files import LadderDir, read_questions
 from provision.quality import shots_from_file, shots_from_on_rig
 from rigbench.cloud.settings import CloudSettings
@@ -93,17 +94,10 @@ def known_rung_types() -> list[str]:
 
 
 def parse_rungs(text: str) -> list[str]:
-    rungs = [piece.strip() for piece in text.split(",")]
-    if not text.strip() or any(not rung for rung in rungs):
-        raise CloudError(f"--rungs: cannot read {text!r}; expected types separated by commas, e.g. F16,Q8_0,Q4_K_M")
-    known = known_rung_types()
-    unknown = [rung for rung in rungs if rung not in known]
-    if unknown:
-        raise CloudError(f"--rungs: llama-quantize has no type {unknown[0]!r}; it has {', '.join(known)}")
-    repeated = sorted({rung for rung in rungs if rungs.count(rung) > 1})
-    if repeated:
-        raise CloudError(f"--rungs: {repeated[0]} is given twice in {text!r}")
-    return rungs
+    try:
+        return parse_choices(text, "--rungs", tuple(known_rung_types()), example="F16,Q8_0,Q4_K_M")
+    except RigbenchError as error:
+        raise CloudError(str(error)) from None
 
 
 def read_question_file(path: Path) -> int:

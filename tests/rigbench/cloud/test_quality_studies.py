@@ -41,7 +41,7 @@ def test_the_ladder_is_read_as_the_rigs_will_read_it_and_the_top_rung_is_asked_t
 
 
 @pytest.mark.parametrize(("rungs", "ladder_args", "message"), [
-    ("F16,Q9_0", "", "--rungs: llama-quantize has no type 'Q9_0'; it has F32, F16"),
+    ("F16,Q9_0", "", "--rungs: cannot read 'F16,Q9_0': 'Q9_0' is not one of F32, F16"),
     ("F16,,Q8_0", "", "--rungs: cannot read 'F16,,Q8_0'"),
     ("F16,F16", "", "--rungs: F16 is given twice"),
     ("F16,Q8_0", "--max-token 96", "--ladder-args: No such option: --max-token"),
