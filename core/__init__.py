@@ -4,12 +4,14 @@
     validation.py      pydantic errors as one line naming the file and field
     profile.py         rig profiles (profiles/*.toml): what a rig serves and how
     instance_types.py  the GPU instance types the project knows
-    machine.py         the machine a run happens on (CPU, memory, GPU, driver)
+    machine.py         the machine a run's server is on (CPU, memory, GPU, driver): one description for all
     build_manifest.py  what a llama.cpp build left behind (binaries, options, key)
     llama_bench.py     llama-bench's flags for a serving line, and its JSON summarised
     lists.py           the strict parser of list options (user steps, windows, depths)
     cache.py           the one cache root (RIGBENCH_CACHE, XDG_CACHE_HOME)
     digest.py          file sha256
-    network.py         a free loopback port
+    network.py         a free loopback port; whether a URL names this machine
+    hub_download.py    a hub file resumed and sha256-checked (stdlib only: also runs alone on rigs)
+    private_files.py   every file a command writes private to the user (the umask)
     rundir/            the run directory: models, files, manifest builder, check, compact, schema
 """

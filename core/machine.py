@@ -1,4 +1,9 @@
-"""Describe the machine a run happens on (CPU, memory, GPU, driver), for the manifest."""
+"""Describe the machine a run's server is on (CPU, memory, GPU, driver), for the manifest.
+
+``server_rig`` is the one description every command that makes a run writes (``local``, ``sweep``, a
+hand-started Locust, the quality evals), so the same server on the same machine reads the same in
+every report, whichever command measured it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,10 @@ import platform
 import shutil
 import socket
 import subprocess
+import urllib.parse
 
-from core.rundir import MachineInfo
+from core.network import is_loopback_url
+from core.rundir import MachineInfo, RigInfo
 
 
 def cpu_model() -> str:
@@ -65,3 +72,15 @@ def machine_info() -> MachineInfo:
         driver_version=gpu.get("driver"),
         cuda_version=gpu.get("cuda"),
     )
+
+
+def server_rig(url: str | None = None) -> RigInfo:
+    """The rig of a server at ``url`` (``None``: one rigbench starts here), as far as this machine can tell.
+
+    A server on this machine (a loopback URL) is described as this machine. Any other host is named and no
+    more: this machine's CPU and GPU are the load generator's, and a report would price and roofline the
+    wrong card. A port forwarded from a rig (an SSH tunnel) looks local too: measure a rig from the rig
+    (``rigbench provision sweep``), whose run folders get the rig's facts."""
+    if url is None or is_loopback_url(url):
+        return RigInfo(kind="local", machine=machine_info())
+    return RigInfo(kind="local", machine=MachineInfo(hostname=urllib.parse.urlsplit(url).hostname or ""))

@@ -1,9 +1,11 @@
-"""Loopback ports: a free one for servers and tunnels this process starts, and whether a given
-one can still be bound."""
+"""Loopback ports: a free one for servers and tunnels this process starts, whether a given one can
+still be bound, and whether a URL names this machine."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+import urllib.parse
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,3 +25,14 @@ def bind_error(host: str, port: int) -> OSError | None:
         except OSError as error:
             return error
     return None
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (``localhost``, ``127.x.x.x``, ``::1``)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -223,6 +223,13 @@ class RigProfile(StrictModel):
     request: RequestDefaults = Field(default_factory=RequestDefaults)
     source_path: str | None = Field(default=None, exclude=True)
 
+    @property
+    def command_name(self) -> str:
+        """How a command line names this profile: its bundled name, else its file."""
+        if self.source_path is None or Path(self.source_path).resolve().parent == PROFILE_DIR:
+            return self.name
+        return self.source_path
+
     def server_args(
         self, model_path: Path | str, drafter_path: Path | str | None, host: str | None = None, port: int | None = None
     ) -> list[str]:

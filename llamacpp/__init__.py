@@ -9,6 +9,7 @@
     synthetic_gemma4.py Gemma 4-shaped GGUF files and MTP drafters with random weights
     quantize.py         llama-quantize here: the one path to it (ladder rungs, synthetic models, studies)
     decode_bytes.py     the bytes one decode step reads, from a GGUF's (or the writer's) tensor table
+    model_facts.py      a served GGUF file as a manifest names it (sha256, synthetic label, decode bytes)
     llama_bench.py      llama-bench here: raw prompt and generation speed
     batched_bench.py    llama-batched-bench here: the card's decode ceiling for N sequences
 

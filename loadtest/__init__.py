@@ -20,3 +20,8 @@ Locust side (imported only inside the Locust process, which gevent patches):
 
 Imports only the base (``core``).
 """
+
+from pathlib import Path
+
+# Locust runs its locustfile by path: this one, wherever rigbench is installed (`rigbench locustfile` prints it)
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"

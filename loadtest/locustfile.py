@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from core.errors import RigbenchError
+from core.machine import server_rig
+from core.private_files import PRIVATE_UMASK
 from core.rundir import RunDir, new_manifest, server_at
 from loadtest import web_ui
 from loadtest.controller import SweepController
@@ -66,7 +69,9 @@ def _new_run_dir(options: Any, host: str) -> RunDir:
     else:
         server = server_at(host, slots=server_slots(host), slots_from="server")
     server = server.model_copy(update={"model_name": options.model_name})
-    manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server)
+    manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server,
+                            rig=server_rig(host))
+    os.umask(PRIVATE_UMASK)  # this process writes a run from here on: its files are private, as every command's
     run = RunDir.create(options.runs_dir, manifest)
     log.warning("records go to %s", run.path)
     return run

@@ -60,3 +60,11 @@ def check_reply_fits(url: str, description: ServerDescription, *, max_tokens: in
         raise UsageError(f"{said}; with --ignore-eos every reply would end at the context's edge, not at "
                          f"--max-tokens: ask for fewer tokens, or serve a longer context")
     return f"{said}; a reply that runs long ends at the context's edge, not at --max-tokens"
+
+
+def served_model_path(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> str | None:
+    """The model file llama-server says it serves (``/props`` ``model_path``), or None where it says none.
+    A path on the server's machine: only a server on this one names a file that can be read here."""
+    props = ask_path(url, "/props", timeout).body
+    path = props.get("model_path") if isinstance(props, dict) else None
+    return path if isinstance(path, str) and path else None

@@ -23,6 +23,7 @@ import httpx
 import numpy as np
 import psutil
 import pyarrow as pa
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from core.errors import LoadTestError, RunDirError, RunInterrupted
@@ -32,6 +33,7 @@ from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.rundir.columns import read_record_table
 from core.signals import stop_signals_as_keyboard_interrupt
+from loadtest import LOCUSTFILE
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
 from loadtest.long_context import context_for_tokens
@@ -39,7 +41,6 @@ from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
 from loadtest.token_counts import count_cut_requests
 
-LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 REPO_ROOT = LOCUSTFILE.parent.parent
 LOCUST_LOG = "locust.log"
 # where infra/templates/spot_watcher.sh writes its notice on the rig (RIGBENCH_SPOT_MARKER overrides both)
@@ -155,9 +156,12 @@ def _count_records(run: RunDir) -> tuple[int, int]:
 
 
 def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progress: bool) -> None:
+    """Wait for Locust, drawing a progress bar on stderr when it is a terminal: stdout is the command's
+    own output, and a bar's frames in a pipe or a log are noise (its last frame would stay there)."""
     stages = stages_for(settings)
     total = total_duration(stages)
-    if not progress:
+    console = Console(stderr=True)
+    if not progress or not console.is_terminal:
         process.wait()
         return
     columns = [
@@ -167,7 +171,7 @@ def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progr
         TextColumn("/"),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, transient=False) as bar:
+    with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("starting locust", total=total)
         started = None
         while process.poll() is None:

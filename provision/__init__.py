@@ -6,7 +6,8 @@ Each step is a plain function of a Fabric ``Connection``, safe to run twice; the
     connection.py    SSH connection, host keys pinned per stack, named steps, errors
     rig_paths.py     where things live on the rig (the NVMe work folder)
     stack.py         the rig a Pulumi stack made, from ``pulumi stack output``
-    rig_agent.py     rig-side helper (stdlib only, runs alone): download, health, probe, port check
+    rig_agent.py     rig-side helper (stdlib only, runs alone): health, probe, port check; uploaded with
+                     core/hub_download.py (the download rule, shared with rigbench models download)
     toolkit.py       driver, CUDA version, nvcc; CUDA toolkit from NVIDIA's apt repository
     build.py         the standalone build script (handed over by the caller) run for the rig's GPU
     download.py      model and drafter, resumable, sha256 verified; synthetic ones uploaded

