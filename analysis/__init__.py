@@ -4,6 +4,8 @@ Public entry points (import them by full path; this package imports nothing heav
 
 - ``analysis.report.write_report(run_dirs, out_dir=None, formats=("md",)) -> Path``: report.md
   (and/or report.html, steps.csv + requests.csv), summary.json, plots
+- ``analysis.headline.headline_text(sections) -> str``: the answer at a glance a report opens with
+  (best aggregate, knee, per-user floor, $/Mtok, what limited it; across runs which serves the most)
 - ``analysis.load.load_run(path) -> LoadedRun``: a validated run as a pandas frame
 - ``analysis.figures.run_figures(run) -> RunFigures``: per-step figures with 95% intervals
 - ``analysis.compare.compare_runs(a, b)``: B/A ratios per step, paired by prompt category

@@ -9,6 +9,10 @@ report: a run keeps its colour and marker in every plot, a price has its own lin
 run is priced there is no $/Mtok plot (the overview's panel says "not priced"): an empty axis
 would read as a price of zero or a failed draw.
 
+Each plot's title says whether higher or lower is better, its axis the unit (TTFT in seconds, as
+in the report's tables), and its legend names each run by model, machine and arm
+(``analysis.run_name``).
+
 ``overview.png`` puts the four plots on one 2x2 sheet: the one picture a slide about a run needs.
 
 Why these sizes and colours: 8 x 4.8 inches at 150 dpi is 1,200 x 720 px, sharp when projected,
@@ -32,6 +36,7 @@ from PIL import Image  # noqa: E402
 
 from analysis.intervals import Estimate  # noqa: E402
 from analysis.report_model import RunSection  # noqa: E402
+from analysis.run_name import run_names  # noqa: E402
 
 Points = list[tuple[float, Estimate]]
 X_LABELS = {False: "concurrent users", True: "offered load (requests/s)"}
@@ -65,18 +70,18 @@ class Line:
 
 NO_DATA = "no data (see the report's warnings)"
 PLOTS = {
-    "aggregate_tok_s": PlotSpec("Aggregate output throughput", "aggregate output tokens (tok/s)"),
-    "per_user_tok_s": PlotSpec("Per-user decode speed", "median per-user decode (tok/s)"),
-    "ttft_p90": PlotSpec("Time to first token, 90th percentile", "TTFT p90 (s)"),
-    "usd_per_mtok": PlotSpec("Cost per million output tokens", "cost (USD per million output tokens)"),
+    "aggregate_tok_s": PlotSpec("Aggregate output throughput (higher is better)", "aggregate output tokens (tok/s)"),
+    "per_user_tok_s": PlotSpec("Per-user decode speed (higher is better)", "median per-user decode (tok/s)"),
+    "ttft_p90": PlotSpec("Time to first token, 90th percentile (lower is better)", "TTFT p90 (s)"),
+    "usd_per_mtok": PlotSpec("Cost per million output tokens (lower is better)",
+                             "cost (USD per million output tokens)"),
 }
 
 
-def legend_label(section: RunSection) -> str:
-    """The run's label with its id cut to the id's last part (its random suffix): the full id
-    makes a legend wider than the plot, and the report's headings end with the same suffix."""
-    run_id = section.figures.run.manifest.run_id
-    return section.label.replace(run_id, run_id.rsplit("-", 1)[-1])
+def legend_labels(sections: list[RunSection]) -> list[str]:
+    """Each run named by its model, machine and arm (``analysis.run_name``), not its id: a legend that
+    says "local 703c" sends the reader to the manifest to learn what the line measured."""
+    return run_names([section.figures.run.manifest for section in sections])
 
 
 def price_labels(sections: list[RunSection]) -> list[str]:
@@ -165,8 +170,8 @@ def _draw_on(axes, spec: PlotSpec, lines: list[Line], open_loop: bool, empty: st
 def _legend(figure, sections: list[RunSection], with_prices: bool) -> None:
     """Below the plots: one entry per run (colour, marker), then one per price (line style)."""
     handles = [
-        Line2D([], [], color=_colour(run), marker=_marker(run), linewidth=1.6, label=legend_label(section))
-        for run, section in enumerate(sections)
+        Line2D([], [], color=_colour(run), marker=_marker(run), linewidth=1.6, label=label)
+        for run, label in enumerate(legend_labels(sections))
     ]
     if with_prices:
         handles += [
@@ -211,7 +216,7 @@ def draw_lines(path: Path, spec: PlotSpec, lines: list[tuple[str, Points]], open
 
 
 def _sheet_title(group: list[RunSection]) -> str:
-    return legend_label(group[0]) if len(group) == 1 else f"{len(group)} runs"
+    return legend_labels(group)[0] if len(group) == 1 else f"{len(group)} runs"
 
 
 def _draw_overview(path: Path, group: list[RunSection], open_loop: bool) -> None:

@@ -3,11 +3,18 @@
 The same report also as ``report.html`` (``analysis.report_html``, converted from the markdown) and
 as ``steps.csv`` + ``requests.csv`` (``analysis.report_csv``), by the formats asked for.
 
-The report opens with each run's per-step table, then prices and cost (each price with its
+The report opens with the answer at a glance (``analysis.headline``: a paragraph per run, and across
+runs which serves the most), then per run a narrow per-step table that fits a 1,280 px page (load,
+aggregate and per-user tok/s, TTFT p90, $/Mtok where priced) and the wide one with every figure
+below it, then prices and cost (each price with its
 source and date, and on what grounds it applies: the type the run ran on, ``--price-as``, or
 hypothetical; a run on no known type and without ``--price-as`` gets one "not priced" line and no $
 figure), then warnings (counted), the cross-run comparison when several runs are given, and the
 definitions of every figure.
+
+Units are one per quantity everywhere (tables, plots, the gate, the ``--ttft-p90`` flags): TTFT and
+end-to-end latency in seconds, the per-token gaps (ITL, TPOT) and the start lag in milliseconds; each
+header names its unit, and each figure's header says whether higher (↑) or lower (↓) is better.
 """
 
 from __future__ import annotations
@@ -22,7 +29,12 @@ from analysis.budget_section import attach_budgets, budget_section
 from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison
 from analysis.cost import gpu_description
+from analysis.energy import EnergyPrices
+from analysis.energy_plots import energy_plot_files
+from analysis.energy_section import energy_section
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
+from analysis.headline import DEFINITIONS as GLANCE_DEFINITIONS
+from analysis.headline import headline, headline_text
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
@@ -38,6 +50,10 @@ from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
 
 REPORT_FORMATS = ("md", "html", "csv")
+HIGHER, LOWER = "↑", "↓"
+LEGEND = (f"Per step, measured window only; 95% intervals in brackets; {HIGHER} higher is better, {LOWER} lower is "
+          "better; TTFT and end-to-end latency in seconds (s), ITL, TPOT and start lag in milliseconds (ms).")
+ONE_USER_MARK = "¹"
 
 
 def _ms(estimate: Estimate) -> str:
@@ -50,6 +66,11 @@ def _ms(estimate: Estimate) -> str:
         estimate.method,
     )
     return scaled.format(0)
+
+
+def _s(estimate: Estimate) -> str:
+    """A latency in seconds to the millisecond, value [low, high] without n."""
+    return _short(estimate, 3)
 
 
 def _short(estimate: Estimate, digits: int = 1) -> str:
@@ -79,8 +100,8 @@ def step_table(section: RunSection) -> str:
                 _short(step.aggregate_tok_s),
                 _short(step.client_tok_s),
                 _short(step.server_tok_s),
-                _ms(step.ttft_s["p50"]).rsplit(" n=", 1)[0],
-                _ms(step.ttft_s["p90"]).rsplit(" n=", 1)[0],
+                _s(step.ttft_s["p50"]),
+                _s(step.ttft_s["p90"]),
                 step.ok,
                 f"{step.window_seconds:.1f}",
             ]
@@ -88,20 +109,65 @@ def step_table(section: RunSection) -> str:
     headers = [
         load_header(section.figures.open_loop),
         "requests",
-        "errors",
-        "aggregate tok/s",
-        "median per-user tok/s (client)",
-        "median per-user tok/s (server)",
-        "TTFT p50 ms",
-        "TTFT p90 ms",
+        f"errors {LOWER}",
+        f"aggregate tok/s {HIGHER}",
+        f"median per-user tok/s (client) {HIGHER}",
+        f"median per-user tok/s (server) {HIGHER}",
+        f"TTFT p50 s {LOWER}",
+        f"TTFT p90 s {LOWER}",
         "n ok",
         "window s",
     ]
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
+def one_user_note(step: StepFigures) -> str:
+    """Why one user's per-user figure can read above the aggregate, when it does: the two divide by different time."""
+    per_user, aggregate = step.per_user_tok_s.value, step.aggregate_tok_s.value
+    if step.open_loop or step.users != 1 or per_user is None or aggregate is None or per_user <= aggregate:
+        return ""
+    return (
+        f"{ONE_USER_MARK} At 1 user the per-user figure ({per_user:.1f} tok/s) is above the aggregate "
+        f"({aggregate:.1f} tok/s): per-user speed divides a request's tokens by its decode time alone (first token "
+        "to last), while the aggregate divides every token by the whole window, which also holds each request's "
+        "time to first token and the gap before the next request starts."
+    )
+
+
+def first_price(section: RunSection) -> int | None:
+    """The column of the run's own price (the type it ran on, or --price-as), if it is priced."""
+    return next((column for column, choice in enumerate(section.prices) if not choice.hypothetical), None)
+
+
+def glance_table(section: RunSection) -> list[str]:
+    """The narrow per-step table that opens a run's section (it fits a 1,280 px page): load, aggregate and
+    per-user tok/s, TTFT p90, $/Mtok at the run's own price; a footnote where one user reads above the aggregate."""
+    column = first_price(section)
+    rows, notes = [], []
+    for position, step in enumerate(section.figures.steps):
+        note = one_user_note(step)
+        notes += [note] if note else []
+        per_user = _short(step.per_user_tok_s) + (ONE_USER_MARK if note else "")
+        row = [load_cell(step), _short(step.aggregate_tok_s), per_user, _s(step.ttft_s["p90"])]
+        if column is not None:
+            row.append(_short(section.cost_rows[position][column], 3))
+        rows.append(row)
+    headers = [load_header(section.figures.open_loop), f"aggregate tok/s {HIGHER}",
+               f"median per-user tok/s {HIGHER}", f"TTFT p90 s {LOWER}"]
+    if column is not None:
+        headers.append(f"$/Mtok {LOWER}")
+        notes.append(f"$/Mtok at {section.prices[column].label}; every price applied is in the Cost section.")
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
+                     colalign=("right", "left", "left", "left", "left")[: len(headers)])
+    return [table, *(line for note in notes for line in ("", note))]
+
+
 def _ms_triple(figure: dict[str, Estimate]) -> str:
     return " / ".join(_ms(figure[p]).rsplit(" n=", 1)[0] for p in ("p50", "p90", "p99")) if figure else "-"
+
+
+def _s_triple(figure: dict[str, Estimate]) -> str:
+    return " / ".join(_s(figure[p]) for p in ("p50", "p90", "p99")) if figure else "-"
 
 
 def _counter_cell(step: StepFigures) -> str:
@@ -119,10 +185,10 @@ def detail_table(section: RunSection) -> str:
         rows.append(
             [
                 load_cell(step),
-                _ms(step.ttft_s["p99"]).rsplit(" n=", 1)[0],
+                _s(step.ttft_s["p99"]),
                 _ms_triple(step.itl_s),
                 _ms_triple(step.tpot_s),
-                _ms_triple(step.e2e_s),
+                _s_triple(step.e2e_s),
                 f"{step.request_rate:.2f}",
                 step.geomean_tok_s.format(1),
                 step.server_tok_s_mean.format(1),
@@ -134,17 +200,17 @@ def detail_table(section: RunSection) -> str:
         )
     headers = [
         load_header(section.figures.open_loop),
-        "TTFT p99 ms",
-        "ITL per chunk p50/p90/p99 ms",
-        "TPOT per token p50/p90/p99 ms",
-        "end-to-end p50/p90/p99 ms",
-        "completed requests/s",
-        "geomean over categories tok/s",
-        "mean server tok/s",
-        "draft acceptance",
-        "tokens/decode step",
-        "server counter tok/s (± one finished request)",
-        "server timings tok/s (per token)",
+        f"TTFT p99 s {LOWER}",
+        f"ITL per chunk p50/p90/p99 ms {LOWER}",
+        f"TPOT per token p50/p90/p99 ms {LOWER}",
+        f"end-to-end p50/p90/p99 s {LOWER}",
+        f"completed requests/s {HIGHER}",
+        f"geomean over categories tok/s {HIGHER}",
+        f"mean server tok/s {HIGHER}",
+        f"draft acceptance {HIGHER}",
+        f"tokens/decode step {HIGHER}",
+        f"server counter tok/s (± one finished request) {HIGHER}",
+        f"server timings tok/s (per token) {HIGHER}",
     ]
     return tabulate(rows, headers=headers, tablefmt="github")
 
@@ -166,7 +232,7 @@ def arrivals_table(section: RunSection) -> str:
         ]
         for step in section.figures.steps
     ]
-    headers = ["offered rate (req/s)", "sent req/s", "completed req/s", "start lag p50/p99/max ms"]
+    headers = ["offered rate (req/s)", "sent req/s", f"completed req/s {HIGHER}", f"start lag p50/p99/max ms {LOWER}"]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -201,8 +267,8 @@ def cost_section(section: RunSection) -> list[str]:
     rows = []
     for step, costs in zip(section.figures.steps, section.cost_rows, strict=True):
         rows.append([load_cell(step), _short(step.aggregate_tok_s), *(_short(c, 3) for c in costs)])
-    prices = [f"$/Mtok {label}" for label in section.cost_labels]
-    headers = [load_header(section.figures.open_loop), "aggregate tok/s", *prices]
+    prices = [f"$/Mtok {label} {LOWER}" for label in section.cost_labels]
+    headers = [load_header(section.figures.open_loop), f"aggregate tok/s {HIGHER}", *prices]
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
     for run_cost in section.run_costs:
         lines.append(
@@ -270,9 +336,9 @@ def comparison_table(rows: list[StepComparison]) -> str:
     headers = [
         load_header(any(r.rate is not None for r in rows)),
         "context",
-        "per-user tok/s B/A (paired by category)",
-        "aggregate tok/s B/A",
-        "TTFT p90 B/A",
+        f"per-user tok/s B/A (paired by category) {HIGHER}",
+        f"aggregate tok/s B/A {HIGHER}",
+        f"TTFT p90 B/A {LOWER}",
         "categories",
     ]
     return tabulate(table, headers=headers, tablefmt="github")
@@ -285,14 +351,16 @@ def category_table(rows: list[StepComparison]) -> str:
         for r in rows
     ]
     header = load_header(any(r.rate is not None for r in rows))
-    return tabulate(table, headers=[header, *(f"{c} B/A" for c in categories)], tablefmt="github")
+    return tabulate(table, headers=[header, *(f"{c} B/A {HIGHER}" for c in categories)], tablefmt="github")
 
 
 def render(report: Report) -> str:
     """report.md's text."""
-    lines = [f"# rigbench report: {report.title}", ""]
+    lines = [f"# rigbench report: {report.title}", "", "## At a glance", ""]
+    for paragraph in headline(report.sections):
+        lines += [paragraph, ""]
     for section in report.sections:
-        lines += [f"## {section.label}", "", "Per step, measured window only; 95% intervals in brackets.", ""]
+        lines += [f"## {section.label}", "", LEGEND, "", *glance_table(section), "", "Every figure per step:", ""]
         lines += [step_table(section), "", _describe_run(section), "", token_methods_line(section), ""]
         if section.figures.open_loop:
             lines += ["### Open-loop arrivals", "", arrivals_table(section), ""]
@@ -302,6 +370,7 @@ def render(report: Report) -> str:
         lines += ["", *roofline_section(section.roofline, load_header(section.figures.open_loop))]
         lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
         lines += budget_section(section.budget)
+        lines += energy_section(section, report.energy_prices)
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
@@ -319,6 +388,7 @@ def render(report: Report) -> str:
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.relative_to(report.out_dir)})" for p in report.plots]
     lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
+    lines += [GLANCE_DEFINITIONS, ""]
     lines += [
         f"Intervals: 95%, scipy.stats.bootstrap (percentile, {N_RESAMPLES} resamples, fixed seed) up to "
         f"{BOOTSTRAP_MAX_N:,} observations; "
@@ -366,7 +436,8 @@ def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:
 
 
 def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",),
-                comparisons: list[RunComparison] | None = None) -> list[Path]:
+                comparisons: list[RunComparison] | None = None,
+                energy_prices: EnergyPrices | None = None) -> list[Path]:
     """Render already-built sections in ``formats`` (compare with the first run when there are
     several, unless the caller has: ``compare_sections``'s result); summary.json and plots/ are
     written whatever the formats. Returns the report files."""
@@ -377,7 +448,8 @@ def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = 
     if comparisons is None:
         comparisons = compare_sections(sections)
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(sections, comparisons, write_plots(sections, out / "plots"), out)
+    plots = write_plots(sections, out / "plots") + energy_plot_files(sections, out / "plots")
+    report = Report(sections, comparisons, plots, out, energy_prices)
     markdown = render(report)
     written = []
     if "md" in formats:
@@ -392,9 +464,10 @@ def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = 
     return written
 
 
-def write_sections(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",)) -> Path:
+def write_sections(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",),
+                   energy_prices: EnergyPrices | None = None) -> Path:
     """As :func:`write_files`; returns the first report file (report.md when ``md`` is asked)."""
-    return write_files(sections, out, formats)[0]
+    return write_files(sections, out, formats, energy_prices=energy_prices)[0]
 
 
 def write_report(
@@ -405,6 +478,7 @@ def write_report(
     book: PriceBook | None = None,
     formats: Sequence[str] = ("md",),
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
+    energy_prices: EnergyPrices | None = None,
 ) -> Path:
     """Write report.md (or the other ``formats``), summary.json and plots/; returns the first report file.
 
@@ -412,6 +486,22 @@ def write_report(
     for several. ``price_as``: the known instance types a run on no known type is priced as (without
     them such a run is not priced). ``decode_bytes``: model summaries by sha256 for runs whose
     manifests record none, so their roofline can be drawn."""
+    return write_report_with_headline(run_dirs, out_dir, price_as=price_as, book=book, formats=formats,
+                                      decode_bytes=decode_bytes, energy_prices=energy_prices)[0]
+
+
+def write_report_with_headline(
+    run_dirs: list[Path],
+    out_dir: Path | None = None,
+    *,
+    price_as: list[str] | None = None,
+    book: PriceBook | None = None,
+    formats: Sequence[str] = ("md",),
+    decode_bytes: Mapping[str, DecodeBytes] | None = None,
+    energy_prices: EnergyPrices | None = None,
+) -> tuple[Path, str]:
+    """As :func:`write_report`, and the headline the report opens with, as a terminal shows it."""
     run_dirs = [Path(p) for p in run_dirs]
     sections = build_sections(run_dirs, price_as, book, decode_bytes)
-    return write_sections(sections, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs), formats)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
+    return write_sections(sections, out, formats, energy_prices), headline_text(sections)

@@ -14,19 +14,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from analysis.report import write_report
+from analysis.report import write_report_with_headline
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
-from core.digest import file_sha256
-from core.errors import LlamaCppError, ProfileError, RigbenchError, RunIncomplete
+from core.errors import ProfileError, RigbenchError, RunIncomplete
 from core.lists import DEFAULT_USER_STEPS, SWEEP_DRAIN_SECONDS, parse_counts
-from core.machine import machine_info
+from core.machine import server_rig
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.rundir import (
-    DecodeBytes,
     LoadSettings,
     ModelInfo,
-    RigInfo,
     RunDir,
     new_manifest,
     private_umask,
@@ -36,13 +33,14 @@ from core.rundir import (
 from core.rundir.models import Arrival
 from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import build_llama_cpp
-from llamacpp.decode_bytes import gguf_decode_bytes
+from llamacpp.model_facts import model_facts
 from llamacpp.named_models import fetch_named_model, model_source, named_model
 from llamacpp.server import LocalServer
-from llamacpp.synthetic_models import synthetic_label, write_synthetic_model
+from llamacpp.synthetic_models import write_synthetic_model
 from loadtest.preflight import check_reply
 from loadtest.process_capacity import read_capacity, require_capacity
 from loadtest.sweep import interrupted_error, run_sweep
+from rigbench.hardware_sampling import sampled_hardware
 from rigbench.load_processes import auto_processes
 
 
@@ -89,31 +87,15 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
     if not path.exists():
         raise ProfileError(
             f"model file {path} for profile {profile.name!r} is missing; download it with "
-            f"`rigbench provision download` or pass --model-file PATH"
+            f"`rigbench models download {profile.command_name}` or pass --model-file PATH"
         )
-    digest = file_sha256(path)
-    label = synthetic_label(path)
+    facts = model_facts(path)
     named = spec.pypi if override is None else None  # a --model-file is not the named model
-    return path, ModelInfo(
-        name=path.name,
-        sha256=digest,
-        size_bytes=path.stat().st_size,
-        repo=None if label else spec.repo,
-        synthetic=label is not None,
-        label=label,
-        decode_bytes=recorded_decode_bytes(path),
-        source=model_source(named) if named else None,
-        terms=named_model(named).licence if named else None,
-    )
-
-
-def recorded_decode_bytes(path: Path) -> DecodeBytes | None:
-    """The model's decode bytes for the manifest (the roofline), or None when this gguf package cannot
-    read its table: llama-server may still serve it, and the report then says the roofline is left out."""
-    try:
-        return gguf_decode_bytes(path)
-    except LlamaCppError:
-        return None
+    return path, facts.model_copy(update={
+        "repo": None if facts.synthetic else spec.repo,
+        "source": model_source(named) if named else None,
+        "terms": named_model(named).licence if named else None,
+    })
 
 
 def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> tuple[Path | None, ModelInfo | None]:
@@ -126,22 +108,16 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
         path = cache / "models" / profile.drafter.local_name
         if not path.exists():
             raise ProfileError(
-                f"drafter file {path} for profile {profile.name!r} is missing; download it, "
-                "pass --drafter PATH, or serve without it with --no-drafter"
+                f"drafter file {path} for profile {profile.name!r} is missing; download it with `rigbench models "
+                f"download {profile.command_name}`, pass --drafter PATH, or serve without it with --no-drafter"
             )
     if path is None:
         return None, None
     if not path.exists():
         raise ProfileError(f"--drafter: file {path} does not exist")
-    label = synthetic_label(path)
-    return path, ModelInfo(
-        name=path.name,
-        sha256=file_sha256(path),
-        size_bytes=path.stat().st_size,
-        repo=profile.drafter.repo if profile.drafter and not label else None,
-        synthetic=label is not None,
-        label=label,
-    )
+    facts = model_facts(path, decode_bytes=False)
+    return path, facts.model_copy(update={"repo": profile.drafter.repo if profile.drafter and not facts.synthetic
+                                          else None})
 
 
 @dataclass
@@ -200,7 +176,8 @@ def choose_processes(run: RunDir, url: str, load: LoadSettings, threads: int, co
 
 
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
-    """Run the local rig end to end; returns the report's path. SIGTERM and SIGHUP stop it as
+    """Run the local rig end to end; returns the report's path, after printing the headline the report opens
+    with (what the run found, ``analysis.headline``). SIGTERM and SIGHUP stop it as
     Ctrl-C does, at any stage: llama-server and the load stop (none is left orphaned), and a run
     already made says interrupted."""
     with stop_signals_as_keyboard_interrupt():
@@ -239,7 +216,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         profile.name,
         load=load,
         server=server_at(server.base_url, server.args, parallel_slots(server_args), "flags"),
-        rig=RigInfo(kind="local", machine=machine_info()),
+        rig=server_rig(),
         build=built.build_info(),
         model=model,
         drafter=drafter,
@@ -254,7 +231,8 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                 check_reply(server.base_url)  # one streamed reply before the load
                 if options.processes is None:
                     choose_processes(run, server.base_url, load, server_threads(server_args), console)
-                final = run_sweep(run, server.base_url)
+                with sampled_hardware(run, server.base_url):  # idle power first, then every step
+                    final = run_sweep(run, server.base_url)
         except KeyboardInterrupt:
             mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
             raise interrupted_error(run) from None
@@ -266,7 +244,8 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
             mark_ended(run, "failed", f"{type(error).__name__}: {error}")
             raise
-        report = write_report([run.path])
+        report, glance = write_report_with_headline([run.path])
+        console.print(f"\nAt a glance:\n{glance}\n", markup=False, highlight=False, soft_wrap=True)
         console.print(f"report: {report}")
         if final.status != "complete":
             # The report is still written (it counts what failed), but the command must not

@@ -1,17 +1,22 @@
 """``rigbench sweep``: drive a running llama-server (or any OpenAI-compatible server).
 
 One run directory per server (``--url NAME=URL``) and per context length, linked to each other in their
-manifests, so a drafter on/off comparison or a long-context series is one command.
+manifests, so a drafter on/off comparison or a long-context series is one command. It ends with the
+headline a report of its runs would open with (``analysis.headline``) and the ``rigbench report``
+command that writes that report: the sweep itself writes none (on a rig, the runs are copied home first).
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from core.errors import RunIncomplete, UsageError
+from analysis.headline import headline_text
+from analysis.report import build_sections
+from core.errors import AnalysisError, RunIncomplete, UsageError
 from core.lists import (
     SWEEP_MAX_ERROR_RATE,
     SWEEP_MEASURE,
@@ -23,8 +28,9 @@ from core.lists import (
     parse_load_steps,
     parse_windows,
 )
+from core.machine import server_rig
 from core.profile import RequestDefaults, RigProfile, load_profile
-from core.rundir import LoadSettings, RunDir, RunManifest, new_manifest, server_at
+from core.rundir import LoadSettings, ModelInfo, RigInfo, RunDir, RunManifest, new_manifest, server_at
 from core.rundir.models import RequestOrigins, ServerDescription, SettingOrigin, SlotsFrom
 from loadtest.model_list import ModelList, listed_model, read_model_list
 from loadtest.preflight import check_context, check_health, check_reply, check_url
@@ -33,6 +39,8 @@ from loadtest.resume import check_resumable, resume_url, start_resumed_run
 from loadtest.server_description import check_reply_fits, describe_server
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
 from loadtest.telemetry import server_slots
+from rigbench.decode_bytes import decode_bytes_for_runs
+from rigbench.hardware_sampling import sampled_hardware
 from rigbench.load_processes import auto_processes, parse_processes
 from rigbench.options import (
     arrival_option,
@@ -47,6 +55,7 @@ from rigbench.options import (
     steps_option,
     warmup_option,
 )
+from rigbench.served_model import served_model
 
 EXIT_CODES = (
     "Exit codes: 0 every sweep complete; 1 a sweep failed or was interrupted (its records are kept); "
@@ -80,17 +89,19 @@ DEFAULT_MODEL_NAME = "default"  # what llama-server takes whatever model it serv
 def profile_sweep_manifest(profile: RigProfile | None, url: str, settings: LoadSettings, slots: int | None,
                            slots_from: SlotsFrom | None, *, model_name: str | None = None,
                            description: ServerDescription | None = None,
-                           origins: RequestOrigins | None = None) -> RunManifest:
+                           origins: RequestOrigins | None = None, rig: RigInfo | None = None,
+                           model: ModelInfo | None = None) -> RunManifest:
     """The run's manifest: without a profile, the server is described only as it described itself
     (its /slots, /props, /v1/models), the profile is recorded as ``none``, and where each request
-    setting came from is said (``origins``)."""
+    setting came from is said (``origins``). ``rig`` and ``model``: the server's machine and the file
+    it serves, where this machine can tell (``core.machine.server_rig``, ``rigbench.served_model``)."""
     name = profile.name if profile is not None else NO_PROFILE
     label = "-".join(filter(None, [name if profile is not None else "sweep", settings.arm,
                                    f"d{settings.context_tokens}" if settings.context_tokens else None]))
     args = profile.server.args if profile is not None else []
     server = server_at(url, args, slots, slots_from).model_copy(
         update={"model_name": model_name, "description": description})
-    manifest = new_manifest(label, name, load=settings, server=server)
+    manifest = new_manifest(label, name, load=settings, server=server, rig=rig, model=model)
     return manifest.model_copy(update={"request_origins": origins})
 
 
@@ -107,6 +118,21 @@ def request_settings(
                              temperature=fallback, ignore_eos=fallback if ignore_eos is None else "flag",
                              cache_prompt=fallback)
     return request, origins
+
+
+def no_profile_note(request: RequestDefaults, origins: RequestOrigins) -> str:
+    """What a sweep without ``--profile`` says once on stderr and keeps in its manifest's warnings (so its
+    report says it too): the request settings it sent and whose they were, since the profile the server
+    was started with may ask for others (a fixed reply length, say)."""
+    switch = {True: "on", False: "off"}
+    sent = [("max_tokens", str(request.max_tokens), origins.max_tokens),
+            ("temperature", f"{request.temperature:g}", origins.temperature),
+            ("ignore_eos", switch[request.ignore_eos], origins.ignore_eos),
+            ("cache_prompt", switch[request.cache_prompt], origins.cache_prompt)]
+    settings = ", ".join(f"{name} {value}" + (" (flag)" if origin == "flag" else "") for name, value, origin in sent)
+    return (f"no --profile: requests carried {settings}, rigbench's own defaults where no flag was given, not "
+            "the request settings of a profile; give --profile NAME for those of the profile the server was "
+            "started with")
 
 
 def sent_model_name(models: ModelList, given: str | None) -> tuple[str, SettingOrigin]:
@@ -139,7 +165,8 @@ def sweep(
     ),
     profile_name: str = typer.Option(
         None, "--profile", help="rig profile the server was started with (its request defaults and slots); "
-        "default: none, so request defaults are rigbench's own and slots are the server's /slots",
+        "default: none, so request defaults are rigbench's own (said on stderr and in the run's warnings) and slots "
+        "are the server's /slots",
     ),
     steps: str = steps_option(),
     rates: str = rates_option(),
@@ -222,6 +249,9 @@ def sweep(
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
     request, origins = request_settings(profile, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    note = no_profile_note(request, origins) if profile is None else None
+    if note:
+        typer.echo(note, err=True)
     described = {arm_url: describe_server(arm_url, models=model_lists[arm_url]) for _, arm_url in arms}
     fit_warnings = {(arm_url, context): check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
                                                          ignore_eos=request.ignore_eos, context_tokens=context)
@@ -236,6 +266,7 @@ def sweep(
     failures = []
     for arm_name, arm_url in arms:
         slots, slots_from = sweep_slots(arm_url, profile)
+        rig, model = server_rig(arm_url), served_model(arm_url)
         for context in contexts:
             settings = LoadSettings(
                 user_steps=user_steps,
@@ -257,9 +288,11 @@ def sweep(
             )
             manifest = profile_sweep_manifest(profile, arm_url, settings, slots, slots_from,
                                               model_name=models[arm_url][0], description=described[arm_url],
-                                              origins=origins.model_copy(update={"model_name": models[arm_url][1]}))
-            if fit_warnings[arm_url, context]:
-                manifest = manifest.model_copy(update={"warnings": [fit_warnings[arm_url, context]]})
+                                              origins=origins.model_copy(update={"model_name": models[arm_url][1]}),
+                                              rig=rig, model=model)
+            warnings = [warning for warning in (note, fit_warnings[arm_url, context]) if warning]
+            if warnings:
+                manifest = manifest.model_copy(update={"warnings": warnings})
             run = RunDir.create(runs_dir, manifest)
             for earlier in runs:
                 earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
@@ -280,15 +313,28 @@ def sweep(
                 failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
                 if manifest.status == "interrupted":
                     raise RunIncomplete("; ".join(failures) + "; remaining sweeps not run")
+    say_headline([run.path for run in runs])
     if failures:
         raise RunIncomplete("; ".join(failures))
+
+
+def say_headline(paths: list[Path]) -> None:
+    """What the runs found, as their report would open, and the command that writes that report."""
+    try:
+        sections = build_sections(paths, decode_bytes=decode_bytes_for_runs(paths, []))
+    except AnalysisError as error:
+        typer.echo(f"no headline: {error}")
+    else:
+        typer.echo(f"\nAt a glance:\n{headline_text(sections)}\n")
+    typer.echo("write the report: rigbench report " + " ".join(shlex.quote(str(path)) for path in paths))
 
 
 def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:
     """Run one sweep and print its warnings and final status; Ctrl-C/SIGTERM becomes one error line."""
 
     try:
-        manifest = run_sweep(run, url, **sweep_options)
+        with sampled_hardware(run, url):  # from before the first step: the first samples are the idle power
+            manifest = run_sweep(run, url, **sweep_options)
     except KeyboardInterrupt:
         raise interrupted_error(run) from None
     for warning in manifest.warnings:
@@ -333,5 +379,6 @@ def _resume(
         read_timeout=read_timeout,
         interruption_marker=marker,
     )
+    say_headline([run.path])
     if manifest.status != "complete":
         raise RunIncomplete(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")

@@ -48,19 +48,24 @@ def sweep_run(kit, run_id: str, speed: float, users=(1, 2, 4), categories=("code
     return kit.make_run(run_id, steps, {"p0": records})
 
 
-def test_single_run_report_opens_with_the_per_step_table(kit):
+def test_single_run_report_opens_with_the_headline_then_the_narrow_table_then_the_wide_one(kit):
     path = sweep_run(kit, "base", speed=40.0)
     report = write_report([path])
     assert report == path / "report.md"
     text = report.read_text()
     lines = text.splitlines()
-    table_start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    assert lines[0] == "# rigbench report: base"
-    assert table_start < 8
-    header = lines[table_start]
-    for column in ("users", "requests", "errors", "aggregate tok/s", "median per-user tok/s", "TTFT p50", "TTFT p90"):
-        assert column in header
-    assert [line.split("|")[1].strip() for line in lines[table_start + 2 : table_start + 5]] == ["1", "2", "4"]
+    assert lines[:3] == ["# rigbench report: base", "", "## At a glance"]
+    assert lines[4].startswith("Best aggregate output ")
+    tables = [i for i, line in enumerate(lines) if line.startswith("|") and not lines[i - 1].startswith("|")]
+    narrow, wide = (lines[i] for i in tables[:2])
+    assert tables[0] < 16
+    assert [c.strip() for c in narrow.strip("|").split("|")] == [
+        "users", "aggregate tok/s ↑", "median per-user tok/s ↑", "TTFT p90 s ↓"]
+    for column in ("users", "requests", "errors ↓", "aggregate tok/s ↑", "median per-user tok/s (client) ↑",
+                   "TTFT p50 s ↓", "TTFT p90 s ↓"):
+        assert column in wide
+    for start in tables[:2]:
+        assert [line.split("|")[1].strip() for line in lines[start + 2 : start + 5]] == ["1", "2", "4"]
     assert "### Warnings (0)" in text
     for name in ("aggregate_tok_s", "per_user_tok_s", "ttft_p90"):
         png = path / "plots" / f"{name}.png"

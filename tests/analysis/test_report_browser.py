@@ -1,5 +1,5 @@
 """report.html in a real headless Chromium (``make browser`` installs it): it renders, its
-console stays clean, its plots decode, and its tables sort.
+console stays clean, its plots decode, its tables sort, and its first table fits a 1,280 px window.
 
 Chromium runs with no network (every host name fails to resolve) and logs the page's console to
 stderr (``--enable-logging=stderr --v=1``: lines with ``CONSOLE``). A probe script, added to a
@@ -38,7 +38,13 @@ window.addEventListener("load", function () {
       return row.cells[index].textContent.trim();
     });
   }
-  var seen = {tables: []};
+  function box(element) {
+    return {width: element.getBoundingClientRect().width, rows: element.tHead.getBoundingClientRect().width,
+            scroll: element.scrollWidth, client: element.clientWidth};
+  }
+  var all = document.querySelectorAll("table");
+  var seen = {tables: [], boxes: Array.prototype.map.call(all, box),
+              page: {scroll: document.documentElement.scrollWidth, inner: window.innerWidth}};
   Array.prototype.forEach.call(document.querySelectorAll("table"), function (table) {
     var headers = table.tHead.rows[0].cells, sorts = [];
     for (var index = 0; index < headers.length; index++) {
@@ -112,14 +118,18 @@ def probe(chromium: str, page: Path, tmp_path: Path) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("report")
+def html_report(folder: Path, runs: list[Path], price_as: list[str] | None = None) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RIGBENCH_PRICE_CACHE", str(folder / "no-price-cache.json"))
-        run = shutil.copytree(RUN, folder / RUN.name, ignore=shutil.ignore_patterns("plots", "report.md"))
-        write_report([run], folder / "out", formats=("html",))
+        copies = [shutil.copytree(run, folder / run.name, ignore=shutil.ignore_patterns("plots", "report.md"))
+                  for run in runs]
+        write_report(copies, folder / "out", formats=("html",), price_as=price_as)
     return folder / "out" / "report.html"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return html_report(tmp_path_factory.mktemp("report"), [RUN])
 
 
 def test_the_page_renders_offline_with_a_clean_console(chromium: str, report: Path, tmp_path: Path) -> None:
@@ -136,7 +146,7 @@ def test_the_page_renders_offline_with_a_clean_console(chromium: str, report: Pa
 
 def test_the_plots_decode_and_every_table_sorts_in_the_browser(chromium: str, report: Path, tmp_path: Path) -> None:
     seen = probe(chromium, report, tmp_path)
-    assert len(seen["images"]) == 5
+    assert len(seen["images"]) == 4  # the overview and three plots: the run is not priced, so no $/Mtok plot
     for complete, width, height in seen["images"]:
         assert complete and width >= 1200 and height >= 720
     assert len(seen["tables"]) == report.read_text().count("<table>") >= 3  # per step, cost, detail
@@ -144,11 +154,39 @@ def test_the_plots_decode_and_every_table_sorts_in_the_browser(chromium: str, re
         for sort in table:
             assert sort["state"] == "descending", sort["header"]
             assert is_sorted(sort["up"]) and is_sorted(sort["down"], reverse=True), sort
-    aggregate = next(s for s in seen["tables"][0] if s["header"] == "aggregate tok/s")
-    assert [cell.split()[0] for cell in aggregate["up"]] == ["171.0", "686.9"]
-    assert [cell.split()[0] for cell in aggregate["down"]] == ["686.9", "171.0"]
-    per_user = next(s for s in seen["tables"][0] if s["header"] == "median per-user tok/s (client)")
+    for table in seen["tables"][:2]:  # the narrow table first, then the wide one
+        aggregate = next(s for s in table if s["header"] == "aggregate tok/s ↑")
+        assert [cell.split()[0] for cell in aggregate["up"]] == ["171.0", "686.9"]
+        assert [cell.split()[0] for cell in aggregate["down"]] == ["686.9", "171.0"]
+    per_user = next(s for s in seen["tables"][1] if s["header"] == "median per-user tok/s (client) ↑")
     assert per_user["up"][-1] == per_user["down"][-1] == "- (n=0)"  # a missing figure stays last
+
+
+def fits(box: dict) -> bool:
+    """A table shown whole: its box and its rows no wider than the window, nothing to scroll sideways inside it
+    (the page's style makes a table a block that scrolls its rows when they are wider than the page)."""
+    return max(box["width"], box["rows"]) <= WINDOW[0] and box["scroll"] <= box["client"]
+
+
+@pytest.mark.parametrize("priced", [False, True], ids=["not-priced", "priced-per-gpu"])
+def test_the_first_table_fits_1280_px_and_the_page_does_not_scroll_sideways(
+    chromium: str, tmp_path: Path, priced: bool
+) -> None:
+    """The widest first table a single run gets is a priced one: its $/Mtok header names a per-GPU share."""
+    page = html_report(tmp_path, [RUN], ["p5en.48xlarge"] if priced else None)
+    seen = probe(chromium, page, tmp_path)
+    first, wide = seen["boxes"][:2]
+    assert fits(first), first
+    assert len(seen["tables"][0]) == (5 if priced else 4)
+    assert not fits(wide), wide  # the wide table below it scrolls inside itself: the measure sees that
+    assert seen["page"]["scroll"] <= seen["page"]["inner"] == WINDOW[0], seen["page"]
+
+
+def test_a_cross_run_reports_first_table_fits_too(chromium: str, tmp_path: Path) -> None:
+    runs = sorted((RUNS / "gpu-h200-slots-2026-12-01" / "runs").iterdir())
+    seen = probe(chromium, html_report(tmp_path, runs), tmp_path)
+    assert fits(seen["boxes"][0]), seen["boxes"][0]
+    assert seen["page"]["scroll"] <= seen["page"]["inner"] == WINDOW[0], seen["page"]
 
 
 def sort_key(cell: str) -> tuple:

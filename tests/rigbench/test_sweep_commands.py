@@ -9,6 +9,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from analysis.report import write_report
 from core.rundir import RunDir
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.telemetry import parse_metrics
@@ -56,6 +57,12 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
         # requests still streaming at the sweep's end are interrupted by the harness, without a count
         assert {r.completion_tokens for r in records if not r.interrupted} == {8}
         assert all(r.error_kind is None for r in records)
+    # it ends with the headline their report opens with, and the command that writes that report
+    report = write_report(runs, tmp_path / "report").read_text()
+    headline = report.split("## At a glance\n\n", 1)[1].split("\n\n## ", 1)[0].strip()
+    assert headline.startswith("Across 2 runs of ") and "\n\n- off: Best aggregate output " in headline
+    assert result.output.endswith(
+        f"At a glance:\n{headline}\n\nwrite the report: rigbench report {runs[0]} {runs[1]}\n"), result.output
 
 
 def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(tmp_path: Path) -> None:

@@ -1,0 +1,246 @@
+"""The answer at a glance: a paragraph per run saying what it found, in numbers with their 95%
+intervals, and across runs which one serves the most and by how much.
+
+Why a paragraph ahead of the tables: a reader opens a report to learn how much the rig serves,
+where it stops scaling, how fast each user still reads and what a token costs; the per-step tables
+hold the evidence, this holds the answer. Every number in it is a figure of the report's own
+sections (the steps summary.json holds, formatted as the tables format them), so the paragraph
+and the tables cannot disagree. The same text ends ``rigbench local`` and ``rigbench sweep`` on the
+terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
+
+- the *best step* has the highest aggregate output tok/s;
+- the *knee* is the first step past which no larger step's aggregate tok/s interval lies wholly
+  above this step's: more load gained nothing beyond noise. When each step up to the largest kept
+  gaining beyond noise, the sweep found no knee;
+- the *per-user floor* is :data:`PER_USER_FLOOR_TOK_S` of median per-user decode speed (the
+  ``--min-tok-s`` rigbench cloud plans for unless told otherwise), read on the figure's value;
+- *what limited it* at the best step is, where the report has the data, the reading of where a
+  decode call's time goes (``analysis.time_budget``), else the share of the card's batched ceiling
+  (``analysis.ceiling``), else the bandwidth roofline's reading (``analysis.roofline``);
+- $/Mtok is given at the best step for the prices the run is priced at (its own instance type, or
+  the type ``--price-as`` names); a run that is not priced gets no $ figure here either;
+- across runs, the run with the highest best aggregate is said to serve more than another only
+  when the ratio of their best aggregates has a 95% interval wholly above 1 (the two intervals
+  combined in log space, as the comparison tables combine them); else "no difference beyond noise".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analysis.intervals import Estimate, ratio_of_estimates
+from analysis.report_model import RunSection
+from analysis.roofline import reading
+from analysis.run_name import short_names
+from analysis.step import StepFigures
+
+PER_USER_FLOOR_TOK_S = 10.0
+DEFINITIONS = (
+    "At a glance: the best step is the one with the highest aggregate output tok/s; the knee is the first step "
+    "past which no larger step's aggregate tok/s interval lies wholly above this step's (more load gained nothing "
+    f"beyond noise); the per-user floor is {PER_USER_FLOOR_TOK_S:g} tok/s of median per-user decode speed (what "
+    "rigbench cloud plans for by default), read on the figure's value; what limited the best step is read from "
+    "where a decode call's time goes, else the card's batched ceiling, else the bandwidth roofline. Across runs, "
+    "one run serves more than another only when the ratio of their best aggregates has a 95% interval wholly "
+    "above 1 (their intervals combined in log space, as in the comparison tables)."
+)
+
+
+def figure(estimate: Estimate, digits: int = 1) -> str:
+    """``value [low, high]`` as the tables write it (without n)."""
+    return estimate.format(digits).rsplit(" n=", 1)[0]
+
+
+def at(step: StepFigures) -> str:
+    """The step's load as a sentence says it: ``1 user``, ``64 users``, ``2 req/s``."""
+    if step.rate is not None:
+        return f"{step.rate:g} req/s"
+    return "1 user" if step.users == 1 else f"{step.users} users"
+
+
+def by_load(section: RunSection) -> list[StepFigures]:
+    return sorted(section.figures.steps, key=lambda step: step.load)
+
+
+def best_step(section: RunSection) -> StepFigures | None:
+    """The step with the highest aggregate output tok/s (the first of equals)."""
+    measured = [step for step in by_load(section) if step.aggregate_tok_s.value is not None]
+    return max(measured, key=lambda step: step.aggregate_tok_s.value or 0.0) if measured else None
+
+
+def _high(estimate: Estimate) -> float:
+    return estimate.high if estimate.high is not None else estimate.value or 0.0
+
+
+def _low(estimate: Estimate) -> float:
+    return estimate.low if estimate.low is not None else estimate.value or 0.0
+
+
+def knee_step(steps: Sequence[StepFigures]) -> StepFigures | None:
+    """The first step (by load) that no larger step's aggregate interval lies wholly above; None with one step."""
+    measured = [step for step in steps if step.aggregate_tok_s.value is not None]
+    if len(measured) < 2:
+        return None
+    for position, step in enumerate(measured):
+        later = measured[position + 1:]
+        if all(_low(other.aggregate_tok_s) <= _high(step.aggregate_tok_s) for other in later):
+            return step
+    return measured[-1]  # unreachable: the last step has no later one
+
+
+def knee_sentence(steps: Sequence[StepFigures]) -> str:
+    knee = knee_step(steps)
+    if knee is None:
+        return ""
+    measured = [step for step in steps if step.aggregate_tok_s.value is not None]
+    if knee is measured[-1]:
+        return (f"Aggregate still gained beyond noise at the largest step, {at(knee)} (above the interval "
+                f"at {at(measured[-2])}): no knee within the sweep.")
+    return (f"The knee is at {at(knee)}: no larger step's aggregate lies above its interval "
+            f"({figure(knee.aggregate_tok_s)} tok/s), so more load gained nothing beyond noise.")
+
+
+def floor_sentence(steps: Sequence[StepFigures], floor: float = PER_USER_FLOOR_TOK_S) -> str:
+    """Where median per-user decode speed first falls below ``floor``, or that it never does."""
+    measured = [step for step in steps if step.per_user_tok_s.value is not None]
+    unmeasured = [at(step) for step in steps if step.per_user_tok_s.value is None]
+    missing = (f"; not measured at {', '.join(unmeasured)} (no request finished inside the window)"
+               if unmeasured else "")
+    if not measured:
+        return "Per-user decode speed was not measured at any step (no request finished inside a window)."
+    below = next((step for step in measured if (step.per_user_tok_s.value or 0.0) < floor), None)
+    if len(measured) == 1:
+        only = measured[0]
+        side = "below" if below is not None else "at or above"
+        return (f"Per-user decode speed at {at(only)} is {figure(only.per_user_tok_s)} tok/s, {side} the {floor:g} "
+                f"tok/s floor{missing}.")
+    if below is None:
+        lowest = min(measured, key=lambda step: step.per_user_tok_s.value or 0.0)
+        return (f"Per-user decode speed stays at or above the {floor:g} tok/s floor at every step that measured it "
+                f"(lowest {figure(lowest.per_user_tok_s)} tok/s at {at(lowest)}){missing}.")
+    text = f"Per-user decode speed falls below the {floor:g} tok/s floor at {at(below)} " \
+           f"({figure(below.per_user_tok_s)} tok/s)"
+    above = [step for step in measured if step.load < below.load]
+    if above:
+        text += f"; {at(above[-1])} is the last step above it ({figure(above[-1].per_user_tok_s)} tok/s)"
+    else:
+        text += ", the first step measured"
+    return text + missing + "."
+
+
+def cost_sentence(section: RunSection, best: StepFigures) -> str:
+    """$/Mtok at the best step for each price the run is priced at; nothing for a run that is not priced."""
+    position = section.figures.steps.index(best)
+    costs = [
+        f"${figure(cost, 3)} per million output tokens at {choice.label}"
+        for choice, cost in zip(section.prices, section.cost_rows[position], strict=True)
+        if not choice.hypothetical and cost.value is not None
+    ]
+    return f"At that step output costs {', and '.join(costs)}." if costs else ""
+
+
+def _limit_reading(section: RunSection, step: StepFigures) -> str:
+    """The most specific reading the report has of one step; empty without one."""
+    budget = section.budget
+    if budget is not None and not step.open_loop:
+        found = next((s for s in budget.steps if s.users == step.users), None)
+        if found is not None:
+            return (f"it served {found.served_share:.2f} of the card's batched ceiling (llama-batched-bench), "
+                    f"{found.reading} (see where one decode call's time goes)")
+    ceiling = section.ceiling
+    if ceiling is not None and not step.open_loop and step.aggregate_tok_s.value is not None:
+        batched = ceiling.decode_tok_s.get(step.users)
+        if batched:
+            return (f"it served {step.aggregate_tok_s.value / batched:.2f} of the card's batched ceiling "
+                    "(llama-batched-bench with as many sequences)")
+    roofline = section.roofline
+    if roofline is not None and roofline.left_out is None:
+        roof = roofline.step(step.index)
+        if roof is not None:
+            return reading(roof, roofline.drafter)
+    return ""
+
+
+def limit_sentence(section: RunSection, best: StepFigures) -> str:
+    """What limited the best step; where it has no reading, the step just below it when that one has (a batch
+    is not read from one user alone); else nothing."""
+    said = _limit_reading(section, best)
+    if said:
+        return f"What limited it at {at(best)}: {said}."
+    smaller = [step for step in by_load(section) if step.load < best.load]
+    if not smaller or (not best.open_loop and best.users > 1 and smaller[-1].users == 1):
+        return ""
+    said = _limit_reading(section, smaller[-1])
+    return (f"What limited it at {at(smaller[-1])}, the step below (no reading at {at(best)}): {said}."
+            if said else "")
+
+
+def run_headline(section: RunSection) -> str:
+    """One run's paragraph."""
+    steps = by_load(section)
+    best = best_step(section)
+    if best is None:
+        return "No step measured an aggregate output rate, so there is nothing to summarise: see the warnings."
+    opening = (f"Best aggregate output {figure(best.aggregate_tok_s)} tok/s at {at(best)} "
+               "(95% intervals in brackets).")
+    parts = [opening, knee_sentence(steps), floor_sentence(steps), cost_sentence(section, best),
+             limit_sentence(section, best)]
+    return " ".join(part for part in parts if part)
+
+
+def _percent(ratio: Estimate) -> str:
+    text = f"{(ratio.value or 0.0) - 1:+.1%}"
+    if ratio.low is not None and ratio.high is not None:
+        text += f" [{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]"
+    return text
+
+
+def comparison_headline(sections: Sequence[RunSection]) -> str:
+    """Across runs: the one with the highest best aggregate, and by how much it is above each other run where
+    that is beyond noise; empty for one run, or for runs of different load kinds (they are not paired)."""
+    if len(sections) < 2 or len({section.figures.open_loop for section in sections}) > 1:
+        return ""
+    shared, names = short_names([section.figures.run.manifest for section in sections])
+    ranked = [(name, best) for name, section in zip(names, sections, strict=True)
+              if (best := best_step(section)) is not None]
+    if len(ranked) < 2:
+        return ""
+    ranked.sort(key=lambda item: item[1].aggregate_tok_s.value or 0.0, reverse=True)
+    (top_name, top), others = ranked[0], ranked[1:]
+    above, level = [], []
+    for name, best in others:
+        ratio = ratio_of_estimates(best.aggregate_tok_s, top.aggregate_tok_s)
+        said = f"{name} ({figure(best.aggregate_tok_s)} at {at(best)})"
+        if ratio.low is not None and ratio.low > 1:
+            above.append(f"{_percent(ratio)} above {said}")
+        else:
+            level.append(said)
+    runs = f"{len(sections)} runs of {shared}" if shared else f"{len(sections)} runs"
+    if not above:
+        listed = ", ".join(f"{name} {figure(best.aggregate_tok_s)} tok/s at {at(best)}" for name, best in ranked)
+        return f"Across {runs}, the best aggregate outputs show no difference beyond noise: {listed}."
+    text = (f"Across {runs}, {top_name} has the highest aggregate output, {figure(top.aggregate_tok_s)} tok/s at "
+            f"{at(top)}: {_join(above)} (ratios of the best aggregates, 95% intervals)")
+    if level:
+        text += f"; no difference beyond noise from {_join(level)}"
+    return text + "."
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def headline(sections: Sequence[RunSection]) -> list[str]:
+    """The report's paragraphs at a glance: across runs first, then each run's, a list item named by its run when
+    there are several (so no line of it on a terminal starts like another line a script reads there)."""
+    if len(sections) == 1:
+        return [run_headline(sections[0])]
+    _, names = short_names([section.figures.run.manifest for section in sections])
+    paragraphs = [comparison_headline(sections)]
+    paragraphs += [f"- {name}: {run_headline(section)}" for name, section in zip(names, sections, strict=True)]
+    return [paragraph for paragraph in paragraphs if paragraph]
+
+
+def headline_text(sections: Sequence[RunSection]) -> str:
+    """The paragraphs as the terminal shows them."""
+    return "\n\n".join(headline(sections))

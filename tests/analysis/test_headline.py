@@ -1,0 +1,208 @@
+"""The answer at a glance: every number in it read back from summary.json, on committed runs and on made ones.
+
+The headline is parsed as a reader would read it, and each number compared with the figure
+summary.json holds, formatted as the tables format it; the knee is worked out here from the
+JSON by its definition, apart from the code that writes it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.headline import PER_USER_FLOOR_TOK_S
+from analysis.report import write_report
+from core.rundir import RigInfo
+from rigbench.decode_bytes import decode_bytes_for_runs
+
+RUNS = Path(__file__).resolve().parents[2] / "runs"
+BEST = "gpu-h200-study-2026-11-30/runs/20261130T062207Z-gemma4-e2b-e2b-best-0bae"  # no knee; 64 users unmeasured
+KNEE = "gpu-h200-slots-2026-12-01/runs/20261201T193215Z-gemma4-e2b-many-patched-e2b-per-slot-kv-patched-1269"
+AT_THE_KNEE = "real-gemma-h200-2026-12-02/runs/20261202T195924Z-gemma3-270m-many-patched-cpu-sampling-cpu-sampling-3bef"
+FIGURE = r"(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]"
+LOAD = r"(\d+) users?"
+
+
+def render(folder: Path, sources: list[Path], **options) -> tuple[str, dict]:
+    """report.md and summary.json of copies of ``sources`` (committed runs keep their study's ceilings beside them)."""
+    runs = []
+    for source in sources:
+        study = folder / source.parents[1].name
+        runs.append(shutil.copytree(source, study / "runs" / source.name,
+                                    ignore=shutil.ignore_patterns("plots", "report.md", "summary.json")))
+        for ceiling in source.parents[1].glob("batched-bench-*.json"):
+            shutil.copy(ceiling, study / ceiling.name)
+    report = write_report(runs, folder / "out", decode_bytes=decode_bytes_for_runs(runs, []), **options)
+    return report.read_text(), json.loads((report.parent / "summary.json").read_text())
+
+
+def glance(markdown: str) -> list[str]:
+    """The paragraphs under "## At a glance"."""
+    section = markdown.split("## At a glance\n", 1)[1].split("\n## ", 1)[0]
+    return [paragraph for paragraph in section.strip().split("\n\n") if paragraph]
+
+
+def formatted(estimate: dict, digits: int = 1) -> tuple[str, str, str]:
+    return tuple(f"{estimate[key]:.{digits}f}" for key in ("value", "low", "high"))  # type: ignore[return-value]
+
+
+def per_user(step: dict) -> dict:
+    """What a user sees: the client's median, the server's where the client has none (StepFigures.per_user_tok_s)."""
+    return step["client_tok_s"] if step["client_tok_s"]["value"] is not None else step["server_tok_s"]
+
+
+def best(steps: list[dict]) -> dict:
+    return max(steps, key=lambda step: step["aggregate_tok_s"]["value"])
+
+
+def knee(steps: list[dict]) -> dict | None:
+    """The first step that no larger step's aggregate interval lies wholly above (None: still rising at the end)."""
+    ordered = sorted(steps, key=lambda step: step["users"])
+    for position, step in enumerate(ordered[:-1]):
+        if all(later["aggregate_tok_s"]["low"] <= step["aggregate_tok_s"]["high"] for later in ordered[position + 1:]):
+            return step
+    return None
+
+
+def check_run_headline(text: str, steps: list[dict]) -> None:
+    """The best step, the knee and the floor of one run's paragraph, against its steps in summary.json."""
+    top = best(steps)
+    found = re.search(rf"Best aggregate output {FIGURE} tok/s at {LOAD}", text)
+    assert found, text
+    assert found.groups()[:3] == formatted(top["aggregate_tok_s"]) and int(found.group(4)) == top["users"]
+    expected = knee(steps)
+    if expected is None:
+        assert "no knee within the sweep" in text and "The knee is at" not in text
+    else:
+        found = re.search(rf"The knee is at {LOAD}: no larger step's aggregate lies above its interval \({FIGURE} "
+                          "tok/s\\)", text)
+        assert found, text
+        assert int(found.group(1)) == expected["users"]
+        assert found.groups()[1:] == formatted(expected["aggregate_tok_s"])
+    measured = [step for step in steps if per_user(step)["value"] is not None]
+    below = [step for step in measured if per_user(step)["value"] < PER_USER_FLOOR_TOK_S]
+    if below:
+        found = re.search(rf"falls below the 10 tok/s floor at {LOAD} \({FIGURE} tok/s\)", text)
+        assert found, text
+        assert int(found.group(1)) == below[0]["users"] and found.groups()[1:] == formatted(per_user(below[0]))
+    elif len(measured) > 1:
+        lowest = min(measured, key=lambda step: per_user(step)["value"])
+        found = re.search(rf"stays at or above the 10 tok/s floor at every step that measured it \(lowest "
+                          rf"{FIGURE} tok/s at {LOAD}\)", text)
+        assert found, text
+        assert found.groups()[:3] == formatted(per_user(lowest)) and int(found.group(4)) == lowest["users"]
+    for step in steps:
+        if per_user(step)["value"] is None:
+            assert re.search(rf"not measured at [^(]*\b{step['users']} users? \(no request finished", text), text
+
+
+@pytest.mark.parametrize("name", [BEST, KNEE, AT_THE_KNEE], ids=["no-knee", "knee", "best-at-the-knee"])
+def test_a_committed_runs_headline_reads_back_from_its_summary(name: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+    markdown, summary = render(tmp_path, [RUNS / name])
+    (paragraph,) = glance(markdown)
+    check_run_headline(paragraph, summary["runs"][0]["steps"])
+    assert "$" not in paragraph and "priced" not in paragraph  # not priced: no $ figure, the Cost section says why
+
+
+def test_the_h200_runs_headline_says_what_limited_it_from_the_roofline(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_PRICE_CACHE", str(tmp_path / "no-price-cache.json"))
+    markdown, _ = render(tmp_path, [RUNS / BEST])
+    (paragraph,) = glance(markdown)
+    roof_row = next(line for line in markdown.splitlines() if line.startswith("| 32 ") and "sequences at" in line)
+    reading = roof_row.strip(" |").rsplit("|", 1)[1].strip()
+    assert paragraph.endswith(f"What limited it at 32 users, the step below (no reading at 64 users): {reading}.")
+
+
+def sweep(kit, run_id: str, speed: float, users=(1, 2, 4), **changes) -> Path:
+    """Each user streams 21-token replies back to back; the server's total speed is ``speed`` tok/s."""
+    steps, records = [], []
+    for index, count in enumerate(users):
+        start = kit.T0 + index * 100
+        steps.append(kit.window(index, count, start=start + 10, end=start + 70))
+        decode = 20 / (speed / count)
+        for user in range(count):
+            clock, number = start + user * 0.1, 0
+            while clock < start + 80:
+                records.append(kit.record(f"{index}-{user}-{number}", step=index, users=count,
+                                          phase="measure" if clock >= start + 10 else "warmup",
+                                          category=("code", "chat", "story")[number % 3], t_start=clock,
+                                          ttft=0.1 * count, decode=decode, tokens=21, server_tok_s=speed / count))
+                clock += 0.1 * count + decode + 0.02
+                number += 1
+    return kit.make_run(run_id, steps, {"p0": records}, **changes)
+
+
+def test_the_floor_crossing_and_the_price_at_the_best_step_read_back(kit) -> None:
+    """30 tok/s shared: 30, 15, then 7.5 per user at 4 users, under the floor; priced as the g6.xlarge it ran on."""
+    rig = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1", market="on-demand")
+    path = sweep(kit, "priced", speed=30.0, rig=rig)
+    markdown = write_report([path]).read_text()
+    summary = json.loads((path / "summary.json").read_text())["runs"][0]
+    steps = summary["steps"]
+    (paragraph,) = glance(markdown)
+    check_run_headline(paragraph, steps)
+    found = re.search(rf"; {LOAD} is the last step above it \({FIGURE} tok/s\)", paragraph)
+    assert found and int(found.group(1)) == 2 and found.groups()[1:] == formatted(per_user(steps[1]))
+    position = steps.index(best(steps))
+    labels = [price["instance_type"] + " " + price["market"] for price in summary["prices"]]
+    assert "g6.xlarge on-demand" in labels
+    for label in labels:
+        found = re.search(rf"\${FIGURE} per million output tokens at {label}\b", paragraph)
+        assert found, paragraph
+        assert found.groups() == formatted(summary["usd_per_mtok"][position][label], 3)
+    first = markdown.split("|---", 1)[0].rsplit("\n", 2)[1]
+    assert [c.strip() for c in first.strip("|").split("|")][-1] == "$/Mtok ↓"
+    assert "$/Mtok at g6.xlarge on-demand; every price applied is in the Cost section." in markdown
+
+
+def test_one_users_per_user_figure_above_the_aggregate_is_explained_under_the_first_table(kit) -> None:
+    path = sweep(kit, "one", speed=40.0)
+    markdown = write_report([path]).read_text()
+    one, two, _ = json.loads((path / "summary.json").read_text())["runs"][0]["steps"]
+    assert per_user(one)["value"] > one["aggregate_tok_s"]["value"]  # the TTFT and the gaps between requests
+    lines = markdown.splitlines()
+    rows = [line for line in lines if line.startswith("|")]
+    assert rows[2].split("|")[3].strip().endswith("¹") and not rows[3].split("|")[3].strip().endswith("¹")
+    after = lines[lines.index(rows[4]) + 2]  # the narrow table's last row, a blank line, the footnote
+    assert after.startswith(f"¹ At 1 user the per-user figure ({per_user(one)['value']:.1f} tok/s) is above the "
+                            f"aggregate ({one['aggregate_tok_s']['value']:.1f} tok/s): per-user speed divides")
+    assert per_user(two)["value"] <= two["aggregate_tok_s"]["value"]  # two users: no mark, no footnote
+    assert markdown.count("¹") == 2
+
+
+def test_across_runs_the_winner_is_named_only_beyond_noise(kit, tmp_path: Path) -> None:
+    slow = sweep(kit, "slow", speed=40.0)
+    fast = sweep(kit, "fast", speed=80.0)
+    twin = sweep(kit, "twin", speed=40.0)
+    markdown = write_report([slow, fast], tmp_path / "ab").read_text()
+    summary = json.loads((tmp_path / "ab" / "summary.json").read_text())
+    top, other = (best(run["steps"]) for run in reversed(summary["runs"]))
+    comparison, *per_run = glance(markdown)
+    found = re.search(rf"has the highest aggregate output, {FIGURE} tok/s at {LOAD}: ([+-]\d+\.\d)% "
+                      rf"\[[+-]\d+\.\d%, [+-]\d+\.\d%\] above run slow \({FIGURE} at {LOAD}\)", comparison)
+    assert found, comparison
+    assert found.groups()[:3] == formatted(top["aggregate_tok_s"]) and int(found.group(4)) == top["users"]
+    ratio = top["aggregate_tok_s"]["value"] / other["aggregate_tok_s"]["value"] - 1
+    assert float(found.group(5)) == pytest.approx(ratio * 100, abs=0.05)
+    assert found.groups()[5:8] == formatted(other["aggregate_tok_s"])
+    assert [paragraph.split(":", 1)[0] for paragraph in per_run] == ["- run slow", "- run fast"]
+    for paragraph, run in zip(per_run, summary["runs"], strict=True):
+        check_run_headline(paragraph, run["steps"])
+    level, *_ = glance(write_report([slow, twin], tmp_path / "same").read_text())
+    assert "show no difference beyond noise" in level and "above" not in level
+
+
+def test_the_headline_opens_report_html_too(kit, tmp_path: Path) -> None:
+    path = sweep(kit, "page", speed=40.0)
+    write_report([path], tmp_path, formats=("md", "html"))
+    (paragraph,) = glance((tmp_path / "report.md").read_text())
+    page = (tmp_path / "report.html").read_text()
+    body = page.split("<main>", 1)[1]
+    assert body.index("<h2>At a glance</h2>") < body.index(f"<p>{html.escape(paragraph, quote=False)}</p>")
+    assert body.index(f"<p>{html.escape(paragraph, quote=False)}</p>") < body.index("<table>")
