@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import intervals
 from analysis.intervals import Estimate
@@ -132,3 +133,90 @@ def electricity_usd_per_mtok(j_per_token: float, usd_per_kwh: float) -> float:
 def card_usd_per_hour(card_usd: float, years: float) -> float:
     """A card bought outright, its price spread evenly over its years of service."""
     return card_usd / (years * HOURS_PER_YEAR)
+
+
+@dataclass(frozen=True)
+class EnergyPrices:
+    """What a local card's energy and purchase cost (``--kwh-price``, ``--card-usd``, ``--card-years``)."""
+
+    usd_per_kwh: float | None = None
+    card_usd: float | None = None
+    card_years: float = 3.0
+
+    @property
+    def given(self) -> bool:
+        return self.usd_per_kwh is not None or self.card_usd is not None
+
+
+class GpuStepEnergy(BaseModel):
+    """One GPU over a step's measured window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: int
+    joules: float | None
+    method: str
+    mean_w: float | None
+    peak_w: float | None
+    sm_util_pct: float | None = Field(None, description="mean over the window's samples")
+    memory_used_mib: float | None = Field(None, description="the most the window's samples saw")
+
+
+class StepEnergy(BaseModel):
+    """What the step's window cost in energy: every GPU, their total, and per output token with its interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: list[GpuStepEnergy]
+    joules: float | None = Field(description="all GPUs over the window")
+    mean_w: float | None = Field(description="all GPUs' mean power together")
+    j_per_token: Estimate | None = Field(description="all GPUs' joules per output token (lower is better)")
+    cpu_joules: dict[str, float | None] = Field(default_factory=dict, description="per RAPL domain")
+    cpu_j_per_token: float | None = None
+
+
+def _mean(samples: Sequence[GpuSample], field: str, start: float, end: float) -> float | None:
+    values = [getattr(s, field) for s in samples if start <= s.t <= end and getattr(s, field) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _most(samples: Sequence[GpuSample], field: str, start: float, end: float) -> float | None:
+    values = [getattr(s, field) for s in samples if start <= s.t <= end and getattr(s, field) is not None]
+    return float(np.max(values)) if values else None
+
+
+def step_energy(gpu_samples: Sequence[GpuSample], cpu_samples: Sequence[CpuEnergySample], start: float,
+                end: float, tokens: float, sub_window_tokens: Sequence[float]) -> StepEnergy | None:
+    """The window's energy, or None when no sample reaches into it. ``tokens``: the step's output tokens (as
+    its aggregate counts them); ``sub_window_tokens``: the same window cut into equal sub-windows, whose
+    J/token ratios give the interval (scaled so that its value is the window's own)."""
+    gpus = []
+    for index, series in by_gpu(gpu_samples).items():
+        window = gpu_window_energy(series, start, end)
+        gpus.append(GpuStepEnergy(gpu=index, joules=window.joules, method=window.method, mean_w=window.mean_w,
+                                  peak_w=window.peak_w, sm_util_pct=_mean(series, "sm_util_pct", start, end),
+                                  memory_used_mib=_most(series, "memory_used_mib", start, end)))
+    cpu = cpu_window_joules(cpu_samples, start, end)
+    if not gpus and not cpu:
+        return None
+    measured = [gpu.joules for gpu in gpus]
+    joules = sum(measured) if measured and all(j is not None for j in measured) else None  # type: ignore[misc]
+    powers = [gpu.mean_w for gpu in gpus]
+    mean_w = sum(powers) if powers and all(p is not None for p in powers) else None  # type: ignore[misc]
+    per_token = None
+    if joules is not None and tokens > 0:
+        edges = np.linspace(start, end, len(sub_window_tokens) + 1)
+        sub_joules = sub_window_joules(gpu_samples, edges.tolist())
+        value = joules / tokens
+        if sub_joules is not None:
+            spread = joules_per_token(sub_joules, sub_window_tokens)
+            scale = value / spread.value if spread.value else 1.0
+            per_token = Estimate(value, None if spread.low is None else spread.low * scale,
+                                 None if spread.high is None else spread.high * scale, spread.n,
+                                 f"{spread.method} over {spread.n} sub-windows")
+        else:
+            per_token = Estimate(value, None, None, 1, "no sub-window interval (samples do not cover each)")
+    cpu_total = [value for value in cpu.values() if value is not None]
+    cpu_per_token = sum(cpu_total) / tokens if cpu_total and tokens > 0 else None
+    return StepEnergy(gpus=gpus, joules=joules, mean_w=mean_w, j_per_token=per_token, cpu_joules=cpu,
+                      cpu_j_per_token=cpu_per_token)

@@ -140,8 +140,14 @@ def per_step(read: Callable[[StepFigures], Estimate | None]) -> Callable[[GatedR
 
 AGGREGATE = Figure("aggregate tok/s", True, per_step(lambda step: step.aggregate_tok_s))
 PER_USER = Figure("per-user tok/s", True, per_step(lambda step: step.per_user_tok_s))
-TTFT_P90 = Figure("TTFT p90", False, per_step(lambda step: step.ttft_s.get("p90")), " ms", 1000.0, 0)
+TTFT_P90 = Figure("TTFT p90", False, per_step(lambda step: step.ttft_s.get("p90")), " s", 1.0, 3)
 ERROR_RATE = Figure("error rate", False, per_step(error_rate), "%", 100.0, 1)
+J_PER_TOKEN = Figure("J per output token", False,
+                     per_step(lambda step: step.energy.j_per_token if step.energy is not None else None), " J", 1.0, 4)
+
+
+def sampled_energy(run: GatedRun) -> bool:
+    return any(step.energy is not None and step.energy.j_per_token is not None for step in run.summary.steps)
 
 
 def cost_figure(label: str) -> Figure:
@@ -272,7 +278,11 @@ def gate(run: GatedRun, baseline: GatedRun, thresholds: Thresholds, allow_differ
     notes = refuse_unusable(run, baseline, allow_different)
     theirs = {step_key(step): position for position, step in enumerate(baseline.summary.steps)}
     costs = [cost_figure(label) for label in shared_prices(run, baseline)]
-    figures = [AGGREGATE, PER_USER, TTFT_P90, ERROR_RATE, *costs]
+    energy = [J_PER_TOKEN] if sampled_energy(run) and sampled_energy(baseline) else []
+    if sampled_energy(run) != sampled_energy(baseline):
+        notes.append("J per output token not checked: only the " + ("run" if sampled_energy(run) else "baseline")
+                     + " sampled its GPUs' energy")
+    figures = [AGGREGATE, PER_USER, TTFT_P90, ERROR_RATE, *energy, *costs]
     checks: list[Check] = []
     unmatched = []
     for position, step in enumerate(run.summary.steps):

@@ -40,6 +40,7 @@ from tabulate import tabulate
 
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures
+from analysis.intervals import Estimate
 from analysis.roofline import RunRoofline, StepRoofline
 from analysis.step import StepFigures
 
@@ -78,6 +79,7 @@ class Plan:
     usd_per_hour: float | None
     usd_per_mtok: float | None
     roof: StepRoofline | None = None  # the last measured step meeting the targets, against the card's roof
+    j_per_token: Estimate | None = None  # the GPUs' joules per output token at that step, where the run sampled them
 
     def roof_cell(self) -> str:
         """'12.3% at 16 users' (aggregate tok/s over the batch roof), or '-' without a roofline."""
@@ -227,19 +229,26 @@ def roof_at_capacity(figures: RunFigures, targets: Targets, roofline: RunRooflin
     return roofline.step(last_pass.index) if last_pass is not None else None
 
 
+def energy_at_capacity(figures: RunFigures, targets: Targets) -> Estimate | None:
+    """J per output token at the last measured step meeting the targets (capacity's own reading)."""
+    last_pass, _ = last_pass_first_fail(sorted(figures.steps, key=lambda s: s.load), targets)
+    return None if last_pass is None or last_pass.energy is None else last_pass.energy.j_per_token
+
+
 def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets, roofline: RunRoofline | None = None) -> Plan:
     cap = capacity(figures.steps, targets)
     roof = roof_at_capacity(figures, targets, roofline)
+    energy = energy_at_capacity(figures, targets)
     if cap.per_instance <= 0:
-        return Plan(figures.run.label, price, cap, None, None, None, roof)
+        return Plan(figures.run.label, price, cap, None, None, None, roof, energy)
     if cap.unit == "requests/s":
         if targets.rate is None:
             basis = f"{cap.basis}; an open-loop run: give the requests/s to serve to size instances"
-            return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof)
+            return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof, energy)
         demand = targets.rate
     elif targets.users <= 0:
         basis = f"{cap.basis}; a closed-loop run: give the users to serve to size instances"
-        return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof)
+        return Plan(figures.run.label, price, replace(cap, basis=basis), None, None, None, roof, energy)
     else:
         demand = targets.users
     instances = math.ceil(demand / cap.per_instance)
@@ -252,6 +261,7 @@ def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets, roofline
         instances * hourly,
         dollars_per_mtok(hourly, cap.aggregate_tok_s),
         roof,
+        energy,
     )
 
 
@@ -298,4 +308,8 @@ def plan_table(plans: list[Plan]) -> str:
         "rank", "rig (run)", "price", capacity_header, "instances", "$/h", "$/Mtok at capacity",
         "aggregate, of the measured card's bandwidth roof", "basis",
     ]
+    if any(plan.j_per_token is not None for plan in plans):  # a column only where some run sampled energy
+        headers.insert(7, "J per output token at capacity (lower is better)")
+        for row, plan in zip(rows, plans, strict=True):
+            row.insert(7, "-" if plan.j_per_token is None else plan.j_per_token.format(4).rsplit(" n=", 1)[0])
     return tabulate(rows, headers=headers, tablefmt="github")

@@ -22,6 +22,7 @@ from analysis.cost import (
     ran_on_a_priced_type,
     run_uptime_seconds,
 )
+from analysis.energy import EnergyPrices
 from analysis.figures import RunFigures, run_figures
 from analysis.intervals import Estimate
 from analysis.load import load_run
@@ -116,6 +117,7 @@ class Report:
     comparisons: list[RunComparison]
     plots: list[Path]  # the plot files drawn for it
     out_dir: Path  # where its files go; links in it are relative to this
+    energy_prices: EnergyPrices | None = None  # a local card's electricity and purchase price (--kwh-price, …)
 
     @property
     def title(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.energy import StepEnergy
 from analysis.intervals import Estimate
 
 
@@ -53,6 +54,8 @@ class StepFigures(BaseModel):
     window_seconds: float = Field(description="window_end - window_start")
     users_started: int | None = Field(None, description="users running when the window opened (closed loop; "
                                       "None where the run did not record it)")
+    energy: StepEnergy | None = Field(None, description="the GPUs' (and CPU's) energy over the window and per "
+                                      "output token, where the run sampled them (hardware/)")
     edge_attribution: dict[str, int] = Field(
         default_factory=dict, description="requests streaming across an edge of the window, by how their tokens "
         "inside it were counted: timeline (each chunk's time), running_counts (the server's per-chunk counts), "

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.lists import SWEEP_DRAIN_SECONDS
+from core.rundir.hardware import HardwareInfo
 
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
@@ -244,6 +245,8 @@ class RunManifest(Strict):
     request_origins: RequestOrigins | None = None
     steps: list[StepWindow] = Field(default_factory=list)
     last_complete_step: int | None = None
+    hardware: HardwareInfo | None = Field(None, description="what sampled the GPUs and CPU energy, what was "
+                                          "missing, and the sampler's own cost (hardware/ in the run directory)")
     linked_runs: list[str] = Field(default_factory=list)
     resumed_from: str | None = None
     warnings: list[str] = Field(default_factory=list)

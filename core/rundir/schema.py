@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.rundir.hardware import CpuEnergySample, GpuSample
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "run-v1.schema.json"
@@ -25,6 +26,8 @@ def run_json_schema() -> dict:
             "records/<shard>.jsonl (one per line)": RequestRecord.model_json_schema(),
             "telemetry.jsonl (one per line)": TelemetrySnapshot.model_json_schema(),
             "token_counts.jsonl (one per line)": TokenCount.model_json_schema(),
+            "hardware/gpu.jsonl (one per line)": GpuSample.model_json_schema(),
+            "hardware/cpu_energy.jsonl (one per line)": CpuEnergySample.model_json_schema(),
         },
     }
 

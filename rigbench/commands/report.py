@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from analysis.energy import EnergyPrices
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
 from analysis.report_model import compare_sections
 from core.instance_types import known_types
@@ -42,6 +43,11 @@ def report(
         [], "--ceiling", help="a llama-batched-bench report (JSON) of the same model and card, set beside the "
         "served curve (ones in the run's folder or the two above it are found without it; repeatable)",
     ),
+    kwh_price: float | None = typer.Option(
+        None, "--kwh-price", min=0, help="electricity in $ per kWh: the energy section's $/Mtok of a card you run"),
+    card_usd: float | None = typer.Option(
+        None, "--card-usd", min=0, help="what the card cost: spread over --card-years into $/Mtok beside it"),
+    card_years: float = typer.Option(3.0, "--card-years", min=0.1, help="years of service --card-usd is spread over"),
 ) -> None:
     """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots; two runs also
     give B/A ratios.
@@ -55,5 +61,7 @@ def report(
     comparisons = compare_sections(sections)  # a pair that cannot be compared: the report says why
     for comparison in comparisons:
         typer.echo(f"A = {comparison.a}\nB = {comparison.b}\n\n{comparison_table(comparison.steps)}\n")
-    for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen, comparisons):
+    prices = EnergyPrices(usd_per_kwh=kwh_price, card_usd=card_usd, card_years=card_years)
+    for path in write_files(sections, out if out is not None else default_out_dir(runs), chosen, comparisons,
+                            energy_prices=prices if prices.given else None):
         typer.echo(str(path))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analysis.cost import PriceChoice
 from analysis.energy import (
     card_usd_per_hour,
     cpu_window_joules,
@@ -15,7 +16,11 @@ from analysis.energy import (
     joules_per_token,
     sub_window_joules,
 )
-from core.rundir.hardware import CpuEnergySample, GpuSample
+from analysis.figures import run_figures
+from analysis.load import load_run
+from analysis.plan import Targets, plan_for, plan_table
+from analysis.prices import PriceQuote
+from core.rundir.hardware import GPU_SAMPLES, CpuEnergySample, GpuSample, append_samples, shard
 
 
 def steady(watts: float, start: float, end: float, every: float = 0.1, gpu: int = 0, counter: bool = True,
@@ -80,3 +85,35 @@ def test_dollars_of_electricity_and_of_a_card_bought_outright() -> None:
     # 2 J per token is 2e6 J per million tokens: 0.556 kWh, at $0.30/kWh $0.1667
     assert electricity_usd_per_mtok(2.0, 0.30) == pytest.approx(2e6 / 3.6e6 * 0.30)
     assert card_usd_per_hour(1_600.0, 3.0) == pytest.approx(1_600.0 / (3 * 8766))
+
+
+def test_a_runs_steps_carry_their_energy_and_joules_times_tok_s_is_the_mean_power(kit) -> None:
+    """A run with one GPU at 250 W idle-free from before the window to after it: every step's J/token times its
+    aggregate tok/s gives back the power, the interval holds the value, and a run without samples has none."""
+    records = [kit.record(f"r{i}", t_start=kit.T0 + 99 + i * 0.5, tokens=21) for i in range(20)]
+    path = kit.make_run("energy", [kit.window()], {"p0": records})
+    plain = run_figures(load_run(path)).steps[0]
+    assert plain.energy is None
+    append_samples(shard(path, GPU_SAMPLES), steady(250.0, kit.T0 + 90, kit.T0 + 120))
+    step = run_figures(load_run(path)).steps[0]
+    energy = step.energy
+    assert energy is not None and energy.gpus[0].method == "counter" and energy.mean_w == pytest.approx(250.0)
+    assert energy.joules == pytest.approx(250.0 * 10)
+    assert energy.j_per_token.value * step.aggregate_tok_s.value == pytest.approx(250.0)
+    assert energy.j_per_token.low <= energy.j_per_token.value <= energy.j_per_token.high
+
+
+def test_the_plan_gives_joules_per_token_at_capacity_where_the_run_sampled_them(kit) -> None:
+
+    records = [kit.record(f"r{i}", t_start=kit.T0 + 99 + i * 0.5, tokens=21) for i in range(20)]
+    path = kit.make_run("plan-energy", [kit.window()], {"p0": records})
+    quote = PriceQuote(instance_type="g6.xlarge", region="us-east-1", market="on-demand", usd_per_hour=0.8048,
+                       source="test", as_of="2026-12-03")
+    targets = Targets(users=4, min_tok_s=1.0, ttft_p90_s=10.0)
+    plain = plan_for(run_figures(load_run(path)), PriceChoice(quote), targets)
+    assert plain.j_per_token is None and "J per output token" not in plan_table([plain])
+    append_samples(shard(path, GPU_SAMPLES), steady(250.0, kit.T0 + 90, kit.T0 + 120))
+    figures = run_figures(load_run(path))
+    sampled = plan_for(figures, PriceChoice(quote), targets)
+    assert sampled.j_per_token.value == pytest.approx(figures.steps[0].energy.j_per_token.value)
+    assert "J per output token at capacity (lower is better)" in plan_table([sampled, plain])

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from analysis import intervals
+from analysis.energy import StepEnergy
 from analysis.gate import (
     AGGREGATE,
     ERROR_RATE,
@@ -233,3 +235,23 @@ def test_what_the_gate_compares_of_two_workloads(runs) -> None:
     assert workload_differences(manifest.model_copy(update={"model": None}), manifest) == [
         "model not recorded in the run, e2b-q4_0.gguf (ae61b2fd312a) in the baseline"
     ]
+
+
+def with_energy(run: GatedRun, joules_per_token: float) -> GatedRun:
+    """The run as if it had sampled its GPU: every step at ``joules_per_token`` [±2%]."""
+    estimate = Estimate(joules_per_token, joules_per_token * 0.98, joules_per_token * 1.02, 10, "hand-made")
+    steps = [step.model_copy(update={"energy": StepEnergy(gpus=[], joules=None, mean_w=None,
+                                                          j_per_token=estimate)}) for step in run.summary.steps]
+    return replace(run, summary=run.summary.model_copy(update={"steps": steps}))
+
+
+def test_joules_per_token_is_gated_when_both_sampled_and_noted_when_one_did(runs) -> None:
+    baseline = with_energy(runs[E2B], 0.20)
+    worse = gate(with_energy(runs[E2B], 0.30), baseline, Thresholds())
+    assert {figure for _, figure in failed(worse)} == {"J per output token"}
+    assert len(worse.checks) == 7 * 6
+    same = gate(with_energy(runs[E2B], 0.20), baseline, Thresholds())
+    assert same.passed
+    one_sided = gate(runs[E2B], baseline, Thresholds())
+    assert one_sided.passed and one_sided.notes == [
+        "J per output token not checked: only the baseline sampled its GPUs' energy"]

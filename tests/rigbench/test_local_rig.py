@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import io
+import os
 import re
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.rundir import RunDir
 from rigbench.local_rig import LocalRigOptions, run_local_rig
 
 USER_STEPS = parse_counts(DEFAULT_USER_STEPS, "--steps")
+STANDIN_SMI = Path(__file__).resolve().parents[1] / "hardware" / "standin_nvidia_smi.py"
 
 
 @pytest.mark.integration
-def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build):
+def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build, monkeypatch):
     # 32 and 64 users queue behind the tiny profile's 4 slots: a request started in a 1.5 s window at
     # those steps may not end inside it (one that outlives the sweep is stopped), so their windows are longer
     windows = [1.5] * (len(USER_STEPS) - 2) + [3.0, 4.0]
+    # a GPU to sample: the stand-in nvidia-smi (an H200's fields and units, 81.88 W throughout)
+    gpu = tmp_path / "gpu-bin"
+    gpu.mkdir()
+    (gpu / "nvidia-smi").symlink_to(STANDIN_SMI)
+    monkeypatch.setenv("PATH", f"{gpu}{os.pathsep}{os.environ['PATH']}")
+    terminal = io.StringIO()
     report = run_local_rig(
-        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu")
+        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu"),
+        Console(file=terminal, width=1000),  # no wrapping: the lines as printed
     )
     run = RunDir(report.parent)
     manifest = run.read_manifest()
@@ -51,6 +63,24 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     for row in rows[: len(USER_STEPS)]:
         value = row.split("|")[aggregate].strip().split()[0].replace(",", "")
         assert float(value) > 0, row
+
+    # the sampler ran around the load: every step's energy, per output token, in the manifest and report
+    assert manifest.hardware.gpu_source == "nvidia-smi" and manifest.hardware.gpus[0].name == "NVIDIA H200"
+    assert manifest.hardware.sampler_cpu_seconds is not None
+    energy = text.split("### Energy\n\n", 1)[1].split("\n### ", 1)[0]
+    assert "Sampled with nvidia-smi every 100 ms; the sampler took " in energy
+    assert "Energy from integrated power; 1 GPU(s) together." in energy
+    energy_rows = [line for line in energy.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
+    assert all((report.parent / "plots" / f"{name}.png").stat().st_size > 5000 for name in
+               ("j_per_token", "power_over_time"))
+    assert len(energy_rows) == len(USER_STEPS), energy_rows
+    assert all(re.search(r"\|\s+81\.9\s+\|", row) for row in energy_rows), energy_rows
+
+    # the terminal ends with the headline the report opens with, then where the report is
+    (headline,) = text.split("## At a glance\n\n", 1)[1].split("\n\n## ", 1)[0].strip().split("\n\n")
+    assert headline.startswith("Best aggregate output ")
+    shown = terminal.getvalue()
+    assert shown.endswith(f"At a glance:\n{headline}\n\nreport: {report}\n"), shown[-2000:]
 
 
 @pytest.mark.integration

@@ -1,0 +1,94 @@
+"""The report's energy section: what the card drew and what each output token cost in joules, per step.
+
+Why beside dollars: a cloud card's price per hour hides its power, and a local card's cost is its
+electricity and its purchase price, which a price list does not have. With ``--kwh-price`` (and
+``--card-usd`` over ``--card-years``) the section turns joules per token into dollars per million
+tokens, so a card you own and a card you rent meet in one table. A run that sampled nothing says so
+once; a run made before the sampler existed gets no section.
+"""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from analysis.cost import dollars_per_mtok
+from analysis.energy import EnergyPrices, card_usd_per_hour, electricity_usd_per_mtok, idle_power_w
+from analysis.intervals import Estimate
+from analysis.report_model import RunSection
+from core.rundir.hardware import read_gpu_samples
+
+TITLE = "### Energy"
+
+
+def _watts(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _per_token(estimate: Estimate | None) -> str:
+    if estimate is None or estimate.value is None:
+        return "-"
+    if estimate.low is None or estimate.high is None:
+        return f"{estimate.value:.4g}"
+    return f"{estimate.value:.4g} [{estimate.low:.4g}, {estimate.high:.4g}]"
+
+
+def energy_section(section: RunSection, prices: EnergyPrices | None = None) -> list[str]:
+    manifest = section.figures.run.manifest
+    hardware = manifest.hardware
+    if hardware is None:
+        return []
+    lines = ["", TITLE, ""]
+    steps = [step for step in section.figures.steps if step.energy is not None]
+    if not steps:
+        reasons = "; ".join(hardware.missing) or "no sample reached a measured window"
+        return [*lines, f"Not measured here: {reasons}.", ""]
+    share = hardware.cpu_share
+    sampled = [name for name in (hardware.gpu_source, hardware.cpu_source) if name]
+    lines.append(f"Sampled with {' and '.join(sampled)} every {hardware.interval_s * 1000:.0f} ms"
+                 + (f"; the sampler took {share:.2%} of one core" if share is not None else "") + ".")
+    first_start = min((window.started_at for window in manifest.steps), default=None)
+    idle = idle_power_w(read_gpu_samples(section.figures.run.path), first_start) if first_start else None
+    if idle is not None:
+        lines.append(f"Idle power before the load: {idle:,.1f} W (all GPUs' median sample).")
+    gpus = len(hardware.gpus)
+    rows = []
+    for step in steps:
+        energy = step.energy
+        assert energy is not None
+        peak = max((gpu.peak_w for gpu in energy.gpus if gpu.peak_w is not None), default=None)
+        utilisation = [gpu.sm_util_pct for gpu in energy.gpus if gpu.sm_util_pct is not None]
+        memory = [gpu.memory_used_mib for gpu in energy.gpus if gpu.memory_used_mib is not None]
+        row = {
+            "users" if step.rate is None else "req/s": step.load_label.split()[0],
+            "GPU power W (mean)": _watts(energy.mean_w),
+            "peak W (one GPU)": _watts(peak),
+            "energy J": "-" if energy.joules is None else f"{energy.joules:,.0f}",
+            "J per output token ↓": _per_token(energy.j_per_token),
+            "SM util %": "-" if not utilisation else f"{sum(utilisation) / len(utilisation):.0f}",
+            "memory MiB": "-" if not memory else f"{sum(memory):,.0f}",
+        }
+        if energy.cpu_joules:
+            row["CPU J per token ↓"] = "-" if energy.cpu_j_per_token is None else f"{energy.cpu_j_per_token:.4g}"
+        if prices is not None and prices.given:
+            row |= price_cells(step.energy.j_per_token, step.aggregate_tok_s.value, prices)
+        rows.append(row)
+    lines += ["", tabulate(rows, headers="keys", tablefmt="github"), ""]
+    methods = sorted({gpu.method for step in steps for gpu in step.energy.gpus})  # type: ignore[union-attr]
+    lines.append(f"Energy from {', '.join(methods)}; {gpus} GPU(s) together. J per output token is the window's "
+                 "energy over its output tokens; its interval comes from the aggregate's sub-windows.")
+    lines += [f"- {line}" for line in hardware.missing]
+    return [*lines, ""]
+
+
+def price_cells(per_token: Estimate | None, tok_s: float | None, prices: EnergyPrices) -> dict[str, str]:
+    cells = {}
+    if prices.usd_per_kwh is not None:
+        value = None if per_token is None or per_token.value is None else electricity_usd_per_mtok(
+            per_token.value, prices.usd_per_kwh)
+        cells[f"electricity $/Mtok at ${prices.usd_per_kwh:g}/kWh ↓"] = "-" if value is None else f"{value:.4f}"
+    if prices.card_usd is not None:
+        hourly = card_usd_per_hour(prices.card_usd, prices.card_years)
+        value = dollars_per_mtok(hourly, tok_s)
+        cells[f"card $/Mtok (${prices.card_usd:,.0f} over {prices.card_years:g} y) ↓"] = (
+            "-" if value is None else f"{value:.4f}")
+    return cells

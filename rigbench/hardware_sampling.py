@@ -1,0 +1,45 @@
+"""The hardware sampler around a run's load, where the server runs on this machine.
+
+Why in the app: the sampler (``hardware``) and the load (``loadtest``) are stages that do not know
+each other; the commands that run a sweep here (``rigbench local``, ``rigbench sweep``, and the
+sweep a rig runs against its own 127.0.0.1) put one around the other and write the sampler's
+account into the run's manifest. A server elsewhere has its GPU elsewhere: that is said once,
+never measured from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from core.rundir import RunDir
+from core.rundir.hardware import HardwareInfo
+from hardware.sampler import DEFAULT_INTERVAL_S, HardwareSampler
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+def on_this_machine(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
+
+
+@contextlib.contextmanager
+def sampled_hardware(run: RunDir, url: str, interval_s: float = DEFAULT_INTERVAL_S,
+                     enabled: bool = True) -> Iterator[HardwareSampler | None]:
+    """Sample while the block runs (it starts before the load, so the first samples are the idle power); the
+    account goes into the manifest however the block ends."""
+    if not enabled:
+        yield None
+        return
+    if not on_this_machine(url):
+        run.update_manifest(hardware=HardwareInfo(interval_s=interval_s, missing=[
+            f"GPU and CPU energy: not measured here (the server at {url} is on another machine)"]))
+        yield None
+        return
+    sampler = HardwareSampler(run.path, interval_s=interval_s)
+    sampler.start()
+    try:
+        yield sampler
+    finally:
+        run.update_manifest(hardware=sampler.stop())
