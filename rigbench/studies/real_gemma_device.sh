@@ -49,10 +49,10 @@ sleep 1
 export RIGBENCH_PYPI_SIMPLE="http://127.0.0.1:$port/simple"
 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv > "$out/gpu.csv" 2>&1 || true
 study=${RIGBENCH_STUDY:-real-gemma}
-[ "$study" = real-gemma ] && set -- "$out" "$@"
 if [ -n "${RIGBENCH_COMMAND:-}" ]; then
     set -- $RIGBENCH_COMMAND "$@"   # another rigbench command on the same set-up, e.g. local
 else
+    [ "$study" = real-gemma ] && set -- "$out" "$@"
     set -- study "$study" "$@"
 fi
 rm -f "$out/DONE" "$out/EXIT"
