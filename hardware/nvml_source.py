@@ -67,9 +67,11 @@ class NvmlSource:
             return None
         try:
             return read()
-        except self.nvml.NVMLError_NotSupported:
+        except (self.nvml.NVMLError_NotSupported, AttributeError) as error:  # AttributeError: a binding too old
             self._unsupported.add((index, field))
-            self.missing.append(f"GPU {index}: {field} not supported by the card or driver")
+            why = "the NVML binding here has no call for it" if isinstance(error, AttributeError) else \
+                "not supported by the card or driver"
+            self.missing.append(f"GPU {index}: {field} {why}")
             return None
 
     def sample(self) -> list[GpuSample]:

@@ -95,6 +95,8 @@ class HardwareSampler:
                 if self._stop.wait(max(0.0, next_at - time.monotonic())):
                     break
             self._take(gpu_path, cpu_path)  # the last samples close the last window
+        except Exception as error:  # noqa: BLE001 - a sampler must never fail the run it measures
+            self.missing.append(f"sampling stopped at {time.time():.1f}: {type(error).__name__}: {error}")
         finally:
             self._thread_cpu = time.thread_time() - started
 

@@ -195,3 +195,30 @@ def test_the_sampler_writes_cpu_energy_where_rapl_is_readable(tmp_path: Path,
         time.sleep(0.2)
     assert sampler.info is not None and sampler.info.cpu_source == "rapl"
     assert {s.domain for s in read_cpu_energy_samples(tmp_path)} == {"package-0", "package-0/dram"}
+
+
+class OldBinding(FakeNvml):
+    """A binding from before the clock-event call, whose power read then fails in an unexpected way."""
+
+    nvmlDeviceGetCurrentClocksEventReasons = None  # noqa: N815 - pynvml's own name
+
+    def __getattribute__(self, name: str):
+        if name == "nvmlDeviceGetCurrentClocksEventReasons":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_a_binding_without_a_call_and_a_sampler_that_breaks_never_fail_the_run(tmp_path: Path) -> None:
+    source = NvmlSource(slow_every=1, nvml=OldBinding())
+    source.open()
+    first = source.sample()[0]
+    assert first.throttle_reasons is None and first.power_w == 72.5
+    assert "GPU 0: throttle_reasons the NVML binding here has no call for it" in source.missing
+
+    class Breaking(NvmlSource):
+        def sample(self):
+            raise RuntimeError("driver went away")
+
+    info = sample_for(tmp_path, 0.2, nvml=lambda: Breaking(nvml=FakeNvml())).info
+    assert info is not None and any(line.startswith("sampling stopped at ") and "driver went away" in line
+                                    for line in info.missing)
