@@ -1,9 +1,13 @@
-"""File sha256, read in 1 MiB blocks (model files are gigabytes)."""
+"""File sha256, read in 1 MiB blocks (model files are gigabytes), and remembered for files read again."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from pathlib import Path
+
+from core.cache import cache_root
 
 BLOCK = 1 << 20
 
@@ -14,3 +18,29 @@ def file_sha256(path: Path | str) -> str:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def remembered_sha256(path: Path | str, cache: Path | None = None) -> str:
+    """The sha256 of a large file read again and again (the model a sweep describes at its start): read once,
+    then taken from ``<cache>/digests.json`` while the file's path, size, modification time and inode are the
+    same. A file rewritten in place changes its modification time, so it is read again."""
+    path = Path(path).resolve()
+    status = path.stat()
+    key = f"{path}|{status.st_size}|{status.st_mtime_ns}|{status.st_ino}"
+    store = (cache or cache_root()) / "digests.json"
+    try:
+        known = json.loads(store.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    digest = file_sha256(path)
+    known = {k: v for k, v in known.items() if not k.startswith(f"{path}|")} | {key: digest}
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        partial = store.with_name(f"digests.{os.getpid()}.json")
+        partial.write_text(json.dumps(known, indent=0))
+        os.replace(partial, store)
+    except OSError:
+        pass  # a read-only cache only costs the next reader the same read
+    return digest

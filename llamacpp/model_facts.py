@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.digest import file_sha256
+from core.digest import remembered_sha256
 from core.errors import LlamaCppError
 from core.rundir import DecodeBytes, ModelInfo
 from llamacpp.decode_bytes import gguf_decode_bytes
@@ -24,7 +24,7 @@ def model_facts(path: Path, *, decode_bytes: bool = True) -> ModelInfo:
     label = synthetic_label(path)
     return ModelInfo(
         name=path.name,
-        sha256=file_sha256(path),
+        sha256=remembered_sha256(path),
         size_bytes=path.stat().st_size,
         synthetic=label is not None,
         label=label,
