@@ -13,15 +13,35 @@ import contextlib
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+import psutil
+
 from core.rundir import RunDir
 from core.rundir.hardware import HardwareInfo
 from hardware.sampler import DEFAULT_INTERVAL_S, HardwareSampler
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+TUNNELS = {"ssh", "autossh", "sshd"}  # processes that forward a port to another machine
+
+
+def listener_name(port: int) -> str | None:
+    """The name of the process listening on ``port`` here, when it can be seen."""
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            if connection.status == psutil.CONN_LISTEN and connection.laddr and connection.laddr.port == port:
+                return psutil.Process(connection.pid).name() if connection.pid else None
+    except (psutil.Error, OSError):
+        return None
+    return None
 
 
 def on_this_machine(url: str) -> bool:
-    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
+    """A loopback URL whose listener is not an SSH tunnel: a port forwarded to a rig answers on 127.0.0.1 here,
+    but its GPU is the rig's."""
+    parts = urlsplit(url)
+    if (parts.hostname or "") not in LOCAL_HOSTS:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return listener_name(port) not in TUNNELS
 
 
 @contextlib.contextmanager
@@ -34,7 +54,8 @@ def sampled_hardware(run: RunDir, url: str, interval_s: float = DEFAULT_INTERVAL
         return
     if not on_this_machine(url):
         run.update_manifest(hardware=HardwareInfo(interval_s=interval_s, missing=[
-            f"GPU and CPU energy: not measured here (the server at {url} is on another machine)"]))
+            f"GPU and CPU energy: not measured here (the server at {url} is on another machine, or behind an SSH "
+            "tunnel to one)"]))
         yield None
         return
     sampler = HardwareSampler(run.path, interval_s=interval_s)
