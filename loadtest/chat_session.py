@@ -26,9 +26,10 @@ FAILURE_MESSAGE_CHARS = 200  # of a failed request's "<error_kind>: <message>" i
 class ChatSession:
     """One user's streamed chat completions against ``host``, each kept as the run needs it."""
 
-    def __init__(self, environment: Any, host: str):
+    def __init__(self, environment: Any, host: str, replica: int | None = None):
         self.environment = environment
         self.host = host
+        self.replica = replica
         self.process = load_process(environment)
         self.context = self.process.context(environment)
         self.request_options = self.context.request_options()
@@ -99,6 +100,8 @@ class ChatSession:
         else:
             meta = self.context.meta_for(record.t_start, meta.category)
             update = {"step": meta.step, "users": meta.users, "phase": meta.phase}
+        if self.replica is not None:
+            update["replica"] = self.replica
         if meta.window is not None:
             total = record.completion_tokens if record.completion_tokens is not None else record.streamed_tokens
             update["window_chunks"], update["window_tokens"] = window_share(

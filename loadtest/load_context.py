@@ -22,7 +22,7 @@ import gevent
 
 from core.errors import RunDirError
 from core.rundir import RecordWriter, RunDir, utc_now
-from loadtest.locust_options import settings_from
+from loadtest.locust_options import replica_hosts, settings_from
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts
 from loadtest.schedule import Stage, locate_or_last, stages_for, total_duration
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
 # What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
 CONTEXT_OPTIONS = (
-    "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens", "timeline"
+    "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens",
+    "timeline", "replicas",
 )
 
 
@@ -53,6 +54,7 @@ class LoadContext:
         self.host = host
         self.shard = process_shard()
         self.settings = settings_from(options)
+        self.replicas = replica_hosts(options)  # empty: one server, the run's host
         self.stages: list[Stage] = stages_for(self.settings)
         self.made_from = context_key(options)
         self.prompts: list[Prompt] = load_prompts(options.prompts)

@@ -82,6 +82,8 @@ def add_arguments(parser: Any) -> None:
     add("--pin-slots", action="store_true", default=setting_default("pin_slots"),
         help="user i asks for server slot i (llama-server's id_slot; closed loop, one process): an experiment's "
              "bound for the server's slot choice, not real traffic")
+    add("--replicas", default="", help="several servers sharing the load, their roots comma-separated: user i goes "
+        "to the i-th mod N (open-loop arrival n likewise), and each record names its replica")
     add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
     add("--no-preflight", action="store_true", default=False,
         help="skip the check of /health and one streamed reply before the load (rigbench sweep has done it)")
@@ -105,6 +107,7 @@ def settings_from(options: Any) -> LoadSettings:
     check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
     if options.drain < 0:
         raise UsageError(f"--drain: expected seconds >= 0, found {options.drain:g}")
+    replica_hosts(options)  # a malformed --replicas is refused with the rest, before any server is asked
     return LoadSettings(
         user_steps=user_steps,
         rate_steps=rate_steps,
@@ -122,3 +125,16 @@ def settings_from(options: Any) -> LoadSettings:
         pin_slots=options.pin_slots,
         drain_seconds=options.drain,
     )
+
+
+def replica_hosts(options: Any) -> list[str]:
+    """The replicas' roots (``--replicas``), in order; empty for one server (``--host``)."""
+    text = getattr(options, "replicas", "") or ""
+    hosts = [host.strip().rstrip("/") for host in text.split(",") if host.strip()]
+    bad = [host for host in hosts if not host.startswith(("http://", "https://"))]
+    if bad:
+        raise UsageError(f"--replicas: {bad[0]!r} is not a server root; expected e.g. "
+                         "http://127.0.0.1:8080,http://127.0.0.1:8081")
+    if len(set(hosts)) != len(hosts):
+        raise UsageError(f"--replicas: a root is given twice in {text!r}")
+    return hosts

@@ -36,7 +36,7 @@ from loadtest import web_ui
 from loadtest.controller import SweepController
 from loadtest.late_starts import note_late_starts
 from loadtest.load_process import LoadProcess, load_process
-from loadtest.locust_options import add_arguments, settings_from, stages_from
+from loadtest.locust_options import add_arguments, replica_hosts, settings_from, stages_from
 from loadtest.open_loop import OpenLoopDispatcher
 from loadtest.preflight import check_health, check_reply, check_url
 from loadtest.shapes import SweepShape, load_processes
@@ -143,6 +143,10 @@ class LocustSweep:
                                     "a new run directory is made under --runs-dir")
             if environment.host:
                 environment.host = self.check_host(environment.host)
+                if not options.no_preflight:
+                    for replica in replica_hosts(options):  # every replica answers before any load
+                        check_health(replica)
+                        check_reply(replica, options.model_name)
             elif options.headless or not self.hand_run:
                 raise RigbenchError("--host: no server given; pass its root, e.g. --host http://127.0.0.1:8080")
         except RigbenchError as error:

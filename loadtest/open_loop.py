@@ -28,6 +28,7 @@ import gevent
 import gevent.pool
 from locust import User, task
 
+from core.replicas import user_replica
 from core.rundir import RequestRecord
 from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
 from loadtest.chat_session import ChatSession
@@ -60,6 +61,9 @@ class OpenLoopDispatcher(User):
         self.session = ChatSession(self.environment, self.host)
         self.process = self.session.process
         self.context = self.session.context
+        # one session per replica; arrival n goes to replica n mod N
+        self.sessions = [ChatSession(self.environment, host, replica)
+                         for replica, host in enumerate(self.context.replicas)] or [self.session]
         settings = self.context.settings
         self.index, self.processes = process_place(self.environment)
         offsets = sweep_arrivals(self.context.stages, settings.arrival, settings.arrival_seed)
@@ -76,7 +80,8 @@ class OpenLoopDispatcher(User):
             self.process.dispatching = False
         # requests still streaming are stopped: each is kept as ``interrupted`` with what it received
         self.pool.kill(block=True, timeout=10)
-        self.session.close()
+        for session in {id(s): s for s in [self.session, *self.sessions]}.values():
+            session.close()
 
     @task
     def dispatch(self) -> None:
@@ -103,7 +108,8 @@ class OpenLoopDispatcher(User):
     def _send(self, number: int, intended: float) -> None:
         prompts = self.context.prompts
         # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
-        result = self.session.chat(prompts[number % len(prompts)], intended=intended)
+        session = self.sessions[user_replica(number, len(self.sessions))]
+        result = session.chat(prompts[number % len(prompts)], intended=intended)
         self._note_late(result.record)
 
     def _note_late(self, record: RequestRecord) -> None:

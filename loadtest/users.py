@@ -11,8 +11,11 @@ import time
 
 from locust import User, task
 
+from core.replicas import user_replica
 from loadtest.backoff import Backoff
 from loadtest.chat_session import ChatSession
+from loadtest.load_process import load_process
+from loadtest.open_loop import process_place
 from loadtest.prompts import rotation
 
 DRAIN_POLL_S = 0.25  # how often a user that may send no more looks again (the shape stops it)
@@ -27,9 +30,16 @@ class StreamingChatUser(User):
 
     def on_start(self) -> None:
         self.backoff = Backoff()
-        self.session = ChatSession(self.environment, self.host)
-        context = self.session.context
-        self.prompts = rotation(context.prompts, offset=next(context.user_counter))
+        context = load_process(self.environment).context(self.environment)
+        number = next(context.user_counter)
+        host, replica = self.host, None
+        if context.replicas:
+            # Locust hands a process's users out in turn: its k-th user is the run's (k x processes + index)-th
+            index, processes = process_place(self.environment)
+            replica = user_replica(number * processes + index, len(context.replicas))
+            host = context.replicas[replica]
+        self.session = ChatSession(self.environment, host, replica)
+        self.prompts = rotation(context.prompts, offset=number)
         self.slot: int | None = None
         if context.options.pin_slots:
             # the lowest slot no live user holds: N users hold slots 0..N-1 at every step

@@ -287,6 +287,8 @@ class RequestRecord(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     request_id: str
     shard: str
+    replica: int | None = Field(None, description="the server replica it was sent to (user i to replica i mod N; "
+                                "open-loop arrival n likewise); None with one server")
     step: int
     users: int
     phase: Phase
