@@ -38,6 +38,7 @@ from analysis.headline import headline, headline_text
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
+from analysis.replicas_section import replicas_section
 from analysis.report_csv import write_csv
 from analysis.report_html import write_html
 from analysis.report_model import Report, RunComparison, RunSection, build_section, compare_sections
@@ -371,6 +372,7 @@ def render(report: Report) -> str:
         lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
         lines += budget_section(section.budget)
         lines += energy_section(section, report.energy_prices)
+        lines += replicas_section(section)
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]

@@ -151,9 +151,13 @@ def _check_chat_template(args: list[str]) -> None:
 
 
 class ServerSettings(StrictModel):
-    """llama-server's arguments, as a list or as one shell-quoted line."""
+    """llama-server's arguments, as a list or as one shell-quoted line; ``replicas`` servers share them (their
+    slots and context divided: ``core.replicas``), all on one GPU or one GPU each."""
 
     args: list[str] = Field(default_factory=list)
+    replicas: int = Field(1, ge=1, description="llama-server processes sharing the slots, each on its own port")
+    replica_gpus: Literal["each", "shared"] = Field(
+        "each", description="each: replica i on GPU i mod the GPUs; shared: all on the first")
 
     @field_validator("args", mode="before")
     @classmethod

@@ -60,8 +60,10 @@ def locust_command(
     timeline: bool = False,
     read_timeout: float = 60.0,
     interruption_marker: Path | None = None,
+    replicas: list[str] | None = None,
 ) -> list[str]:
-    """The exact ``locust`` command line for a sweep (also printed for reproducing it)."""
+    """The exact ``locust`` command line for a sweep (also printed for reproducing it); ``replicas``: the
+    servers the load is spread over (the manifest's), when there are several."""
     command = [
         sys.executable,
         "-m",
@@ -123,6 +125,8 @@ def locust_command(
                     "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port]
     if interruption_marker is not None:
         command += ["--interruption-marker", str(interruption_marker)]
+    if replicas and len(replicas) > 1:
+        command += ["--replicas", ",".join(replicas)]
     return command
 
 
@@ -270,6 +274,7 @@ def run_sweep(
         run,
         base_url,
         settings,
+        replicas=[replica.url for replica in manifest.server.replicas],
         parallel_slots=manifest.server.parallel_slots,
         model=model,
         max_error_rate=max_error_rate,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,9 @@ from core.cache import cache_root
 from core.errors import ProfileError, RigbenchError, RunIncomplete
 from core.lists import DEFAULT_USER_STEPS, SWEEP_DRAIN_SECONDS, parse_counts
 from core.machine import server_rig
+from core.network import free_port
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
+from core.replicas import plan_replicas
 from core.rundir import (
     LoadSettings,
     ModelInfo,
@@ -30,11 +34,12 @@ from core.rundir import (
     server_at,
     utc_now,
 )
-from core.rundir.models import Arrival
+from core.rundir.models import Arrival, ReplicaInfo, ServerInfo
 from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import build_llama_cpp
 from llamacpp.model_facts import model_facts
 from llamacpp.named_models import fetch_named_model, model_source, named_model
+from llamacpp.replica_set import ReplicaSet
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
 from loadtest.preflight import check_reply
@@ -130,6 +135,7 @@ class PreparedServer:
     drafter: ModelInfo | None
     server: LocalServer
     server_args: list[str]
+    replicas: ReplicaSet | None = None  # several servers from the profile's [server] replicas (the first is server)
 
 
 def prepare_server(
@@ -151,8 +157,27 @@ def prepare_server(
     server_args = profile.server_args(model_path, drafter_path)
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
+    if profile.server.replicas > 1:
+        plans = plan_replicas(server_args, profile.server.replicas, port or free_port(), gpus=gpu_indices(),
+                              placement=profile.server.replica_gpus, cores=sorted(os.sched_getaffinity(0)),
+                              source=f"profile {profile.name!r}: [server] replicas")
+        replicas = ReplicaSet(built.binary("llama-server"), plans, port_source=port_source)
+        return PreparedServer(profile, built, model, drafter, replicas.servers[0], server_args, replicas)
     server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source)
     return PreparedServer(profile, built, model, drafter, server, server_args)
+
+
+def gpu_indices() -> list[int]:
+    """The GPUs this machine's driver lists (none without nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        listed = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(line) for line in listed.stdout.split() if line.strip().isdigit()]
 
 
 def server_threads(server_args: list[str]) -> int:
@@ -215,7 +240,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         f"{profile.name}-{options.label}" if options.label else profile.name,
         profile.name,
         load=load,
-        server=server_at(server.base_url, server.args, parallel_slots(server_args), "flags"),
+        server=served_at(prepared),
         rig=server_rig(),
         build=built.build_info(),
         model=model,
@@ -225,10 +250,15 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         run = RunDir.create(options.runs_root, manifest)
         console.print(f"run directory {run.path}")
         server.log_path = run.path / "llama-server.log"
+        replicas = prepared.replicas
+        if replicas is not None:  # each replica logs beside the others
+            for index, each in enumerate(replicas.servers):
+                each.log_path = run.path / f"llama-server-{index}.log"
         try:
-            with server:
-                console.print(f"llama-server healthy at {server.base_url}")
-                check_reply(server.base_url)  # one streamed reply before the load
+            with replicas if replicas is not None else server:
+                for url in replicas.urls if replicas is not None else [server.base_url]:
+                    console.print(f"llama-server healthy at {url}")
+                    check_reply(url)  # one streamed reply before the load
                 if options.processes is None:
                     choose_processes(run, server.base_url, load, server_threads(server_args), console)
                 with sampled_hardware(run, server.base_url):  # idle power first, then every step
@@ -254,6 +284,18 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                 f"{run.path}: run {final.status}: {final.status_detail or 'see the report'}; report at {report}"
             )
         return report
+
+
+def served_at(prepared: PreparedServer) -> ServerInfo:
+    """The manifest's server: the one server, or the first replica with every replica listed (the sweep sends
+    user i to replica i mod N)."""
+    server, replicas = prepared.server, prepared.replicas
+    info = server_at(server.base_url, server.args, parallel_slots(prepared.server_args), "flags")
+    if replicas is None:
+        return info
+    listed = [ReplicaInfo(index=plan.index, url=url, slots=plan.slots, gpu=plan.gpu, cpus=plan.cpus)
+              for plan, url in zip(replicas.plans, replicas.urls, strict=True)]
+    return info.model_copy(update={"replicas": listed})
 
 
 def mark_ended(run: RunDir, status: str, detail: str) -> None:

@@ -55,6 +55,7 @@ CATEGORY_COLUMNS = ("shard", "phase", "category", "error_kind", "tokens_counted_
 NUMBER_COLUMNS = (
     "step",
     "users",
+    "replica",
     "context_tokens",
     "t_intended",
     "t_start",
@@ -89,7 +90,7 @@ BLOCK_SIZE = 8 << 20
 SIDE_FILE = "records.arrow"
 SIDE_FILE_MIN_RECORDS = 100_000
 # The flat table's layout; a side file of another layout is stale. Change it with the columns.
-TABLE_LAYOUT = 2
+TABLE_LAYOUT = 3
 METADATA_KEY = b"rigbench"
 
 

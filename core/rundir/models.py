@@ -118,6 +118,16 @@ class ServerDescription(Strict):
     context_tokens: int | None = Field(None, gt=0, description="tokens one request may hold, prompt and reply")
 
 
+class ReplicaInfo(Strict):
+    """One of several llama-server processes the load was spread over (``core.replicas``)."""
+
+    index: int
+    url: str
+    slots: int
+    gpu: int | None = None
+    cpus: list[int] = Field(default_factory=list)
+
+
 class ServerInfo(Strict):
     """The server a run's load went to. Its slot count is read, not guessed: from the server's own
     ``/slots``, else from the llama-server flags rigbench served it with or the profile that names
@@ -131,6 +141,8 @@ class ServerInfo(Strict):
     endpoint: str = "/v1/chat/completions"
     model_name: str | None = Field(None, description="the model name every request carried")
     description: ServerDescription | None = None
+    replicas: list[ReplicaInfo] = Field(default_factory=list, description="the replicas user i goes to (i mod N); "
+                                        "empty for one server")
 
 
 # Where a request setting came from: its flag, the rig profile, the server (the model it lists), or

@@ -139,3 +139,29 @@ def test_a_server_that_fails_once_the_run_exists_fails_the_run_with_exit_1(tmp_p
     assert raised.value.exit_code == 1
     run = RunDir(next(tmp_path.iterdir()))
     assert run.read_manifest().status == "failed"
+
+
+@pytest.mark.integration
+def test_two_replicas_from_one_profile_share_the_load_and_each_record_names_its_replica(tmp_path, llama_build):
+    """The tiny profile with [server] replicas = 2: two llama-servers of 2 slots each, the users split between
+    them (user i to replica i mod 2), every record naming its replica and each replica its own log."""
+    text = (Path(__file__).resolve().parents[2] / "core" / "profiles" / "tiny.toml").read_text()
+    profile = tmp_path / "tiny-replicas.toml"
+    profile.write_text(text.replace("[server]\n", "[server]\nreplicas = 2\n", 1))
+    report = run_local_rig(
+        LocalRigOptions(profile=str(profile), runs_root=tmp_path, user_steps=[1, 4], warmup_seconds=0.3,
+                        measure_seconds=1.5, backend="cpu"),
+        Console(file=io.StringIO(), width=1000),
+    )
+    run = RunDir(report.parent)
+    manifest = run.read_manifest()
+    assert manifest.status == "complete"
+    replicas = manifest.server.replicas
+    assert [r.index for r in replicas] == [0, 1] and [r.slots for r in replicas] == [2, 2]
+    assert replicas[1].url.endswith(f":{int(replicas[0].url.rsplit(':', 1)[1]) + 1}")
+    records = [r for r in run.read_records() if not r.interrupted]
+    assert {r.replica for r in records if r.users == 1} == {0}
+    assert {r.replica for r in records if r.users == 4} == {0, 1}
+    assert all((run.path / f"llama-server-{index}.log").stat().st_size > 0 for index in (0, 1))
+    section = report.read_text().split("### Replicas\n\n", 1)[1].split("\n### ", 1)[0]
+    assert "2 llama-server replicas (0: http://127.0.0.1:" in section and "replica 1: share" in section

@@ -1,0 +1,57 @@
+"""The report's replicas section: how a run's load spread over several llama-server replicas.
+
+Why: the rig is one unit for tok/s, plans and dollars, but an uneven spread (a replica that served
+fewer users, or slower) is where the aggregate hides its cause. Each step gives every replica's share
+of the measured requests' output tokens and its tok/s over the window; a share further than a quarter
+from an even one is a warning.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tabulate import tabulate
+
+from analysis.report_model import RunSection
+
+UNEVEN = 0.25  # a share this far (relative) from 1/N is called uneven
+
+
+def replica_rows(section: RunSection) -> tuple[list[dict], list[str]]:
+    figures = section.figures
+    replicas = figures.run.manifest.server.replicas if figures.run.manifest.server else []
+    frame = figures.run.records
+    if len(replicas) < 2 or "replica" not in frame:
+        return [], []
+    rows, warnings = [], []
+    count = len(replicas)
+    measured = (frame["phase"] == "measure").to_numpy() & ~frame["interrupted"].to_numpy()
+    tokens = np.nan_to_num(frame["completion_tokens"].to_numpy(dtype=float))
+    replica = frame["replica"].to_numpy(dtype=float)
+    steps = frame["step"].to_numpy()
+    for step in figures.steps:
+        here = measured & (steps == step.index)
+        total = tokens[here].sum()
+        row: dict[str, object] = {"users" if step.rate is None else "req/s": step.load_label.split()[0]}
+        for index in range(count):
+            mine = tokens[here & (replica == index)].sum()
+            share = mine / total if total else 0.0
+            row[f"replica {index}: share"] = f"{share:.0%}"
+            row[f"replica {index}: tok/s ↑"] = f"{mine / step.window_seconds:,.1f}" if step.window_seconds else "-"
+            if total and abs(share * count - 1) > UNEVEN:
+                warnings.append(f"{step.load_label}: replica {index} served {share:.0%} of the output tokens "
+                                f"(an even share is {1 / count:.0%}): the spread is uneven")
+        rows.append(row)
+    return rows, warnings
+
+
+def replicas_section(section: RunSection) -> list[str]:
+    rows, warnings = replica_rows(section)
+    if not rows:
+        return []
+    replicas = section.figures.run.manifest.server.replicas  # type: ignore[union-attr]
+    where = ", ".join(f"{r.index}: {r.url}, {r.slots} slots" + (f", GPU {r.gpu}" if r.gpu is not None else "")
+                      for r in replicas)
+    lines = ["", "### Replicas", "", f"{len(replicas)} llama-server replicas ({where}); user i went to replica "
+             "i mod N. Share: of the measured requests' output tokens; tok/s: those tokens over the window.", "",
+             tabulate(rows, headers="keys", tablefmt="github"), ""]
+    return lines + [f"- {warning}" for warning in warnings] + ([""] if warnings else [])
