@@ -71,6 +71,7 @@ class LocalRigOptions:
     label: str | None = None
     pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
     drain_seconds: float = SWEEP_DRAIN_SECONDS  # the last window's requests run to their end (LoadSettings)
+    replicas: int | None = None  # llama-server processes sharing the slots (None: the profile's [server] replicas)
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -144,6 +145,10 @@ def prepare_server(
     """Build or reuse llama.cpp, write or find the model (and drafter), and make the server's command.
     ``port_source`` names the flag a given ``port`` came from, for the line that refuses it."""
     profile = load_profile(options.profile)
+    count = options.replicas or profile.server.replicas
+    source = "--replicas" if options.replicas else f"profile {profile.name!r}: [server] replicas"
+    if count > 1:  # a plan that cannot be kept is refused before anything is built or started
+        plan_replicas(merge_server_args(profile.server.args, options.server_overrides), count, 1, source=source)
     cache = cache_root()
     console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
     built = build_llama_cpp(
@@ -157,10 +162,10 @@ def prepare_server(
     server_args = profile.server_args(model_path, drafter_path)
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
-    if profile.server.replicas > 1:
-        plans = plan_replicas(server_args, profile.server.replicas, port or free_port(), gpus=gpu_indices(),
+    if count > 1:
+        plans = plan_replicas(server_args, count, port or free_port(), gpus=gpu_indices(),
                               placement=profile.server.replica_gpus, cores=sorted(os.sched_getaffinity(0)),
-                              source=f"profile {profile.name!r}: [server] replicas")
+                              source=source)
         replicas = ReplicaSet(built.binary("llama-server"), plans, port_source=port_source)
         return PreparedServer(profile, built, model, drafter, replicas.servers[0], server_args, replicas)
     server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source)

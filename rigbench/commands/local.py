@@ -69,6 +69,9 @@ def local(
     server_arg: list[str] = server_arg_option(),
     label: str | None = typer.Option(None, "--label", help="arm label, kept in the run id and manifest"),
     no_drafter: bool = no_drafter_option(),
+    replicas: int | None = typer.Option(
+        None, "--replicas", min=1, help="llama-server processes sharing the profile's slots, user i on replica i "
+        "mod N (default: the profile's [server] replicas)"),
 ) -> None:
     """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
     if backend not in BACKENDS:
@@ -99,6 +102,7 @@ def local(
             prompts=prompts,
             pin_slots=pin_slots,
             drain_seconds=drain,
+            replicas=replicas,
         )
     )
     typer.echo(str(report))

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from core.errors import LlamaCppError
 from core.signals import exit_status, signal_name, stop_signals_as_keyboard_interrupt
+from llamacpp.replica_set import ReplicaSet
 from llamacpp.server import LOOPBACK, check_port
 from rigbench.local_rig import LocalRigOptions, prepare_server
 from rigbench.options import (
@@ -50,6 +51,9 @@ def serve(
     drafter: Path | None = drafter_option(),
     no_drafter: bool = no_drafter_option(),
     server_arg: list[str] = server_arg_option(),
+    replicas: int | None = typer.Option(
+        None, "--replicas", min=1, help="llama-server processes sharing the profile's slots, on PORT, PORT+1, …; "
+        "one URL each on stdout (default: the profile's [server] replicas)"),
 ) -> None:
     """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
     # Before the build, which may take minutes: a busy port is refused at once. LocalServer checks
@@ -58,7 +62,7 @@ def serve(
     console = Console(stderr=True)
     options = LocalRigOptions(
         profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
-        server_overrides=server_overrides(server_arg),
+        server_overrides=server_overrides(server_arg), replicas=replicas,
     )
     with stop_signals_as_keyboard_interrupt():
         try:
@@ -72,6 +76,8 @@ def serve_until_stopped(options: LocalRigOptions, port: int, console: Console) -
     """Start the server, print its URL on stdout once it is healthy, and wait; it returns only by
     raising: a stop signal, or the server ending on its own."""
     prepared = prepare_server(options, console, port=port, port_source="--port")
+    if prepared.replicas is not None:
+        serve_replicas(prepared.replicas, prepared.profile.name, console)
     with prepared.server as server:
         console.print(f"llama-server for {prepared.profile.name} at {server.base_url} (log {server.log_path}); "
                       "Ctrl-C stops it")
@@ -82,3 +88,16 @@ def serve_until_stopped(options: LocalRigOptions, port: int, console: Console) -
     code = server.process.returncode
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited on its own with code {code}"
     raise LlamaCppError(f"llama-server at {server.base_url} {how}; its log: {server.log_path}")
+
+
+def serve_replicas(replicas: ReplicaSet, profile: str, console: Console) -> None:
+    """Every replica healthy, their URLs on stdout (one per line, in order), then wait; the first one that ends
+    on its own stops the others and is named."""
+    with replicas:
+        for url, server in zip(replicas.urls, replicas.servers, strict=True):
+            console.print(f"llama-server replica for {profile} at {url} (log {server.log_path})")
+        console.print("Ctrl-C stops them")
+        typer.echo("\n".join(replicas.urls))
+        while not (dead := replicas.dead()):
+            time.sleep(0.5)
+    raise LlamaCppError(dead[0])

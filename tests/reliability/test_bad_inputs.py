@@ -374,6 +374,22 @@ CASES = [
         ),
     ),
     Case(
+        "cli: local more replicas than slots",
+        lambda ws, url: cli("local", "--replicas", "8"),
+        (
+            "ProfileError: --replicas = 8 is more replicas than the 4 slot(s) of the server line (-np 4): each replica "
+            "needs a slot; raise -np or lower the replicas (exit 2)"
+        ),
+    ),
+    Case(
+        "cli: local replicas that do not divide the slots",
+        lambda ws, url: cli("local", "--replicas", "3"),
+        (
+            "ProfileError: --replicas = 3 does not divide the 4 slots (-np 4) evenly; give a count that does, so "
+            "every replica serves the same share (exit 2)"
+        ),
+    ),
+    Case(
         "cli: check a non-run folder",
         lambda ws, url: cli("check", "notes"),
         (

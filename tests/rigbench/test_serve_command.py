@@ -124,3 +124,24 @@ def test_serve_runs_until_ctrl_c_and_a_sweep_can_use_it(tmp_path: Path, llama_bu
     assert process.returncode == 130, stderr
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+@pytest.mark.integration
+def test_replicas_each_print_their_url_and_a_stop_signal_stops_them_all(tmp_path: Path, llama_build) -> None:
+    port = free_port()
+    process = subprocess.Popen([*serve_command(port), "--replicas", "2"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=in_folder(tmp_path),
+                               preexec_fn=default_stop_signals, start_new_session=True)
+    try:
+        urls = [process.stdout.readline().strip() for _ in range(2)]
+        assert urls == [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"], process.stderr.read()
+        assert [httpx.get(f"{url}/health", timeout=5).status_code for url in urls] == [200, 200]
+        children = psutil.Process(process.pid).children()
+        assert len(children) == 2
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 128 + signal.SIGTERM, stderr
+        assert not any(child.is_running() for child in children), "a replica outlived rigbench serve"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
