@@ -176,14 +176,28 @@ def _choices_as(
             f"{machine_name(rig)}: the price is of other hardware"
         )
     region = rig.region or DEFAULT_REGION
+    share = gpu_share(manifest, known.gpu_count, instance_type, warnings)
     choices = []
     for market in MARKETS:
         quote = book.find(instance_type, region, market)
         if quote is None:
             warnings.append(f"no {market} price for {instance_type} in {region}; left out")
         else:
-            choices.append(PriceChoice(per_gpu_share(quote, known.gpu_count), basis, known.gpu_count))
+            choices.append(PriceChoice(per_gpu_share(quote, share), basis, share))
     return choices
+
+
+def gpu_share(manifest: RunManifest, gpu_count: int, instance_type: str, warnings: list[str]) -> int:
+    """N of a 1/N share of the type: a run uses one GPU, or as many as its replicas were placed on; a count that
+    does not divide the type's GPUs is priced as the whole instance, said once."""
+    server = manifest.server
+    used = len({r.gpu for r in server.replicas if r.gpu is not None}) if server is not None else 0
+    used = max(used, 1)
+    if gpu_count % used:
+        warnings.append(f"the run used {used} GPUs, which do not divide {instance_type}'s {gpu_count}: priced as the "
+                        "whole instance")
+        return 1
+    return gpu_count // used
 
 
 def price_choices(

@@ -102,9 +102,14 @@ def cpu_window_joules(samples: Sequence[CpuEnergySample], start: float, end: flo
 
 
 def idle_power_w(samples: Sequence[GpuSample], before: float) -> float | None:
-    """The median power of the samples before the load began (None when the sampler started with it)."""
-    values = [s.power_w for s in samples if s.t < before and s.power_w is not None]
-    return float(np.median(values)) if values else None
+    """All GPUs' idle power together: the sum of each GPU's median power before the load began (None when the
+    sampler started with it)."""
+    medians = []
+    for series in by_gpu(samples).values():
+        values = [s.power_w for s in series if s.t < before and s.power_w is not None]
+        if values:
+            medians.append(float(np.median(values)))
+    return sum(medians) if medians else None
 
 
 def joules_per_token(joules: Sequence[float], tokens: Sequence[float]) -> Estimate:
@@ -216,7 +221,10 @@ def step_energy(gpu_samples: Sequence[GpuSample], cpu_samples: Sequence[CpuEnerg
                                  f"{spread.method} over {spread.n} sub-windows")
         else:
             per_token = Estimate(value, None, None, 1, "no sub-window interval (samples do not cover each)")
-    cpu_total = [value for value in cpu.values() if value is not None]
-    cpu_per_token = sum(cpu_total) / tokens if cpu_total and tokens > 0 else None
+    # packages and their DRAM: a package's core and uncore zones (and psys, the platform) are inside it
+    counted = [value for domain, value in cpu.items() if "/" not in domain and not domain.startswith("psys")
+               or domain.endswith("/dram")]
+    cpu_total = None if not counted or any(value is None for value in counted) else sum(counted)  # type: ignore[arg-type]
+    cpu_per_token = cpu_total / tokens if cpu_total is not None and tokens > 0 else None
     return StepEnergy(gpus=gpus, joules=joules, mean_w=mean_w, j_per_token=per_token, cpu_joules=cpu,
                       cpu_j_per_token=cpu_per_token)

@@ -49,7 +49,7 @@ def energy_section(section: RunSection, prices: EnergyPrices | None = None) -> l
     first_start = min((window.started_at for window in manifest.steps), default=None)
     idle = idle_power_w(read_gpu_samples(section.figures.run.path), first_start) if first_start else None
     if idle is not None:
-        lines.append(f"Idle power before the load: {idle:,.1f} W (all GPUs' median sample).")
+        lines.append(f"Idle power before the load: {idle:,.1f} W (each GPU's median sample, summed).")
     gpus = len(hardware.gpus)
     rows = []
     for step in steps:

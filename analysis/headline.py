@@ -93,11 +93,14 @@ def knee_sentence(steps: Sequence[StepFigures]) -> str:
     if knee is None:
         return ""
     measured = [step for step in steps if step.aggregate_tok_s.value is not None]
+    bare = [at(step) for step in measured if step.aggregate_tok_s.low is None or step.aggregate_tok_s.high is None]
+    caveat = (f" ({', '.join(bare)} had no interval: there the point value stands in for it, so noise is not "
+              "ruled out)") if bare else ""
     if knee is measured[-1]:
         return (f"Aggregate still gained beyond noise at the largest step, {at(knee)} (above the interval "
-                f"at {at(measured[-2])}): no knee within the sweep.")
+                f"at {at(measured[-2])}): no knee within the sweep{caveat}.")
     return (f"The knee is at {at(knee)}: no larger step's aggregate lies above its interval "
-            f"({figure(knee.aggregate_tok_s)} tok/s), so more load gained nothing beyond noise.")
+            f"({figure(knee.aggregate_tok_s)} tok/s), so more load gained nothing beyond noise{caveat}.")
 
 
 def floor_sentence(steps: Sequence[StepFigures], floor: float = PER_USER_FLOOR_TOK_S) -> str:

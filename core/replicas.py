@@ -67,6 +67,10 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
         raise ProfileError(f"{source} = {replicas} does not divide the {slots} slots (-np {slots}) evenly; give a "
                            "count that does, so every replica serves the same share")
     context = flag_value(args, "-c", "--ctx-size")
+    if replicas > 1 and context is None:
+        raise ProfileError(f"{source} = {replicas}: the server line has no -c, so each replica would get "
+                           "llama-server's whole default context and its slots more than the single server's; give -c "
+                           "(the rig's total, divided between the replicas)")
     if context is not None and int(context) % replicas:
         raise ProfileError(f"{source} = {replicas} does not divide -c {context} evenly (each slot keeps its context)")
     if replicas == 1:  # the server as the profile says, seeing every GPU and core as it always did

@@ -53,13 +53,17 @@ class NvmlSource:
         if count == 0:
             nvml.nvmlShutdown()
             raise NvmlUnavailable("NVML sees no GPU")
-        for index in range(count):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            name = nvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            energy = self._read(index, "energy_j", lambda h=handle: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            self.handles[index] = handle
-            self.devices.append(GpuDevice(index=index, name=name, energy_counter=energy is not None))
+        try:
+            for index in range(count):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                name = nvml.nvmlDeviceGetName(handle)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                energy = self._read(index, "energy_j", lambda h=handle: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+                self.handles[index] = handle
+                self.devices.append(GpuDevice(index=index, name=name, energy_counter=energy is not None))
+        except nvml.NVMLError as error:  # a GPU lost, or one this container may not open
+            self.close()
+            raise NvmlUnavailable(f"NVML could not open GPU {index} ({error})") from None
         return self.devices
 
     def _read(self, index: int, field: str, read: Callable[[], Any]) -> Any:

@@ -49,8 +49,11 @@ class HardwareSampler:
     """``with HardwareSampler(run_path) as sampler: …``; ``sampler.info`` is the manifest's account after."""
 
     def __init__(self, run_path: Path, interval_s: float = DEFAULT_INTERVAL_S, powercap: Path = POWERCAP,
-                 nvml: Callable[[], Any] | None = None) -> None:
+                 nvml: Callable[[], Any] | None = None, gpus: list[int] | None = None) -> None:
+        """``gpus``: the GPU indices the server uses (None: every GPU the driver lists); the others are not
+        the run's energy, however busy another job keeps them."""
         self.run_path = Path(run_path)
+        self.served = set(gpus) if gpus is not None else None
         self.interval_s = interval_s
         self.powercap = powercap
         self.nvml = nvml
@@ -74,6 +77,10 @@ class HardwareSampler:
 
     def start(self) -> None:
         self.gpu = open_gpu_source(self.interval_s, self.missing, self.nvml)
+        if self.gpu is not None and self.served is not None:
+            others = [d.index for d in self.gpu.devices if d.index not in self.served]
+            if others:
+                self.missing.append(f"GPU(s) {', '.join(map(str, others))}: not sampled, the server does not use them")
         rapl = RaplSource(self.powercap)
         self.cpu = rapl if rapl.open() else None
         self.missing.extend(rapl.missing)
@@ -102,7 +109,7 @@ class HardwareSampler:
 
     def _take(self, gpu_path: Path, cpu_path: Path) -> None:
         if self.gpu is not None:
-            gpu_samples = self.gpu.sample()
+            gpu_samples = [g for g in self.gpu.sample() if self.served is None or g.gpu in self.served]
             append_samples(gpu_path, gpu_samples)
             self.samples += len(gpu_samples)
         if self.cpu is not None:
@@ -126,7 +133,7 @@ class HardwareSampler:
             gpu_source=None if self.gpu is None else self.gpu.name,  # type: ignore[arg-type]
             cpu_source="rapl" if self.cpu is not None else None,
             interval_s=self.interval_s,
-            gpus=[] if self.gpu is None else self.gpu.devices,
+            gpus=[d for d in (self.gpu.devices if self.gpu else []) if self.served is None or d.index in self.served],
             missing=self.missing,
             samples=self.samples,
             started_at=self.started_at,

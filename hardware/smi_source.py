@@ -81,8 +81,11 @@ class SmiSource:
         self._cpu_seconds = 0.0
 
     def _query(self, fields: list[str], extra: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([self.executable, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-                               *extra], capture_output=True, text=True, timeout=30)
+        try:
+            return subprocess.run([self.executable, f"--query-gpu={','.join(fields)}",
+                                   "--format=csv,noheader,nounits", *extra], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as error:  # a driver that hangs, a binary that cannot run
+            raise SmiUnavailable(f"nvidia-smi did not answer ({error})") from None
 
     def open(self) -> list[GpuDevice]:
         """One query first: it names the GPUs and finds the fields this driver does not know."""

@@ -107,7 +107,9 @@ def settings_from(options: Any) -> LoadSettings:
     check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
     if options.drain < 0:
         raise UsageError(f"--drain: expected seconds >= 0, found {options.drain:g}")
-    replica_hosts(options)  # a malformed --replicas is refused with the rest, before any server is asked
+    if len(replica_hosts(options)) > 1 and options.pin_slots:  # a malformed --replicas is refused here too
+        raise UsageError("--pin-slots with --replicas: slot i exists on one server, not on each replica; leave one "
+                         "out")
     return LoadSettings(
         user_steps=user_steps,
         rate_steps=rate_steps,

@@ -91,14 +91,24 @@ def put_earlier(c: Connection, local: Path, remote: str, manifest: str) -> bool:
 
 
 def prepare_on_rig(c: Connection, paths: RigPaths, what: str, rigbench: str | None, questions: Path,
-                   extra: list[str] | None, local: Path, manifest: str) -> tuple[str, str, list[str]]:
+                   extra: list[str] | None, local: Path, manifest: str,
+                   stack_outputs: dict | None = None) -> tuple[str, str, list[str]]:
     """rigbench on the rig, the question files there, and what came home earlier put back: the rig's
-    rigbench, the remote question file and the options pointing at the rig's copies."""
+    rigbench, the remote question file and the options pointing at the rig's copies. What came home from
+    another instance type (a fallback) is set aside, not resumed: one ladder holds one machine's answers."""
     rigbench = rigbench or rig_rigbench(paths)
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"{what}: no rigbench at {rigbench} on the rig; run the project step first")
     remote_questions, options = put_question_files(c, paths, questions, list(extra or []))
-    put_earlier(c, local, f"{paths.runs}/{local.name}", manifest)
+    earlier = folder_rig(local) if local.is_dir() else None
+    now = (stack_outputs or {}).get("instanceType")
+    if earlier is not None and earlier.instance_type and now and earlier.instance_type != now:
+        aside = local.with_name(f"{local.name}.{earlier.instance_type}")
+        local.rename(aside)
+        print(f"[resume] {local.name} came from a {earlier.instance_type}, this rig is a {now}: kept as "
+              f"{aside.name}, started afresh", flush=True)
+    else:
+        put_earlier(c, local, f"{paths.runs}/{local.name}", manifest)
     return rigbench, remote_questions, options
 
 
@@ -145,7 +155,7 @@ def ladder(
     ``local_runs``. A ladder of that name already here and not on the rig (its rig was destroyed) is put back
     first, so it resumes rung by rung."""
     rigbench, remote_questions, extra = prepare_on_rig(c, paths, "ladder", rigbench, questions, extra,
-                                                       Path(local_runs) / name, LADDER_MANIFEST)
+                                                       Path(local_runs) / name, LADDER_MANIFEST, stack_outputs)
     command = [rigbench, "quality", "ladder", source, "--questions", remote_questions, "--out",
                f"{paths.runs}/{name}", "--rungs", rungs, *extra]
     run_on_rig(c, "ladder", command, f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}", name, timeout)
@@ -168,7 +178,7 @@ def evaluate(
     """Run ``rigbench quality eval --url URL`` on the rig (its own served model) into ``<runs>/<name>``; copy
     that folder into ``local_runs`` (resumed like the ladder)."""
     rigbench, remote_questions, extra = prepare_on_rig(c, paths, "eval", rigbench, questions, extra,
-                                                       Path(local_runs) / name, EVAL_MANIFEST)
+                                                       Path(local_runs) / name, EVAL_MANIFEST, stack_outputs)
     command = [rigbench, "quality", "eval", "--url", url, "--questions", remote_questions, "--out",
                f"{paths.runs}/{name}", *extra]
     run_on_rig(c, "eval", command, "", name, timeout)

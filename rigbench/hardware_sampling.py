@@ -10,6 +10,7 @@ never measured from here.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -58,9 +59,26 @@ def sampled_hardware(run: RunDir, url: str, interval_s: float = DEFAULT_INTERVAL
             "tunnel to one)"]))
         yield None
         return
-    sampler = HardwareSampler(run.path, interval_s=interval_s)
-    sampler.start()
+    sampler = HardwareSampler(run.path, interval_s=interval_s, gpus=served_gpus(run))
+    try:
+        sampler.start()
+    except Exception as error:  # noqa: BLE001 - the sampler must never fail the run it would measure
+        run.update_manifest(hardware=HardwareInfo(interval_s=interval_s, missing=[
+            f"GPU and CPU energy: the sampler did not start ({type(error).__name__}: {error})"]))
+        yield None
+        return
     try:
         yield sampler
     finally:
         run.update_manifest(hardware=sampler.stop())
+
+
+def served_gpus(run: RunDir) -> list[int] | None:
+    """The GPUs the run's server uses: its replicas' GPUs, else this process's CUDA_VISIBLE_DEVICES (the server
+    inherits it), else every GPU (None)."""
+    server = run.read_manifest().server
+    placed = sorted({r.gpu for r in server.replicas if r.gpu is not None}) if server is not None else []
+    if placed:
+        return placed
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    return [int(v) for v in visible] if visible and all(v.strip().isdigit() for v in visible) else None

@@ -80,7 +80,9 @@ def split_args(text: str, flag: str, study: str) -> list[str]:
         argv = shlex.split(text)
     except ValueError as error:
         raise CloudError(f"{flag}: cannot split {text!r} ({error})") from None
-    owned = [word.split("=")[0] for word in argv if word.split("=")[0] in LOOP_OWNED[study]]
+    aliases = {alias for param in _command(study).params if set(getattr(param, "opts", [])) & set(LOOP_OWNED[study])
+               for alias in param.opts}  # -p is --profile too
+    owned = [word.split("=")[0] for word in argv if word.split("=")[0] in aliases]
     if owned:
         raise CloudError(f"{flag}: {owned[0]} is set by the loop, the same on every rig (the questions and rungs "
                          "through `rigbench cloud run --questions/--rungs`, the rig's own server and folder); "

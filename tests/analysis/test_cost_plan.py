@@ -252,3 +252,23 @@ def test_run_cost_counts_from_the_rig_launch_including_setup(kit):
     # launched 07:50, run ended 09:00 -> 70 minutes, setup and build included
     assert seconds == 70 * 60
     assert "setup and build included" in basis and warnings == []
+
+
+def test_a_run_on_replicas_is_priced_as_the_share_of_the_gpus_it_used() -> None:
+    from analysis.cost import gpu_share
+    from core.rundir import RunManifest
+    from core.rundir.models import ReplicaInfo, ServerInfo
+
+    def placed(*gpus: int | None) -> RunManifest:
+        replicas = [ReplicaInfo(index=i, url=f"http://127.0.0.1:{8080 + i}", slots=8, gpu=gpu)
+                    for i, gpu in enumerate(gpus)]
+        return RunManifest(run_id="r", created_at="2026-12-03T00:00:00+00:00", profile="p",
+                           server=ServerInfo(args=[], host="127.0.0.1", port=8080, replicas=replicas))
+
+    warnings: list[str] = []
+    assert gpu_share(placed(), 8, "p5en.48xlarge", warnings) == 8, "one server: one GPU's share"
+    assert gpu_share(placed(0, 1, 0, 1), 8, "p5en.48xlarge", warnings) == 4, "two GPUs used: a quarter"
+    assert gpu_share(placed(0, 0), 8, "p5en.48xlarge", warnings) == 8, "replicas sharing one GPU: one GPU"
+    assert warnings == []
+    assert gpu_share(placed(0, 1, 2), 8, "p5en.48xlarge", warnings) == 1
+    assert warnings == ["the run used 3 GPUs, which do not divide p5en.48xlarge's 8: priced as the whole instance"]

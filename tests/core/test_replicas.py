@@ -37,6 +37,7 @@ def test_shared_placement_threads_the_profile_pins_and_one_replica_unchanged() -
     (3, LINE, None, "does not divide the 64 slots"),
     (2, ["-np", "4", "-c", "4097"], None, "does not divide -c 4097"),
     (4, LINE, [0, 1], "more replicas than the 2 CPU core"),
+    (2, ["-np", "4"], None, "has no -c, so each replica would get llama-server's whole default context"),
 ])
 def test_a_plan_that_cannot_be_kept_is_refused_in_one_line(replicas: int, line: list[str], cores: list[int] | None,
                                                           message: str) -> None:

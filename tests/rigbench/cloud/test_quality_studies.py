@@ -69,6 +69,8 @@ def test_quality_options_without_their_study_and_a_study_without_questions_are_r
         quality_settings(["sweep", "ladder"], None, "F16", "", "", None)
     with pytest.raises(CloudError, match="^--eval-args: only the eval study uses it"):
         quality_settings(["ladder"], questions, "F16", "", "--max-tokens 8", None)
+    with pytest.raises(CloudError, match="^--eval-args: -p is set by the loop"):
+        quality_settings(["eval"], questions, "F16", "", "-p tiny", None)
     with pytest.raises(CloudError, match="^--eval-args: --url is set by the loop"):
         quality_settings(["eval"], questions, "F16", "", "--url http://elsewhere:8080", None)
     with pytest.raises(CloudError, match="^--questions: .*missing.jsonl is not a file here"):
