@@ -37,12 +37,41 @@ class WindowEnergy:
     peak_w: float | None
 
 
-def _series(samples: Sequence[GpuSample], field: str) -> tuple[np.ndarray, np.ndarray]:
-    pairs = sorted((s.t, getattr(s, field)) for s in samples if getattr(s, field) is not None)
-    if not pairs:
-        return np.array([]), np.array([])
-    times, values = zip(*pairs, strict=True)
-    return np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+TRACE_FIELDS = ("power_w", "energy_j", "sm_util_pct", "memory_used_mib")
+
+
+@dataclass(frozen=True)
+class GpuTrace:
+    """One GPU's samples as arrays sorted by time (NaN where a sample lacks a field), made once per run: a
+    step's window and each of its sub-windows then read slices of them instead of sorting the samples again."""
+
+    gpu: int
+    t: np.ndarray
+    fields: dict[str, np.ndarray]
+
+    def series(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of the samples that carry ``field``."""
+        values = self.fields[field]
+        given = ~np.isnan(values)
+        return self.t[given], values[given]
+
+    def within(self, field: str, start: float, end: float) -> np.ndarray:
+        times, values = self.series(field)
+        return values[(times >= start) & (times <= end)]
+
+
+def gpu_traces(samples: Sequence[GpuSample]) -> dict[int, GpuTrace]:
+    """Every GPU's trace, by GPU index."""
+    grouped: dict[int, list[GpuSample]] = defaultdict(list)
+    for sample in samples:
+        grouped[sample.gpu].append(sample)
+    traces = {}
+    for gpu, series in sorted(grouped.items()):
+        series.sort(key=lambda sample: sample.t)
+        fields = {name: np.asarray([np.nan if getattr(s, name) is None else getattr(s, name) for s in series],
+                                   dtype=float) for name in TRACE_FIELDS}
+        traces[gpu] = GpuTrace(gpu, np.asarray([s.t for s in series], dtype=float), fields)
+    return traces
 
 
 def _covers(times: np.ndarray, start: float, end: float) -> bool:
@@ -67,25 +96,18 @@ def integrated_joules(times: np.ndarray, power: np.ndarray, start: float, end: f
     return float(np.trapezoid(p, t))
 
 
-def gpu_window_energy(samples: Sequence[GpuSample], start: float, end: float) -> WindowEnergy:
+def gpu_window_energy(trace: GpuTrace | None, start: float, end: float) -> WindowEnergy:
     """One GPU over [start, end]: the counter where it covers the window, else integrated power."""
-    power_t, power = _series(samples, "power_w")
-    inside = power[(power_t >= start) & (power_t <= end)]
+    if trace is None:
+        return WindowEnergy(None, "no samples", None, None)
+    inside = trace.within("power_w", start, end)
     mean_w = float(inside.mean()) if len(inside) else None
     peak_w = float(inside.max()) if len(inside) else None
-    counter_t, counter = _series(samples, "energy_j")
-    joules = counter_joules(counter_t, counter, start, end)
+    joules = counter_joules(*trace.series("energy_j"), start, end)
     if joules is not None:
         return WindowEnergy(joules, "counter", mean_w, peak_w)
-    joules = integrated_joules(power_t, power, start, end)
+    joules = integrated_joules(*trace.series("power_w"), start, end)
     return WindowEnergy(joules, "integrated power" if joules is not None else "no samples", mean_w, peak_w)
-
-
-def by_gpu(samples: Sequence[GpuSample]) -> dict[int, list[GpuSample]]:
-    grouped: dict[int, list[GpuSample]] = defaultdict(list)
-    for sample in samples:
-        grouped[sample.gpu].append(sample)
-    return dict(sorted(grouped.items()))
 
 
 def cpu_window_joules(samples: Sequence[CpuEnergySample], start: float, end: float) -> dict[str, float | None]:
@@ -101,13 +123,14 @@ def cpu_window_joules(samples: Sequence[CpuEnergySample], start: float, end: flo
     return found
 
 
-def idle_power_w(samples: Sequence[GpuSample], before: float) -> float | None:
+def idle_power_w(traces: dict[int, GpuTrace], before: float) -> float | None:
     """All GPUs' idle power together: the sum of each GPU's median power before the load began (None when the
     sampler started with it)."""
     medians = []
-    for series in by_gpu(samples).values():
-        values = [s.power_w for s in series if s.t < before and s.power_w is not None]
-        if values:
+    for trace in traces.values():
+        times, power = trace.series("power_w")
+        values = power[times < before]
+        if len(values):
             medians.append(float(np.median(values)))
     return sum(medians) if medians else None
 
@@ -118,13 +141,13 @@ def joules_per_token(joules: Sequence[float], tokens: Sequence[float]) -> Estima
     return intervals.ratio_of_sums(np.asarray(joules, dtype=float), np.asarray(tokens, dtype=float))
 
 
-def sub_window_joules(samples: Sequence[GpuSample], edges: Sequence[float]) -> list[float] | None:
+def sub_window_joules(traces: dict[int, GpuTrace], edges: Sequence[float]) -> list[float] | None:
     """All GPUs' joules per sub-window between consecutive ``edges``; None when any GPU's samples do not cover
     a sub-window."""
     per_window = np.zeros(len(edges) - 1)
-    for series in by_gpu(samples).values():
+    for trace in traces.values():
         for index, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-            energy = gpu_window_energy(series, a, b).joules
+            energy = gpu_window_energy(trace, a, b).joules
             if energy is None:
                 return None
             per_window[index] += energy
@@ -180,27 +203,27 @@ class StepEnergy(BaseModel):
     cpu_j_per_token: float | None = None
 
 
-def _mean(samples: Sequence[GpuSample], field: str, start: float, end: float) -> float | None:
-    values = [getattr(s, field) for s in samples if start <= s.t <= end and getattr(s, field) is not None]
-    return float(np.mean(values)) if values else None
+def _mean(trace: GpuTrace, field: str, start: float, end: float) -> float | None:
+    values = trace.within(field, start, end)
+    return float(values.mean()) if len(values) else None
 
 
-def _most(samples: Sequence[GpuSample], field: str, start: float, end: float) -> float | None:
-    values = [getattr(s, field) for s in samples if start <= s.t <= end and getattr(s, field) is not None]
-    return float(np.max(values)) if values else None
+def _most(trace: GpuTrace, field: str, start: float, end: float) -> float | None:
+    values = trace.within(field, start, end)
+    return float(values.max()) if len(values) else None
 
 
-def step_energy(gpu_samples: Sequence[GpuSample], cpu_samples: Sequence[CpuEnergySample], start: float,
+def step_energy(traces: dict[int, GpuTrace], cpu_samples: Sequence[CpuEnergySample], start: float,
                 end: float, tokens: float, sub_window_tokens: Sequence[float]) -> StepEnergy | None:
     """The window's energy, or None when no sample reaches into it. ``tokens``: the step's output tokens (as
     its aggregate counts them); ``sub_window_tokens``: the same window cut into equal sub-windows, whose
     J/token ratios give the interval (scaled so that its value is the window's own)."""
     gpus = []
-    for index, series in by_gpu(gpu_samples).items():
-        window = gpu_window_energy(series, start, end)
+    for index, trace in traces.items():
+        window = gpu_window_energy(trace, start, end)
         gpus.append(GpuStepEnergy(gpu=index, joules=window.joules, method=window.method, mean_w=window.mean_w,
-                                  peak_w=window.peak_w, sm_util_pct=_mean(series, "sm_util_pct", start, end),
-                                  memory_used_mib=_most(series, "memory_used_mib", start, end)))
+                                  peak_w=window.peak_w, sm_util_pct=_mean(trace, "sm_util_pct", start, end),
+                                  memory_used_mib=_most(trace, "memory_used_mib", start, end)))
     cpu = cpu_window_joules(cpu_samples, start, end)
     if not gpus and not cpu:
         return None
@@ -211,7 +234,7 @@ def step_energy(gpu_samples: Sequence[GpuSample], cpu_samples: Sequence[CpuEnerg
     per_token = None
     if joules is not None and tokens > 0:
         edges = np.linspace(start, end, len(sub_window_tokens) + 1)
-        sub_joules = sub_window_joules(gpu_samples, edges.tolist())
+        sub_joules = sub_window_joules(traces, edges.tolist())
         value = joules / tokens
         if sub_joules is not None:
             spread = joules_per_token(sub_joules, sub_window_tokens)

@@ -15,11 +15,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis.energy import by_gpu  # noqa: E402
 from analysis.plots import DPI, SINGLE_SIZE, STYLE, PlotSpec, _colour, _save, draw_lines  # noqa: E402
 from analysis.report_model import RunSection  # noqa: E402
 from analysis.run_name import run_names  # noqa: E402
-from core.rundir.hardware import read_gpu_samples  # noqa: E402
 
 J_PER_TOKEN = PlotSpec("Energy per output token, all GPUs (lower is better)", "joules per output token (J)")
 
@@ -30,17 +28,16 @@ def _sampled(sections: list[RunSection]) -> list[RunSection]:
 
 def draw_power_over_time(path: Path, section: RunSection, label: str) -> None:
     """All GPUs' power together over the run, the step windows shaded, each window's tok/s on a twin axis."""
-    series = {gpu: [(s.t, s.power_w) for s in samples if s.power_w is not None]
-              for gpu, samples in by_gpu(read_gpu_samples(section.figures.run.path)).items()}
-    series = {gpu: points for gpu, points in series.items() if len(points) >= 2}
+    series = [trace.series("power_w") for trace in section.figures.gpu_traces.values()]
+    series = [(times, power) for times, power in series if len(times) >= 2]
     if not series:
         return
-    t0 = min(points[0][0] for points in series.values())
-    end = max(points[-1][0] for points in series.values())
+    t0 = min(times[0] for times, _ in series)
+    end = max(times[-1] for times, _ in series)
     interval = section.figures.run.manifest.hardware.interval_s if section.figures.run.manifest.hardware else 0.1
     grid = np.arange(t0, end, interval)
     # each GPU's power on one grid, then summed: samples of different GPUs do not share instants
-    total = sum(np.interp(grid, [t for t, _ in points], [w for _, w in points]) for points in series.values())
+    total = sum(np.interp(grid, times, power) for times, power in series)
     with plt.rc_context(STYLE):
         figure, axes = plt.subplots(figsize=SINGLE_SIZE, dpi=DPI, layout="constrained")
         axes.plot(grid - t0, total, color=_colour(0), linewidth=1.0)

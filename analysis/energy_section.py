@@ -12,10 +12,9 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from analysis.cost import dollars_per_mtok
-from analysis.energy import EnergyPrices, card_usd_per_hour, electricity_usd_per_mtok, idle_power_w
+from analysis.energy import EnergyPrices, card_usd_per_hour, electricity_usd_per_mtok
 from analysis.intervals import Estimate
 from analysis.report_model import RunSection
-from core.rundir.hardware import read_gpu_samples
 
 TITLE = "### Energy"
 
@@ -46,8 +45,7 @@ def energy_section(section: RunSection, prices: EnergyPrices | None = None) -> l
     sampled = [name for name in (hardware.gpu_source, hardware.cpu_source) if name]
     lines.append(f"Sampled with {' and '.join(sampled)} every {hardware.interval_s * 1000:.0f} ms"
                  + (f"; the sampler took {share:.2%} of one core" if share is not None else "") + ".")
-    first_start = min((window.started_at for window in manifest.steps), default=None)
-    idle = idle_power_w(read_gpu_samples(section.figures.run.path), first_start) if first_start else None
+    idle = section.figures.idle_power_w
     if idle is not None:
         lines.append(f"Idle power before the load: {idle:,.1f} W (each GPU's median sample, summed).")
     gpus = len(hardware.gpus)

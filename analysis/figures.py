@@ -76,7 +76,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals
-from analysis.energy import StepEnergy, step_energy
+from analysis.energy import GpuTrace, StepEnergy, gpu_traces, idle_power_w, step_energy
 from analysis.intervals import Estimate
 from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.step import StepFigures
@@ -85,7 +85,7 @@ from core.errors import AnalysisError
 from core.lists import seconds_per_step
 from core.load_reached import MARK_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
 from core.rundir import RunManifest, StepWindow, TelemetrySnapshot
-from core.rundir.hardware import CpuEnergySample, GpuSample, read_cpu_energy_samples, read_gpu_samples
+from core.rundir.hardware import CpuEnergySample, read_cpu_energy_samples, read_gpu_samples
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
@@ -100,6 +100,8 @@ class RunFigures:
     warnings: list[str] = field(default_factory=list)
     token_methods: dict[str, int] = field(default_factory=dict)  # requests of the whole run per method
     decode_calls_per_s: dict[int, float] = field(default_factory=dict)  # step index -> llama-server decode calls/s
+    gpu_traces: dict[int, GpuTrace] = field(default_factory=dict)  # the run's GPU samples, read once (hardware/)
+    idle_power_w: float | None = None  # all GPUs' power before the load began, where the run sampled it
 
     @property
     def open_loop(self) -> bool:
@@ -474,7 +476,7 @@ def window_on_schedule(manifest: RunManifest, window: StepWindow) -> bool:
     return window.index < len(windows) and abs(length - windows[window.index]) < SCHEDULE_TOLERANCE_S
 
 
-def window_energy(requests: Requests, figures: StepFigures, gpu_samples: list[GpuSample],
+def window_energy(requests: Requests, figures: StepFigures, traces: dict[int, GpuTrace],
                   cpu_samples: list[CpuEnergySample]) -> StepEnergy | None:
     """The step's energy over its window, per output token against the tokens its aggregate counted; the
     interval's sub-windows are the aggregate's, their tokens spread over each request's span."""
@@ -483,7 +485,7 @@ def window_energy(requests: Requests, figures: StepFigures, gpu_samples: list[Gp
     edges = np.linspace(start, end, SUB_WINDOWS + 1)
     t_first, t_last, tokens = (requests[name][near] for name in ("t_first_token", "t_last_token", "output_tokens"))
     sub_tokens = [tokens_in_window(t_first, t_last, tokens, a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    return step_energy(gpu_samples, cpu_samples, start, end, figures.output_tokens, sub_tokens)
+    return step_energy(traces, cpu_samples, start, end, figures.output_tokens, sub_tokens)
 
 
 def run_figures(run: LoadedRun) -> RunFigures:
@@ -515,7 +517,7 @@ def run_figures(run: LoadedRun) -> RunFigures:
         )
     steps = []
     max_tokens = manifest.load.max_tokens if manifest.load else None
-    gpu_samples, cpu_samples = read_gpu_samples(run.path), read_cpu_energy_samples(run.path)
+    traces, cpu_samples = gpu_traces(read_gpu_samples(run.path)), read_cpu_energy_samples(run.path)
     for window in manifest.steps:
         name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
             f"step {window.index} ({window.users} users)"
@@ -527,8 +529,8 @@ def run_figures(run: LoadedRun) -> RunFigures:
                                window_on_schedule(manifest, window))
         if window.rate is None and figures.completed_in_window < window.users:
             warnings.append(short_window_warning(frame, figures, max_tokens))
-        if gpu_samples or cpu_samples:
-            figures.energy = window_energy(requests, figures, gpu_samples, cpu_samples)
+        if traces or cpu_samples:
+            figures.energy = window_energy(requests, figures, traces, cpu_samples)
         if figures.cut_counted_by_chunks:
             warnings.append(
                 f"{name}: aggregate tok/s counts {figures.cut_counted_by_chunks} cut request(s) by their content "
@@ -546,5 +548,8 @@ def run_figures(run: LoadedRun) -> RunFigures:
             f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "
             f"status {manifest.status}); the sweep stopped before a measure phase ended: re-run the load test"
         )
+    load_began = min((window.started_at for window in manifest.steps), default=None)
     return RunFigures(run, steps, warnings, token_methods=method_counts(requests.method),
-                      decode_calls_per_s=decode_call_rates(run.telemetry, [step.index for step in steps]))
+                      decode_calls_per_s=decode_call_rates(run.telemetry, [step.index for step in steps]),
+                      gpu_traces=traces,
+                      idle_power_w=idle_power_w(traces, load_began) if traces and load_began else None)

@@ -11,6 +11,7 @@ from analysis.energy import (
     card_usd_per_hour,
     cpu_window_joules,
     electricity_usd_per_mtok,
+    gpu_traces,
     gpu_window_energy,
     idle_power_w,
     joules_per_token,
@@ -23,6 +24,11 @@ from analysis.prices import PriceQuote
 from core.rundir.hardware import GPU_SAMPLES, CpuEnergySample, GpuSample, append_samples, shard
 
 
+def trace(samples: list[GpuSample]):
+    """One GPU's samples as the trace analysis reads (None without any)."""
+    return gpu_traces(samples).get(0)
+
+
 def steady(watts: float, start: float, end: float, every: float = 0.1, gpu: int = 0, counter: bool = True,
            joules0: float = 1_000.0) -> list[GpuSample]:
     """A GPU drawing ``watts`` from ``start`` to ``end``, sampled every ``every`` s."""
@@ -33,10 +39,10 @@ def steady(watts: float, start: float, end: float, every: float = 0.1, gpu: int 
 
 def test_the_counter_and_integrated_power_agree_on_steady_power_with_edges_between_samples() -> None:
     samples = steady(300.0, 100.0, 110.0)
-    by_counter = gpu_window_energy(samples, 101.05, 108.95)
+    by_counter = gpu_window_energy(trace(samples), 101.05, 108.95)
     assert by_counter.method == "counter" and by_counter.joules == pytest.approx(300.0 * 7.9)
     no_counter = [s.model_copy(update={"energy_j": None}) for s in samples]
-    by_power = gpu_window_energy(no_counter, 101.05, 108.95)
+    by_power = gpu_window_energy(trace(no_counter), 101.05, 108.95)
     assert by_power.method == "integrated power" and by_power.joules == pytest.approx(300.0 * 7.9)
     assert (by_power.mean_w, by_power.peak_w) == (300.0, 300.0)
 
@@ -45,33 +51,33 @@ def test_the_counter_sees_a_burst_between_samples_that_power_samples_miss() -> N
     """Power sampled at the wrong instants misses a burst; the card's counter does not."""
     samples = steady(100.0, 0.0, 10.0, every=1.0)
     burst = [s.model_copy(update={"energy_j": s.energy_j + (500.0 if s.t >= 5 else 0.0)}) for s in samples]
-    window = gpu_window_energy(burst, 0.0, 10.0)
+    window = gpu_window_energy(trace(burst), 0.0, 10.0)
     assert window.method == "counter" and window.joules == pytest.approx(1000.0 + 500.0)
-    assert gpu_window_energy([s.model_copy(update={"energy_j": None}) for s in burst], 0.0, 10.0).joules == \
+    assert gpu_window_energy(trace([s.model_copy(update={"energy_j": None}) for s in burst]), 0.0, 10.0).joules == \
         pytest.approx(1000.0)
 
 
 def test_a_window_the_samples_do_not_cover_has_no_energy() -> None:
     samples = steady(200.0, 5.0, 10.0)
-    assert gpu_window_energy(samples, 4.0, 9.0).joules is None
-    assert gpu_window_energy([], 4.0, 9.0).method == "no samples"
+    assert gpu_window_energy(trace(samples), 4.0, 9.0).joules is None
+    assert gpu_window_energy(trace([]), 4.0, 9.0).method == "no samples"
 
 
 def test_joules_per_token_is_a_ratio_of_sums_over_sub_windows_with_its_interval() -> None:
     two_gpus = steady(300.0, 0.0, 12.0) + steady(100.0, 0.0, 12.0, gpu=1)
     edges = np.linspace(1.0, 11.0, 6)
-    joules = sub_window_joules(two_gpus, edges)
+    joules = sub_window_joules(gpu_traces(two_gpus), edges)
     assert joules == pytest.approx([800.0] * 5), "both GPUs' energy in each 2 s sub-window"
     estimate = joules_per_token(joules, [400.0, 410.0, 390.0, 400.0, 400.0])
     assert estimate.value == pytest.approx(4000.0 / 2000.0)
     assert estimate.low < estimate.value < estimate.high and estimate.n == 5
-    assert sub_window_joules(two_gpus, [11.0, 13.0]) is None, "a sub-window past the samples"
+    assert sub_window_joules(gpu_traces(two_gpus), [11.0, 13.0]) is None, "a sub-window past the samples"
 
 
 def test_idle_power_is_the_median_before_the_load() -> None:
     samples = steady(80.0, 0.0, 3.0) + steady(400.0, 3.05, 6.0)
-    assert idle_power_w(samples, before=3.0) == 80.0
-    assert idle_power_w(samples, before=0.0) is None
+    assert idle_power_w(gpu_traces(samples), before=3.0) == 80.0
+    assert idle_power_w(gpu_traces(samples), before=0.0) is None
 
 
 def test_cpu_energy_per_domain_from_its_counter() -> None:
