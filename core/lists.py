@@ -34,8 +34,9 @@ RATES_HELP = (
     "arrival rates in requests per second, one step each (an open loop: requests arrive on a seeded schedule "
     "whatever the server's state), e.g. 1,2,4,8; instead of --steps"
 )
-ARRIVALS = ("poisson", "constant")
-ARRIVAL_HELP = "open-loop arrivals: poisson (exponential gaps) or constant (evenly spaced)"
+ARRIVALS = ("poisson", "constant", "gamma")
+ARRIVAL_HELP = ("open-loop arrivals: poisson (exponential gaps), constant (evenly spaced) or gamma:SHAPE (gamma gaps; "
+                "shape below 1 is burstier than poisson, e.g. gamma:0.25)")
 ARRIVAL_SEED_HELP = "seed of the poisson arrival schedule (the same seed gives the same arrival times)"
 MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
 # The option that fills each field of a sweep's load settings (core.rundir.LoadSettings), in every command
@@ -55,6 +56,13 @@ LOAD_FLAGS = {
     "processes": "--processes",
     "pin_slots": "--pin-slots",
     "drain_seconds": "--drain",
+    "arrival_shape": "--arrival",
+    "sessions": "--sessions",
+    "prompt_length": "--prompt-length",
+    "output_length": "--output-length",
+    "trace": "--trace",
+    "workload_seed": "--workload-seed",
+    "slo": "--slo",
 }
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
@@ -137,10 +145,24 @@ def parse_choices(text: str, option: str, choices: tuple[str, ...], *, example: 
 
 
 def parse_arrival(text: str, option: str = "--arrival") -> str:
-    """``poisson`` or ``constant``: how an open-loop step's arrivals are spaced."""
-    if text not in ARRIVALS:
-        raise UsageError(f"{option}: expected poisson or constant, found {text!r}")
-    return text
+    """``poisson``, ``constant`` or ``gamma:SHAPE``: how an open-loop step's arrivals are spaced
+    (the kind; ``parse_arrival_shape`` reads gamma's shape)."""
+    kind = text.partition(":")[0]
+    if kind not in ARRIVALS or (kind == "gamma") != (":" in text):
+        raise UsageError(f"{option}: expected poisson, constant or gamma:SHAPE (e.g. gamma:0.25), found {text!r}")
+    parse_arrival_shape(text, option)
+    return kind
+
+
+def parse_arrival_shape(text: str, option: str = "--arrival") -> float | None:
+    """Gamma arrivals' shape k from ``gamma:K`` (gaps with a coefficient of variation 1/sqrt(k)); None
+    for the other kinds."""
+    kind, _, shape = text.partition(":")
+    if kind != "gamma":
+        return None
+    if not NUMBER.fullmatch(shape.strip()) or float(shape) <= 0:
+        raise UsageError(f"{option}: gamma's shape must be a number above 0, e.g. gamma:0.25; found {text!r}")
+    return float(shape)
 
 
 def parse_seconds(text: str, option: str, *, example: str = "30 or 8,8,10,20") -> float | list[float]:

@@ -20,7 +20,6 @@ from core.errors import UsageError
 from core.lists import (
     ARRIVAL_HELP,
     ARRIVAL_SEED_HELP,
-    ARRIVALS,
     DEFAULT_USER_STEPS,
     DRAIN_HELP,
     MEASURE_HELP,
@@ -33,13 +32,27 @@ from core.lists import (
     SWEEP_WARMUP_SECONDS,
     check_pin_slots,
     parse_arrival,
+    parse_arrival_shape,
     parse_load_steps,
     parse_seconds,
     seconds_per_step,
 )
 from core.rundir import LoadSettings
+from core.rundir.models import SessionSettings, TraceSource
+from core.workload import (
+    LENGTH_EXAMPLE,
+    format_length,
+    format_slo,
+    parse_length,
+    parse_slo,
+    parse_think,
+    parse_turns,
+)
 from loadtest.schedule import Stage, stages_for
+from loadtest.trace import trace_rate, trace_source
 
+TURNS_DEFAULT = "1-4"
+THINK_DEFAULT = "exponential:3"
 # The one Locust request entry a request makes (the error-rate rule reads it back).
 LOCUST_REQUEST_TYPE = "POST"
 LOCUST_REQUEST_NAME = "/v1/chat/completions (size: output tokens)"
@@ -55,7 +68,7 @@ def add_arguments(parser: Any) -> None:
     add = parser.add_argument
     add("--steps", default="", help=STEPS_HELP)  # neither --steps nor --rates: DEFAULT_USER_STEPS
     add("--rates", default="", help=RATES_HELP)
-    add("--arrival", default=setting_default("arrival"), choices=list(ARRIVALS), help=ARRIVAL_HELP)
+    add("--arrival", default=setting_default("arrival"), help=ARRIVAL_HELP)
     add("--arrival-seed", type=int, default=setting_default("arrival_seed"), help=ARRIVAL_SEED_HELP)
     add("--warmup", type=float, default=SWEEP_WARMUP_SECONDS, help="warm-up seconds per step")
     add("--measure", default=SWEEP_MEASURE, help=MEASURE_HELP)
@@ -84,6 +97,25 @@ def add_arguments(parser: Any) -> None:
              "bound for the server's slot choice, not real traffic")
     add("--replicas", default="", help="several servers sharing the load, their roots comma-separated: user i goes "
         "to the i-th mod N (open-loop arrival n likewise), and each record names its replica")
+    add("--sessions", action="store_true", default=False,
+        help="conversations instead of one-shot prompts: each user runs conversations (--turns), thinks between "
+             "turns (--think) and resends the history each turn behind a shared system prompt; closed loop")
+    add("--turns", default=TURNS_DEFAULT, help="turns per conversation, a number or a range drawn uniformly (2-6)")
+    add("--think", default=THINK_DEFAULT, help="seconds between a reply and the next turn: constant:S or "
+        "exponential:MEAN")
+    add("--system-prompt-tokens", type=int, default=SessionSettings.model_fields["system_prompt_tokens"].default,
+        help="tokens of the system prompt every conversation shares")
+    add("--prompt-length", default="", help=f"prompt tokens per request, drawn: {LENGTH_EXAMPLE}")
+    add("--output-length", default="", help="reply tokens per request, drawn (each sent as its max_tokens with "
+        f"ignore_eos): {LENGTH_EXAMPLE}")
+    add("--trace", default="", help="replay a JSONL trace (offset_s, prompt_tokens, output_tokens[, conversation, "
+        "turn] per line) as one open-loop step; instead of --steps and --rates")
+    add("--trace-speed", type=float, default=TraceSource.model_fields["speed"].default,
+        help="the trace's offsets are divided by this (2: twice as fast)")
+    add("--workload-seed", type=int, default=setting_default("workload_seed"),
+        help="seed of the turns, think times and drawn lengths")
+    add("--slo", default="", help="targets each step's goodput is judged by, in seconds or ms, e.g. "
+        "ttft_p90=0.5,tpot_p90=50ms")
     add("--interruption-marker", default="", help="stop the sweep (status interrupted) when this file appears")
     add("--no-preflight", action="store_true", default=False,
         help="skip the check of /health and one streamed reply before the load (rigbench sweep has done it)")
@@ -99,7 +131,14 @@ def stages_from(options: Any) -> list[Stage]:
 
 def settings_from(options: Any) -> LoadSettings:
     """The run's load settings from the parsed options (refused, naming the option, when malformed)."""
-    user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None, DEFAULT_USER_STEPS)
+    trace = None
+    if options.trace:
+        if options.steps or options.rates:
+            raise UsageError("--trace with --steps or --rates: a trace's arrivals are its own; leave one out")
+        trace = trace_source(options.trace, options.trace_speed)
+        user_steps, rate_steps = [], [trace_rate(trace)]
+    else:
+        user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None, DEFAULT_USER_STEPS)
     measure = parse_seconds(options.measure, "--measure")
     seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
     if options.arrival_seed < 0:
@@ -111,6 +150,11 @@ def settings_from(options: Any) -> LoadSettings:
         raise UsageError("--pin-slots with --replicas: slot i exists on one server, not on each replica; leave one "
                          "out")
     return LoadSettings(
+        arrival_shape=parse_arrival_shape(options.arrival),
+        **workload_fields(sessions=options.sessions, turns=options.turns, think=options.think,
+                          system_prompt_tokens=options.system_prompt_tokens, prompt_length=options.prompt_length,
+                          output_length=options.output_length, trace=trace, workload_seed=options.workload_seed,
+                          slo=options.slo, open_loop=bool(rate_steps)),
         user_steps=user_steps,
         rate_steps=rate_steps,
         arrival=parse_arrival(options.arrival),  # type: ignore[arg-type]
@@ -140,3 +184,61 @@ def replica_hosts(options: Any) -> list[str]:
     if len(set(hosts)) != len(hosts):
         raise UsageError(f"--replicas: a root is given twice in {text!r}")
     return hosts
+
+
+def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tokens: int, prompt_length: str,
+                    output_length: str, trace: TraceSource | None, workload_seed: int, slo: str,
+                    open_loop: bool) -> dict[str, Any]:
+    """The workload's ``LoadSettings`` fields from its options' text, for every command that takes them
+    (refused, naming the option, when malformed or when they cannot go together)."""
+    session_settings = None
+    if sessions:
+        if open_loop:
+            raise UsageError("--sessions with --rates or --trace: conversations are run by users (--steps), each "
+                             "thinking between its turns")
+        turns_min, turns_max = parse_turns(turns)
+        think_kind, think_seconds = parse_think(think)
+        if system_prompt_tokens < 0:
+            raise UsageError(f"--system-prompt-tokens: expected tokens >= 0, found {system_prompt_tokens}")
+        session_settings = SessionSettings(turns_min=turns_min, turns_max=turns_max, think=think_kind,  # type: ignore[arg-type]
+                                           think_seconds=think_seconds, system_prompt_tokens=system_prompt_tokens)
+    else:
+        unused = [flag for flag, value, default in (
+            ("--turns", turns, TURNS_DEFAULT), ("--think", think, THINK_DEFAULT),
+            ("--system-prompt-tokens", system_prompt_tokens, 0)) if value != default]
+        if unused:
+            raise UsageError(f"{unused[0]} without --sessions: it shapes conversations; add --sessions")
+    if trace is not None and (prompt_length or output_length):
+        raise UsageError("--prompt-length or --output-length with --trace: the trace gives each request's lengths")
+    if workload_seed < 0:
+        raise UsageError(f"--workload-seed: expected a whole number >= 0, found {workload_seed}")
+    return {
+        "sessions": session_settings,
+        "prompt_length": parse_length(prompt_length, "--prompt-length") if prompt_length else None,
+        "output_length": parse_length(output_length, "--output-length") if output_length else None,
+        "trace": trace,
+        "workload_seed": workload_seed,
+        "slo": parse_slo(slo) if slo else {},
+    }
+
+
+def workload_options(settings: LoadSettings) -> list[str]:
+    """The options that give a Locust process the run's workload (``settings_from`` reads them back
+    to the same settings): sessions, drawn lengths, a trace, the seed and the targets."""
+    options: list[str] = []
+    if settings.sessions is not None:
+        sessions = settings.sessions
+        options += ["--sessions", "--turns", f"{sessions.turns_min}-{sessions.turns_max}",
+                    "--think", f"{sessions.think}:{sessions.think_seconds!r}",
+                    "--system-prompt-tokens", str(sessions.system_prompt_tokens)]
+    if settings.prompt_length is not None:
+        options += ["--prompt-length", format_length(settings.prompt_length)]
+    if settings.output_length is not None:
+        options += ["--output-length", format_length(settings.output_length)]
+    if settings.trace is not None:
+        options += ["--trace", settings.trace.path, "--trace-speed", repr(settings.trace.speed)]
+    if settings.workload_seed:
+        options += ["--workload-seed", str(settings.workload_seed)]
+    if settings.slo:
+        options += ["--slo", format_slo(settings.slo)]
+    return options

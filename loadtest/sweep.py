@@ -36,6 +36,7 @@ from core.signals import stop_signals_as_keyboard_interrupt
 from loadtest import LOCUSTFILE
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
+from loadtest.locust_options import workload_options
 from loadtest.long_context import context_for_tokens
 from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
@@ -131,11 +132,16 @@ def locust_command(
 
 
 def _step_options(settings: LoadSettings) -> list[str]:
-    """``--steps 1,2,4`` (closed loop) or ``--rates 1,2.5 --arrival poisson --arrival-seed 0`` (open loop)."""
+    """``--steps 1,2,4`` (closed loop), ``--rates 1,2.5 --arrival poisson --arrival-seed 0`` (open loop) or
+    a trace's arrivals, then the workload's own options (``workload_options``)."""
+    workload = workload_options(settings)
+    if settings.trace is not None:
+        return workload
     if settings.open_loop:
-        return ["--rates", ",".join(f"{rate:g}" for rate in settings.rate_steps), "--arrival", settings.arrival,
-                "--arrival-seed", str(settings.arrival_seed)]
-    return ["--steps", ",".join(str(users) for users in settings.user_steps)]
+        arrival = settings.arrival if settings.arrival_shape is None else f"gamma:{settings.arrival_shape!r}"
+        return ["--rates", ",".join(f"{rate:g}" for rate in settings.rate_steps), "--arrival", arrival,
+                "--arrival-seed", str(settings.arrival_seed), *workload]
+    return ["--steps", ",".join(str(users) for users in settings.user_steps), *workload]
 
 
 def default_interruption_marker() -> Path | None:

@@ -34,7 +34,14 @@ from core.rundir import (
     server_at,
     utc_now,
 )
-from core.rundir.models import Arrival, ReplicaInfo, ServerInfo
+from core.rundir.models import (
+    Arrival,
+    LengthDistribution,
+    ReplicaInfo,
+    ServerInfo,
+    SessionSettings,
+    TraceSource,
+)
 from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import build_llama_cpp
 from llamacpp.model_facts import model_facts
@@ -72,6 +79,13 @@ class LocalRigOptions:
     pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
     drain_seconds: float = SWEEP_DRAIN_SECONDS  # the last window's requests run to their end (LoadSettings)
     replicas: int | None = None  # llama-server processes sharing the slots (None: the profile's [server] replicas)
+    arrival_shape: float | None = None  # gamma arrivals' shape (LoadSettings)
+    sessions: SessionSettings | None = None  # conversations instead of one-shot prompts (LoadSettings)
+    prompt_length: LengthDistribution | None = None
+    output_length: LengthDistribution | None = None
+    trace: TraceSource | None = None
+    workload_seed: int = 0
+    slo: dict[str, float] = field(default_factory=dict)
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -230,7 +244,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         measure_seconds=options.measure_seconds,
         max_tokens=options.max_tokens or request.max_tokens,
         temperature=request.temperature,
-        cache_prompt=request.cache_prompt,
+        cache_prompt=request.cache_prompt or options.sessions is not None,  # conversations reuse their history
         # Random weights make random text, which may end anywhere: a synthetic model's replies
         # are held to max_tokens so every request does the same work.
         ignore_eos=request.ignore_eos or model.synthetic,
@@ -240,6 +254,13 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         arm=options.label,
         pin_slots=options.pin_slots,
         drain_seconds=options.drain_seconds,
+        arrival_shape=options.arrival_shape,
+        sessions=options.sessions,
+        prompt_length=options.prompt_length,
+        output_length=options.output_length,
+        trace=options.trace,
+        workload_seed=options.workload_seed,
+        slo=dict(options.slo),
     )
     manifest = new_manifest(
         f"{profile.name}-{options.label}" if options.label else profile.name,

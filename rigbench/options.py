@@ -16,16 +16,23 @@ from typing import Any
 
 import typer
 
-from core.errors import UsageError
+from core.errors import LoadTestError, UsageError
 from core.lists import (
     ARRIVAL_HELP,
     ARRIVAL_SEED_HELP,
+    DEFAULT_USER_STEPS,
     DRAIN_HELP,
     MEASURE_HELP,
     RATES_HELP,
     STEPS_HELP,
     SWEEP_DRAIN_SECONDS,
+    parse_arrival,
+    parse_arrival_shape,
+    parse_load_steps,
 )
+from core.workload import LENGTH_EXAMPLE
+from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, workload_fields
+from loadtest.trace import trace_rate, trace_source
 from rigbench.load_processes import PROCESSES_HELP
 
 RUNS_DIR_HELP = "folder the run directories go in"
@@ -155,3 +162,80 @@ def pin_slots_option() -> Any:
         False, "--pin-slots", help="user i asks for server slot i (llama-server's id_slot; --steps, "
         "--processes 1): an experiment's bound for the server's own slot choice, not real traffic",
     )
+
+
+# The workload's options (conversations, drawn lengths, a trace, targets): their text is read by
+# loadtest.locust_options.workload_fields, as a hand-run Locust reads it.
+def sessions_option() -> Any:
+    return typer.Option(False, "--sessions", help="conversations instead of one-shot prompts: each user runs "
+                        "conversations (--turns), thinks between turns (--think) and resends the history each turn "
+                        "behind a shared system prompt, with the prompt cache on; --steps only")
+
+
+def turns_option() -> Any:
+    return typer.Option(TURNS_DEFAULT, "--turns", help="turns per conversation: a number, or a range drawn "
+                        "uniformly (2-6)")
+
+
+def think_option() -> Any:
+    return typer.Option(THINK_DEFAULT, "--think", help="seconds between a reply and the next turn: constant:S or "
+                        "exponential:MEAN")
+
+
+def system_prompt_tokens_option() -> Any:
+    return typer.Option(0, "--system-prompt-tokens", min=0, help="tokens of the system prompt every "
+                        "conversation shares")
+
+
+def prompt_length_option() -> Any:
+    return typer.Option("", "--prompt-length", help=f"prompt tokens per request, drawn: {LENGTH_EXAMPLE}")
+
+
+def output_length_option() -> Any:
+    return typer.Option("", "--output-length", help="reply tokens per request, drawn (each its max_tokens, with "
+                        f"ignore_eos): {LENGTH_EXAMPLE}")
+
+
+def trace_option() -> Any:
+    return typer.Option(None, "--trace", help="replay a JSONL trace (offset_s, prompt_tokens, output_tokens[, "
+                        "conversation, turn] per line; docs/workloads.md) as one open-loop step; instead of "
+                        "--steps and --rates")
+
+
+def trace_speed_option() -> Any:
+    return typer.Option(1.0, "--trace-speed", help="the trace's offsets are divided by "
+                        "this (2: twice as fast)")
+
+
+def workload_seed_option() -> Any:
+    return typer.Option(0, "--workload-seed", min=0, help="seed of the turns, think times and drawn lengths")
+
+
+def slo_option() -> Any:
+    return typer.Option("", "--slo", help="targets each step's goodput is judged by, in seconds or ms, e.g. "
+                        "ttft_p90=0.5,tpot_p90=50ms (figures ttft, tpot, itl, e2e at p50, p90, p95, p99)")
+
+
+def workload_load(*, steps: str | None, rates: str | None, arrival: str, sessions: bool, turns: str, think: str,
+                  system_prompt_tokens: int, prompt_length: str, output_length: str, trace: Path | None,
+                  trace_speed: float, workload_seed: int, slo: str,
+                  default_steps: str | None = None) -> tuple[list[int], list[float], dict[str, Any]]:
+    """(user steps, rate steps, the other workload fields of ``LoadSettings``) from a command's options:
+    a trace is one open-loop step at its own mean rate; each mistake is refused naming its option."""
+    source = None
+    if trace is not None:
+        if steps or rates:
+            raise UsageError("--trace with --steps or --rates: a trace's arrivals are its own; leave one out")
+        try:
+            source = trace_source(trace, trace_speed)
+            user_steps, rate_steps = [], [trace_rate(source)]
+        except LoadTestError as error:
+            raise UsageError(str(error)) from None
+    else:
+        user_steps, rate_steps = parse_load_steps(steps, rates, default_steps or DEFAULT_USER_STEPS)
+    fields = workload_fields(sessions=sessions, turns=turns, think=think, system_prompt_tokens=system_prompt_tokens,
+                             prompt_length=prompt_length, output_length=output_length, trace=source,
+                             workload_seed=workload_seed, slo=slo, open_loop=bool(rate_steps))
+    fields["arrival"] = parse_arrival(arrival)
+    fields["arrival_shape"] = parse_arrival_shape(arrival)
+    return user_steps, rate_steps, fields

@@ -48,7 +48,8 @@ from core.validation import describe_validation_error
 
 REQUIRED = ("request_id", "shard", "step", "users", "phase", "category", "t_start", "t_end")
 TEXT_COLUMNS = (
-    "request_id", "shard", "phase", "category", "error_kind", "error_message", "tokens_counted_by", "partial_text"
+    "request_id", "shard", "phase", "category", "error_kind", "error_message", "tokens_counted_by", "partial_text",
+    "conversation",
 )
 # Repeated strings, held dictionary-encoded (pandas categories).
 CATEGORY_COLUMNS = ("shard", "phase", "category", "error_kind", "tokens_counted_by")
@@ -70,6 +71,8 @@ NUMBER_COLUMNS = (
     "first_chunk_tokens",
     "window_chunks",
     "window_tokens",
+    "turn",
+    "cached_tokens",
 )
 TIMING_KEYS = (
     "prompt_n",
@@ -90,7 +93,7 @@ BLOCK_SIZE = 8 << 20
 SIDE_FILE = "records.arrow"
 SIDE_FILE_MIN_RECORDS = 100_000
 # The flat table's layout; a side file of another layout is stale. Change it with the columns.
-TABLE_LAYOUT = 3
+TABLE_LAYOUT = 4
 METADATA_KEY = b"rigbench"
 
 

@@ -160,7 +160,72 @@ class RequestOrigins(Strict):
     cache_prompt: SettingOrigin
 
 
-Arrival = Literal["poisson", "constant"]
+Arrival = Literal["poisson", "constant", "gamma"]
+LengthKind = Literal["fixed", "uniform", "normal", "lognormal"]
+ThinkKind = Literal["constant", "exponential"]
+# The latency figures a service-level target may name (seconds), each at a percentile.
+SLO_FIGURES = ("ttft", "tpot", "itl", "e2e")
+SLO_PERCENTILES = ("p50", "p90", "p95", "p99")
+
+
+def slo_keys() -> tuple[str, ...]:
+    """``ttft_p50`` ... ``e2e_p99``: every figure a target may name."""
+    return tuple(f"{figure}_{percentile}" for figure in SLO_FIGURES for percentile in SLO_PERCENTILES)
+
+
+class LengthDistribution(Strict):
+    """Token counts drawn for each request from a seeded distribution and clipped to
+    [``minimum``, ``maximum``]: ``fixed`` (``value``), ``uniform`` (over the bounds), ``normal``
+    (``mean``, ``sd``), ``lognormal`` (``median``, ``sigma`` of the log). Real chat prompts and
+    replies are long-tailed; one fixed length hides what the tail does to the batch."""
+
+    kind: LengthKind
+    value: int | None = Field(None, ge=1)
+    mean: float | None = Field(None, gt=0)
+    sd: float | None = Field(None, ge=0)
+    median: float | None = Field(None, gt=0)
+    sigma: float | None = Field(None, ge=0)
+    minimum: int = Field(1, ge=1)
+    maximum: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _parameters_of_its_kind(self) -> LengthDistribution:
+        needed = {"fixed": ("value",), "uniform": (), "normal": ("mean", "sd"), "lognormal": ("median", "sigma")}
+        missing = [name for name in needed[self.kind] if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} length needs {', '.join(missing)}")
+        if self.minimum > self.maximum:
+            raise ValueError(f"minimum {self.minimum} is above maximum {self.maximum}")
+        if self.kind == "fixed" and not self.minimum <= (self.value or 0) <= self.maximum:
+            raise ValueError(f"fixed length {self.value} is outside [{self.minimum}, {self.maximum}]")
+        return self
+
+
+class SessionSettings(Strict):
+    """Conversations instead of one-shot prompts: each user runs conversations of a seeded number
+    of turns (uniform over [``turns_min``, ``turns_max``]), thinks between turns, and resends the
+    history each turn behind one shared system prompt, as a chat client does."""
+
+    turns_min: int = Field(1, ge=1)
+    turns_max: int = Field(4, ge=1)
+    think: ThinkKind = "exponential"
+    think_seconds: float = Field(3.0, ge=0, description="the think time (constant) or its mean (exponential)")
+    system_prompt_tokens: int = Field(0, ge=0, description="tokens of the system prompt every conversation shares")
+
+    @model_validator(mode="after")
+    def _turn_range(self) -> SessionSettings:
+        if self.turns_min > self.turns_max:
+            raise ValueError(f"turns_min {self.turns_min} is above turns_max {self.turns_max}")
+        return self
+
+
+class TraceSource(Strict):
+    """A replayed JSONL trace (``loadtest.trace``): which file, exactly, and how fast."""
+
+    path: str
+    sha256: str
+    rows: int = Field(ge=1)
+    speed: float = Field(1.0, gt=0, description="the trace's arrival offsets are divided by this")
 
 
 class LoadSettings(Strict):
@@ -189,6 +254,18 @@ class LoadSettings(Strict):
     drain_seconds: float = Field(SWEEP_DRAIN_SECONDS, ge=0, description="after the last measured window, how "
                                  "long requests in flight may run to their end before the sweep stops them "
                                  "(0: cut at once)")
+    arrival_shape: float | None = Field(None, gt=0, description="gamma arrivals' shape k: gaps of mean 1/rate "
+                                        "with a coefficient of variation 1/sqrt(k) (k < 1 is burstier than poisson)")
+    sessions: SessionSettings | None = Field(None, description="conversations with think time (None: one-shot "
+                                             "prompts sent back to back)")
+    prompt_length: LengthDistribution | None = Field(None, description="prompt tokens per request, drawn (None: "
+                                                     "the prompt set's own prompts)")
+    output_length: LengthDistribution | None = Field(None, description="reply tokens per request, drawn, each "
+                                                     "sent as its max_tokens with ignore_eos (None: max_tokens)")
+    trace: TraceSource | None = Field(None, description="arrivals and lengths replayed from a trace file")
+    workload_seed: int = Field(0, ge=0, description="seed of the turns, think times and drawn lengths")
+    slo: dict[str, float] = Field(default_factory=dict, description="service-level targets in seconds by figure "
+                                  "and percentile (e.g. ttft_p90): each step's goodput is judged against them")
 
     @property
     def open_loop(self) -> bool:
@@ -206,6 +283,11 @@ class LoadSettings(Strict):
             kind = "rate" if self.open_loop else "user"
             windows = len(self.measure_seconds)
             raise ValueError(f"measure_seconds has {windows} windows for {self.step_count} {kind} steps")
+        bad_slo = [key for key in self.slo if key not in slo_keys()]
+        if bad_slo:
+            raise ValueError(f"slo: unknown figure {bad_slo[0]!r}; expected one of {', '.join(slo_keys())}")
+        if self.arrival == "gamma" and self.arrival_shape is None:
+            raise ValueError("gamma arrivals need arrival_shape")
         if self.pin_slots and (self.open_loop or self.processes != 1):
             # users are numbered within one process, and an open loop has no users to number
             raise ValueError("pin_slots needs a closed loop (user steps) and one load process")
@@ -323,6 +405,12 @@ class RequestRecord(Strict):
     partial_text: str | None = None
     timings: ServerTimings | None = None
     interrupted: bool = False
+    conversation: str | None = Field(None, description="the conversation it is a turn of (sessions); None for a "
+                                     "one-shot prompt")
+    turn: int | None = Field(None, ge=1, description="its turn in the conversation, from 1")
+    cached_tokens: int | None = Field(None, ge=0, description="prompt tokens the server reused from its cache "
+                                      "(llama-server's timings.cache_n, or usage.prompt_tokens_details."
+                                      "cached_tokens); None where the server did not say")
     window_chunks: int | None = Field(None, ge=0, description="content chunks that arrived inside its step's "
                                       "measured window; kept only when an edge of the window fell inside its stream")
     window_tokens: int | None = Field(None, ge=0, description="output tokens among those chunks, by the server's "

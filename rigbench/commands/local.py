@@ -8,8 +8,6 @@ import typer
 
 from core.lists import (
     check_pin_slots,
-    parse_arrival,
-    parse_load_steps,
     parse_windows,
 )
 from llamacpp.build import BACKENDS
@@ -24,16 +22,27 @@ from rigbench.options import (
     measure_option,
     model_file_option,
     no_drafter_option,
+    output_length_option,
     pin_slots_option,
     processes_option,
     profile_option,
+    prompt_length_option,
     prompts_option,
     rates_option,
     runs_dir_option,
     server_arg_option,
     server_overrides,
+    sessions_option,
+    slo_option,
     steps_option,
+    system_prompt_tokens_option,
+    think_option,
+    trace_option,
+    trace_speed_option,
+    turns_option,
     warmup_option,
+    workload_load,
+    workload_seed_option,
 )
 
 EXIT_CODES = (
@@ -69,6 +78,16 @@ def local(
     server_arg: list[str] = server_arg_option(),
     label: str | None = typer.Option(None, "--label", help="arm label, kept in the run id and manifest"),
     no_drafter: bool = no_drafter_option(),
+    sessions: bool = sessions_option(),
+    turns: str = turns_option(),
+    think: str = think_option(),
+    system_prompt_tokens: int = system_prompt_tokens_option(),
+    prompt_length: str = prompt_length_option(),
+    output_length: str = output_length_option(),
+    trace: Path = trace_option(),
+    trace_speed: float = trace_speed_option(),
+    workload_seed: int = workload_seed_option(),
+    slo: str = slo_option(),
     replicas: int | None = typer.Option(
         None, "--replicas", min=1, help="llama-server processes sharing the profile's slots, user i on replica i "
         "mod N (default: the profile's [server] replicas)"),
@@ -77,16 +96,17 @@ def local(
     if backend not in BACKENDS:
         choices = f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}"
         raise typer.BadParameter(f"--backend must be {choices}, found {backend!r}")
-    user_steps, rate_steps = parse_load_steps(steps, rates)
+    user_steps, rate_steps, workload = workload_load(
+        steps=steps, rates=rates, arrival=arrival, sessions=sessions, turns=turns, think=think,
+        system_prompt_tokens=system_prompt_tokens, prompt_length=prompt_length, output_length=output_length,
+        trace=trace, trace_speed=trace_speed, workload_seed=workload_seed, slo=slo)
     check_pin_slots(pin_slots, bool(rate_steps), parse_processes(processes))
-    arrival = parse_arrival(arrival)
     report = run_local_rig(
         LocalRigOptions(
             profile=profile,
             runs_root=runs_dir,
             user_steps=user_steps,
             rate_steps=rate_steps,
-            arrival=arrival,
             arrival_seed=arrival_seed,
             warmup_seconds=warmup,
             measure_seconds=parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user"),
@@ -103,6 +123,7 @@ def local(
             pin_slots=pin_slots,
             drain_seconds=drain,
             replicas=replicas,
+            **workload,
         )
     )
     typer.echo(str(report))

@@ -23,9 +23,7 @@ from core.lists import (
     SWEEP_READ_TIMEOUT_S,
     SWEEP_WARMUP_SECONDS,
     check_pin_slots,
-    parse_arrival,
     parse_counts,
-    parse_load_steps,
     parse_windows,
 )
 from core.machine import server_rig
@@ -47,13 +45,24 @@ from rigbench.options import (
     arrival_seed_option,
     drain_option,
     measure_option,
+    output_length_option,
     pin_slots_option,
     processes_option,
+    prompt_length_option,
     prompts_option,
     rates_option,
     runs_dir_option,
+    sessions_option,
+    slo_option,
     steps_option,
+    system_prompt_tokens_option,
+    think_option,
+    trace_option,
+    trace_speed_option,
+    turns_option,
     warmup_option,
+    workload_load,
+    workload_seed_option,
 )
 from rigbench.served_model import served_model
 
@@ -199,6 +208,16 @@ def sweep(
     timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
     pin_slots: bool = pin_slots_option(),
     drain: float = drain_option(),
+    sessions: bool = sessions_option(),
+    turns: str = turns_option(),
+    think: str = think_option(),
+    system_prompt_tokens: int = system_prompt_tokens_option(),
+    prompt_length: str = prompt_length_option(),
+    output_length: str = output_length_option(),
+    trace: Path = trace_option(),
+    trace_speed: float = trace_speed_option(),
+    workload_seed: int = workload_seed_option(),
+    slo: str = slo_option(),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     interruption_marker: Path = typer.Option(
         None,
@@ -226,8 +245,10 @@ def sweep(
                 read_timeout=read_timeout, preflight=not no_preflight)
         return
     profile = load_profile(profile_name) if profile_name is not None else None
-    user_steps, rate_steps = parse_load_steps(steps, rates)
-    arrival = parse_arrival(arrival)
+    user_steps, rate_steps, workload = workload_load(
+        steps=steps, rates=rates, arrival=arrival, sessions=sessions, turns=turns, think=think,
+        system_prompt_tokens=system_prompt_tokens, prompt_length=prompt_length, output_length=output_length,
+        trace=trace, trace_speed=trace_speed, workload_seed=workload_seed, slo=slo)
     load_processes = parse_processes(processes)
     check_pin_slots(pin_slots, bool(rate_steps), load_processes)
     contexts = parse_counts(context_tokens, "--context-tokens", minimum=0, example="0,8192")
@@ -271,13 +292,13 @@ def sweep(
             settings = LoadSettings(
                 user_steps=user_steps,
                 rate_steps=rate_steps,
-                arrival=arrival,  # type: ignore[arg-type]
                 arrival_seed=arrival_seed,
                 warmup_seconds=warmup,
                 measure_seconds=measure_seconds,
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
-                cache_prompt=request.cache_prompt,
+                # a chat service's conversations resend their history: the server's prompt cache is on
+                cache_prompt=request.cache_prompt or workload["sessions"] is not None,
                 ignore_eos=request.ignore_eos,
                 prompts=prompts,
                 context_tokens=context,
@@ -285,6 +306,7 @@ def sweep(
                 arm=arm_name,
                 pin_slots=pin_slots,
                 drain_seconds=drain,
+                **workload,
             )
             manifest = profile_sweep_manifest(profile, arm_url, settings, slots, slots_from,
                                               model_name=models[arm_url][0], description=described[arm_url],

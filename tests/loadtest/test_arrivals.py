@@ -14,7 +14,7 @@ from core.lists import parse_load_steps, parse_rates
 from core.rundir import LoadSettings, StepWindow
 from loadtest.arrivals import process_share, step_arrivals, sweep_arrivals
 from loadtest.late_starts import LateStarts
-from loadtest.locust_options import settings_from, stages_from
+from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, settings_from, stages_from
 from loadtest.schedule import locate, make_rate_stages, stages_for
 from rigbench.cli import app
 
@@ -106,7 +106,9 @@ def test_steps_or_rates_but_not_both() -> None:
 def locust_options(**changes: object) -> argparse.Namespace:
     values = dict(steps="", rates="", arrival="poisson", arrival_seed=0, warmup=1.0, measure="2", max_tokens=8,
                   temperature=0.0, cache_prompt=False, ignore_eos=False, prompts="mixed", context_tokens=0,
-                  processes=1, pin_slots=False, drain=0.0)
+                  processes=1, pin_slots=False, drain=0.0, sessions=False, turns=TURNS_DEFAULT, think=THINK_DEFAULT,
+                  system_prompt_tokens=0, prompt_length="", output_length="", trace="", trace_speed=1.0,
+                  workload_seed=0, slo="")
     return argparse.Namespace(**{**values, **changes})
 
 
@@ -155,7 +157,7 @@ def test_late_starts_are_counted_per_measured_step() -> None:
     [
         (["--steps", "1,2", "--rates", "1"], "--steps and --rates cannot be given together"),
         (["--rates", "1;2"], "--rates: cannot read '1;2'"),
-        (["--rates", "1", "--arrival", "burst"], "--arrival: expected poisson or constant, found 'burst'"),
+        (["--rates", "1", "--arrival", "burst"], "--arrival: expected poisson, constant or gamma:SHAPE"),
         (["--rates", "1,2", "--measure", "1,2,3"], "--measure: 3 measured windows for 2 rate steps"),
     ],
 )

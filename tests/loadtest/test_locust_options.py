@@ -15,8 +15,11 @@ from pydantic_core import PydanticUndefined
 
 from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.rundir import LoadSettings
+from core.rundir.models import LengthDistribution, SessionSettings
+from loadtest.trace import trace_source
 
 ROOT = Path(__file__).resolve().parents[2]
+TRACE = Path(__file__).resolve().parent / "data" / "short_trace.jsonl"
 # A sweep's arm is rigbench sweep's (one Locust run is one arm): the one field no Locust option sets.
 NOT_LOCUST_OPTIONS = {"arm"}
 # field -> (its option, a command line that sets it, the value the settings then hold)
@@ -36,6 +39,18 @@ WIRING = {
     "processes": ("--processes", ["--processes", "3"], 3),  # Locust's own option
     "pin_slots": ("--pin-slots", ["--steps", "4", "--pin-slots"], True),
     "drain_seconds": ("--drain", ["--drain", "12.5"], 12.5),
+    "arrival_shape": ("--arrival", ["--rates", "1", "--arrival", "gamma:0.5"], 0.5),
+    "sessions": ("--sessions", ["--sessions", "--turns", "2-3", "--think", "constant:1.5",
+                                "--system-prompt-tokens", "40"],
+                 SessionSettings(turns_min=2, turns_max=3, think="constant", think_seconds=1.5,
+                                 system_prompt_tokens=40)),
+    "prompt_length": ("--prompt-length", ["--prompt-length", "uniform:10-20"],
+                      LengthDistribution(kind="uniform", minimum=10, maximum=20)),
+    "output_length": ("--output-length", ["--output-length", "normal:mean=30,sd=5,max=60"],
+                      LengthDistribution(kind="normal", mean=30, sd=5, maximum=60)),
+    "trace": ("--trace", ["--trace", str(TRACE), "--trace-speed", "2"], trace_source(TRACE, 2.0)),
+    "workload_seed": ("--workload-seed", ["--workload-seed", "11"], 11),
+    "slo": ("--slo", ["--slo", "ttft_p90=250ms,e2e_p99=4"], {"ttft_p90": 0.25, "e2e_p99": 4.0}),
 }
 PARSE_AND_SETTLE = """
 import json, sys
