@@ -366,37 +366,55 @@ def step_figures(
     )
 
 
+def counter_spans(
+    telemetry: list[TelemetrySnapshot], index: int, counter: str
+) -> list[tuple[TelemetrySnapshot, TelemetrySnapshot]] | None:
+    """Each server's (every replica's) measure and end snapshots of the step that carry the counter;
+    None unless every server that was read has both, in order: a rate summed over some replicas
+    would look like the rig's and be short of it."""
+    at: dict[int | None, dict[str, TelemetrySnapshot]] = {}
+    for snap in telemetry:
+        if snap.step == index:
+            at.setdefault(snap.replica, {})
+            if snap.error is None and counter in snap.metrics:
+                at[snap.replica][snap.boundary] = snap
+    spans = []
+    for boundaries in at.values():
+        start, end = boundaries.get("measure"), boundaries.get("end")
+        if start is None or end is None or end.taken_at <= start.taken_at:
+            return None
+        spans.append((start, end))
+    return spans or None
+
+
 def counter_span(
     telemetry: list[TelemetrySnapshot], index: int, counter: str
 ) -> tuple[TelemetrySnapshot, TelemetrySnapshot] | None:
-    """The step's measure and end snapshots that carry the counter, if both were recorded in order."""
-    at = {
-        snap.boundary: snap
-        for snap in telemetry
-        if snap.step == index and snap.error is None and counter in snap.metrics
-    }
-    start, end = at.get("measure"), at.get("end")
-    if start is None or end is None or end.taken_at <= start.taken_at:
-        return None
-    return start, end
+    """The step's measure and end snapshots that carry the counter (the first server's, where every
+    replica has them), if recorded in order."""
+    spans = counter_spans(telemetry, index, counter)
+    return spans[0] if spans else None
 
 
-def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str) -> float | None:
-    """A server counter's rate (per second) over the step's measured window, if recorded."""
-    span = counter_span(telemetry, index, counter)
-    if span is None:
+def counter_rate(telemetry: list[TelemetrySnapshot], index: int, counter: str, *,
+                 per_server: bool = False) -> float | None:
+    """A server counter's rate (per second) over the step's measured window, if recorded: the sum over
+    the replicas (the rig's), or with ``per_server`` their mean (what one server did)."""
+    spans = counter_spans(telemetry, index, counter)
+    if spans is None:
         return None
-    start, end = span
-    return (end.metrics[counter] - start.metrics[counter]) / (end.taken_at - start.taken_at)
+    rates = [(end.metrics[counter] - start.metrics[counter]) / (end.taken_at - start.taken_at) for start, end in spans]
+    return sum(rates) / len(rates) if per_server else sum(rates)
 
 
 def decode_call_rates(telemetry: list[TelemetrySnapshot], indices: Iterable[int]) -> dict[int, float]:
     """Step index -> llama-server's decode calls per second over the step's measured window (prompt
-    calls included), for the steps whose snapshots carry the counter. One call decodes a token for
-    every busy slot, so 1000 / rate is the time one call took: what grows with each added user."""
+    calls included), for the steps whose snapshots carry the counter; with replicas, one server's
+    (their mean). One call decodes a token for every busy slot of its server, so 1000 / rate is the
+    time one call took: what grows with each added user."""
     rates = {}
     for index in indices:
-        rate = counter_rate(telemetry, index, DECODE_COUNTER)
+        rate = counter_rate(telemetry, index, DECODE_COUNTER, per_server=True)
         if rate:
             rates[index] = rate
     return rates

@@ -25,7 +25,7 @@ from core.rundir import RunDir, StepWindow, utc_now
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
 from loadtest.load_process import load_process
-from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, replica_hosts
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Position, Stage, boundaries, locate
 from loadtest.telemetry import (
@@ -50,7 +50,11 @@ class SweepController:
         self.stages = stages
         self.run = run
         self.client = httpx.Client(base_url=environment.host, timeout=10)
-        self.telemetry = ServerTelemetry(self.client)
+        # one telemetry per server: every replica's counters and slots, each snapshot naming its replica
+        replicas = replica_hosts(self.options)
+        self.telemetries: list[tuple[int | None, ServerTelemetry]] = (
+            [(index, ServerTelemetry(httpx.Client(base_url=url, timeout=10))) for index, url in enumerate(replicas)]
+            if replicas else [(None, ServerTelemetry(self.client))])
         self.process = psutil.Process()
         self.process.cpu_percent()
         psutil.cpu_percent()  # starts the machine-wide clock: the first reading is from here
@@ -166,15 +170,20 @@ class SweepController:
         # read first: the scrape below yields, and users go on starting meanwhile
         running = self._users_running() if boundary == "measure" and not stage.open_loop else None
         cpu = self._cpu_readings()
-        known_absent = len(self.telemetry.absent)
-        snapshot = self.telemetry.snapshot(index, stage.users, boundary, cpu)
+        known_absent = sum(len(telemetry.absent) for _, telemetry in self.telemetries)
+        snapshots = [telemetry.snapshot(index, stage.users, boundary, cpu).model_copy(update={"replica": replica})
+                     for replica, telemetry in self.telemetries]
         if self.run is None:
             return
-        self.run.append_telemetry(snapshot)
-        if len(self.telemetry.absent) > known_absent:
+        for snapshot in snapshots:
+            self.run.append_telemetry(snapshot)
+        if sum(len(telemetry.absent) for _, telemetry in self.telemetries) > known_absent:
             manifest = self.run.read_manifest()
-            notes = [note for note in self.telemetry.absent.values() if note not in manifest.warnings]
-            self.run.update_manifest(warnings=[*manifest.warnings, *notes])
+            notes = []
+            for replica, telemetry in self.telemetries:
+                said = f"replica {replica}: " if replica is not None else ""
+                notes += [said + note for note in telemetry.absent.values() if said + note not in manifest.warnings]
+            self.run.update_manifest(warnings=[*manifest.warnings, *dict.fromkeys(notes)])
         if boundary == "start":
             self._open_step(t0, index, stage)
         elif boundary == "measure" and running is not None:

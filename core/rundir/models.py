@@ -441,5 +441,7 @@ class TelemetrySnapshot(Strict):
     slots_total: int | None = None
     slots_busy: int | None = None
     error: str | None = None
+    replica: int | None = Field(None, description="the replica it was read from (ServerInfo.replicas' order); "
+                                "None with one server")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.figures import run_figures
+from analysis.figures import counter_rate, counter_tok_s, decode_call_rates, run_figures
 from analysis.load import load_run
 from core.errors import AnalysisError
 from core.rundir import RunDir, TelemetrySnapshot
@@ -202,3 +202,19 @@ def test_a_window_closed_off_its_schedule_spreads_every_request(kit):
     step = run_figures(load_run(kit.make_run("r1", [kit.window(end=t0 + 108)], {"p0": [early]}))).steps[0]
     assert step.output_tokens == pytest.approx(30 / 2)  # decode [95, 105): half its span inside
     assert step.edge_attribution["span"] == 1
+
+
+def test_a_counter_over_replicas_is_their_sum_and_none_when_a_replica_was_not_read() -> None:
+    counter = "llamacpp:tokens_predicted_total"
+
+    def snapshot(replica: int, boundary: str, at: float, tokens: float, error: str | None = None) -> TelemetrySnapshot:
+        return TelemetrySnapshot(taken_at=at, step=0, users=4, boundary=boundary, metrics={counter: tokens},
+                                 replica=replica, error=error)
+
+    both = [snapshot(0, "measure", 100, 0), snapshot(0, "end", 110, 500), snapshot(1, "measure", 100.1, 40),
+            snapshot(1, "end", 110.1, 340)]
+    assert counter_tok_s(both, 0) == pytest.approx(50 + 30)
+    assert counter_rate(both, 0, counter, per_server=True) == pytest.approx(40)
+    # replica 1's end snapshot failed: the rig's rate is unknown, not replica 0's alone
+    broken = [*both[:3], snapshot(1, "end", 110.1, 340, error="timed out")]
+    assert counter_tok_s(broken, 0) is None and decode_call_rates(broken, [0]) == {}

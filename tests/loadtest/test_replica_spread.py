@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.figures import TOKENS_COUNTER, counter_rate, counter_tok_s
 from core.rundir import RunDir
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 
@@ -48,6 +49,21 @@ def test_users_and_arrivals_spread_evenly_over_the_replicas_and_records_name_the
     counts = Counter(r.replica for r in arrivals)
     assert abs(counts[0] - counts[1]) <= 1, "arrival n to replica n mod 2"
     assert all(count > 0 for count in served), "both servers were sent requests"
+    # telemetry from every replica: each boundary read from both, and the rig's counter rate is their sum
+    telemetry = closed.read_telemetry()
+    read = defaultdict(set)
+    for snapshot in telemetry:
+        read[snapshot.step, snapshot.boundary].add(snapshot.replica)
+    assert read and all(replicas == {0, 1} for replicas in read.values()), read
+    per_replica = []
+    for replica in (0, 1):
+        (start,) = [s for s in telemetry if (s.step, s.boundary, s.replica) == (1, "measure", replica)]
+        (end,) = [s for s in telemetry if (s.step, s.boundary, s.replica) == (1, "end", replica)]
+        tokens = end.metrics[TOKENS_COUNTER] - start.metrics[TOKENS_COUNTER]
+        per_replica.append(tokens / (end.taken_at - start.taken_at))
+    assert all(rate > 0 for rate in per_replica), per_replica
+    assert counter_tok_s(telemetry, 1) == pytest.approx(sum(per_replica))
+    assert counter_rate(telemetry, 1, TOKENS_COUNTER, per_server=True) == pytest.approx(sum(per_replica) / 2)
 
 
 def test_a_replica_that_is_no_server_root_is_refused(tmp_path: Path) -> None:
