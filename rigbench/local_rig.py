@@ -187,16 +187,38 @@ def prepare_server(
 
 
 def gpu_indices() -> list[int]:
-    """The GPUs this machine's driver lists (none without nvidia-smi)."""
+    """The GPUs this process may use, by the driver's index (none without nvidia-smi): those the
+    driver lists, narrowed to an inherited ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs, in its order)
+    so replicas stay on the GPUs the rig was given; each replica's own ``CUDA_VISIBLE_DEVICES``
+    names one of them by its index."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
-        listed = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
-                                timeout=30)
+        listed = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [int(line) for line in listed.stdout.split() if line.strip().isdigit()]
+    gpus: dict[int, str] = {}
+    for line in listed.stdout.splitlines():
+        index, _, uuid = (part.strip() for part in line.partition(","))
+        if index.isdigit():
+            gpus[int(index)] = uuid
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return sorted(gpus)
+    chosen: list[int] = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if entry.isdigit():
+            match = int(entry) if int(entry) in gpus else None
+        else:  # CUDA takes a UUID or an unambiguous prefix of one
+            found = [index for index, uuid in gpus.items() if entry and uuid.startswith(entry)]
+            match = found[0] if len(found) == 1 else None
+        if match is None:
+            break  # CUDA ignores the entries from the first one it cannot match
+        if match not in chosen:
+            chosen.append(match)
+    return chosen
 
 
 def server_threads(server_args: list[str]) -> int:
