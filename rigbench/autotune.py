@@ -52,6 +52,7 @@ class TrialResult(BaseModel):
     one_user_vs_bench: float | None = None
     scaling_vs_one_user: float | None = None
     bench_tg: float | None = Field(None, description="llama-bench tg128 of the same model and build")
+    replicas: int = Field(1, ge=1, description="llama-server processes sharing the trial's slots (and the cores)")
 
 
 def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
@@ -94,8 +95,8 @@ def beyond_noise(trial: TrialResult, baseline: TrialResult) -> bool:
 
 
 def baseline_trial(results: list[TrialResult]) -> TrialResult | None:
-    """The first complete trial that adds no flags: the line as the profile ships it."""
-    return next((r for r in results if r.status == "complete" and not r.overrides), None)
+    """The first complete trial that adds no flags to one server: the line as the profile ships it."""
+    return next((r for r in results if r.status == "complete" and not r.overrides and r.replicas == 1), None)
 
 
 def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
@@ -121,56 +122,78 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
     return best
 
 
+def replica_trial_name(name: str, replicas: int) -> str:
+    return f"{name}@{replicas}-replicas"
+
+
 def run_autotune(
     base_options,  # rigbench.local_rig.LocalRigOptions
     trials: dict[str, list[str]],
     out_dir: Path,
     bench_tg: float | None = None,
+    replica_counts: list[int] | None = None,
 ) -> list[TrialResult]:
-    """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``."""
+    """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``.
 
-
+    ``replica_counts`` (totals, each above 1): then the best flags so far are tried again as that
+    many servers sharing the same slots and dividing the cores (``core.replicas``), since one
+    llama-server's decode loop, not the card, can be what limits a small model at many users."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "autotune.jsonl"
-    results = []
+    results: list[TrialResult] = []
     for name, overrides in trials.items():
-        started = utc_now()
-        options = replace(
-            base_options,
-            runs_root=out_dir,
-            server_overrides=[*base_options.server_overrides, *overrides],
-            label=name.replace("+", "-"),
-        )
-        try:
-            report = run_local_rig(options)
-            figures = headline_figures(report.parent / "summary.json")
-            result = TrialResult(
-                name=name,
-                overrides=overrides,
-                run_path=str(report.parent),
-                status="complete",
-                started_at=started,
-                bench_tg=bench_tg,
-                **figures,
-            )
-            if bench_tg and result.one_user_server_tok_s:
-                result.one_user_vs_bench = result.one_user_server_tok_s / bench_tg
-        except RigbenchError as error:
-            stopped = isinstance(error, RunInterrupted)  # Ctrl-C or a signal ends the tuning, not only this trial
-            result = TrialResult(
-                name=name,
-                overrides=overrides,
-                status="interrupted" if stopped else "failed",
-                error=str(error)[:2000],
-                started_at=started,
-                bench_tg=bench_tg,
-            )
-            if stopped:
-                _append(log, result)
-                raise
-        _append(log, result)
-        results.append(result)
+        results.append(_trial(base_options, name, overrides, 1, out_dir, log, bench_tg))
+    if replica_counts:
+        best = best_trial(results)
+        name, overrides = (best.name, best.overrides) if best is not None else ("profile", [])
+        for count in replica_counts:
+            results.append(_trial(base_options, replica_trial_name(name, count), overrides, count, out_dir, log,
+                                  bench_tg))
     return results
+
+
+def _trial(base_options, name: str, overrides: list[str], replicas: int, out_dir: Path, log: Path,
+           bench_tg: float | None) -> TrialResult:
+    """One trial as a local-rig sweep, its result appended to the log as soon as it ends."""
+    started = utc_now()
+    options = replace(
+        base_options,
+        runs_root=out_dir,
+        server_overrides=[*base_options.server_overrides, *overrides],
+        label=name.replace("+", "-").replace("@", "-"),
+        replicas=replicas if replicas > 1 else base_options.replicas,
+    )
+    try:
+        report = run_local_rig(options)
+        figures = headline_figures(report.parent / "summary.json")
+        result = TrialResult(
+            name=name,
+            overrides=overrides,
+            run_path=str(report.parent),
+            status="complete",
+            started_at=started,
+            bench_tg=bench_tg,
+            replicas=replicas,
+            **figures,
+        )
+        if bench_tg and result.one_user_server_tok_s:
+            result.one_user_vs_bench = result.one_user_server_tok_s / bench_tg
+    except RigbenchError as error:
+        stopped = isinstance(error, RunInterrupted)  # Ctrl-C or a signal ends the tuning, not only this trial
+        result = TrialResult(
+            name=name,
+            overrides=overrides,
+            status="interrupted" if stopped else "failed",
+            error=str(error)[:2000],
+            started_at=started,
+            bench_tg=bench_tg,
+            replicas=replicas,
+        )
+        if stopped:
+            _append(log, result)
+            raise
+    _append(log, result)
+    return result
 
 
 def _append(log: Path, result: TrialResult) -> None:
@@ -183,10 +206,12 @@ def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:
     if best is None:
         return "best: none (no trial completed)"
     line = f"best: {best.name}: {' '.join(best.overrides) or '(profile as is)'}"
+    if best.replicas > 1:
+        line += f" as {best.replicas} replicas ([server] replicas = {best.replicas})"
     higher = [r.name for r in results if r.status == "complete" and r is not best
               and (r.aggregate_tok_s_at_max_users or 0.0) > (best.aggregate_tok_s_at_max_users or 0.0)
               and not changes_sampling(r.overrides)]
-    if higher and not best.overrides:
+    if higher and not best.overrides and best.replicas == 1:
         line += (f" ({', '.join(higher)} measured higher at the largest step, but within the 95% intervals: "
                  "not beyond noise)")
     return line
@@ -201,6 +226,7 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
         [
             ("**" + r.name + "**") if best is not None and r.name == best.name else r.name,
             " ".join(r.overrides) or "(profile as is)",
+            r.replicas,
             r.status,
             fmt(r.one_user_server_tok_s),
             fmt(r.one_user_client_tok_s),
@@ -215,6 +241,7 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
     headers = [
         "trial",
         "flags added",
+        "replicas",
         "status",
         "1 user server tok/s",
         "1 user client tok/s",

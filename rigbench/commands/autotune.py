@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from core.profile import load_profile
+from core.replicas import plan_replicas
 from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, kept_sentence, run_autotune
-from rigbench.local_rig import LocalRigOptions
+from rigbench.local_rig import LocalRigOptions, gpu_indices
 from rigbench.options import (
     backend_option,
     drafter_option,
@@ -20,6 +22,18 @@ from rigbench.options import (
 )
 
 app = typer.Typer()
+
+
+def replica_totals(profile_name: str, per_gpu: list[int]) -> list[int]:
+    """The replica trials' server counts: each count per GPU times the GPUs the profile spreads replicas
+    over (one GPU, or none, when they share one), those above 1 only; a count the profile's slots or
+    context cannot be divided by is refused here, before any trial runs."""
+    profile = load_profile(profile_name)
+    gpus = max(1, len(gpu_indices())) if profile.server.replica_gpus == "each" else 1
+    totals = [count * gpus for count in per_gpu if count * gpus > 1]
+    for total in totals:
+        plan_replicas(profile.server.args, total, 1, source=f"--replicas ({total} servers)")
+    return totals
 
 
 @app.command("autotune", epilog="Exit codes: 0 a best trial was found; 1 no trial completed; 2 a bad option.")
@@ -39,10 +53,14 @@ def autotune(
     processes: int = typer.Option(1, "--processes", min=1, help="load processes (Locust --processes)"),
     bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
     backend: str = backend_option(),
+    replicas: str = typer.Option(
+        "1", "--replicas", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best flags "
+        "again as that many llama-servers sharing the profile's slots and dividing the cores (1: one server only)"),
 ) -> None:
-    """Run each trial as a short sweep; print the table and the best flags."""
+    """Run each trial as a short sweep; print the table and the best flags (and replica count)."""
     trials = dict(parse_named_flags(trial, "--trial")) if trial else dict(DEFAULT_TRIALS)
     user_steps = parse_counts(steps, "--steps")
+    replica_counts = replica_totals(profile, parse_counts(replicas, "--replicas"))
 
     options = LocalRigOptions(
         profile=profile,
@@ -55,7 +73,7 @@ def autotune(
         no_drafter=no_drafter,
         processes=processes,
     )
-    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg)
+    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, replica_counts=replica_counts)
     best = best_trial(results)
     table = autotune_table(results, best)
     (runs_dir / "autotune.md").write_text(f"# autotune: {profile}\n\n{table}\n")

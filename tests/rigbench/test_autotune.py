@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from core.errors import LlamaCppError, RunInterrupted
+from core.errors import LlamaCppError, ProfileError, RunInterrupted
+from core.rundir import RunDir
 from rigbench import autotune
 from rigbench.autotune import TrialResult, best_trial, changes_sampling, kept_sentence, run_autotune
+from rigbench.commands.autotune import replica_totals
 from rigbench.local_rig import LocalRigOptions
 
 
@@ -102,3 +104,24 @@ def test_a_trial_higher_only_within_the_noise_does_not_replace_the_profile_line(
     assert kept_sentence([profile, clear], clear) == "best: clear-win: -ub 64"
     # without intervals (records from before they were kept) the highest is kept, as it always was
     assert best_trial([trial("profile", 2308, 0.78), trial("t16", 2422, 0.75, ["-t", "16"])]).name == "t16"
+
+
+@pytest.mark.integration
+def test_replica_counts_are_tried_with_the_best_flags_as_servers_sharing_the_slots(tmp_path, llama_build) -> None:
+    base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    results = run_autotune(base, {"profile": []}, tmp_path, replica_counts=[2])
+    assert [(r.name, r.replicas, r.status) for r in results] == [
+        ("profile", 1, "complete"), ("profile@2-replicas", 2, "complete")]
+    manifest = RunDir(results[1].run_path).read_manifest()
+    assert [replica.slots for replica in manifest.server.replicas] == [2, 2], "tiny's 4 slots, two each"
+    assert results[1].aggregate_tok_s_at_max_users > 0
+    best = best_trial(results)
+    assert kept_sentence(results, best).startswith(f"best: {best.name}")
+    assert best.replicas == 1 or "as 2 replicas" in kept_sentence(results, best)
+
+
+def test_replica_counts_are_per_gpu_and_refused_before_any_trial_when_the_slots_cannot_be_split() -> None:
+    # no nvidia-smi here: one GPU's worth (the tiny profile: 4 slots, -c 4096)
+    assert replica_totals("tiny", [1, 2, 4]) == [2, 4]
+    with pytest.raises(ProfileError, match=r"^--replicas \(3 servers\) = 3 does not divide the 4 slots"):
+        replica_totals("tiny", [3])
