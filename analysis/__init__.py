@@ -7,7 +7,8 @@ Public entry points (import them by full path; this package imports nothing heav
 - ``analysis.headline.headline_text(sections) -> str``: the answer at a glance a report opens with
   (best aggregate, knee, per-user floor, $/Mtok, what limited it; across runs which serves the most)
 - ``analysis.load.load_run(path) -> LoadedRun``: a validated run as a pandas frame
-- ``analysis.figures.run_figures(run) -> RunFigures``: per-step figures with 95% intervals
+- ``analysis.figures.run_figures(run, slo=None) -> RunFigures``: per-step figures with 95% intervals, and
+  each step's goodput against service-level targets (``analysis.goodput``) where the run or ``slo`` has them
 - ``analysis.compare.compare_runs(a, b)``: B/A ratios per step, paired by prompt category
 - ``analysis.plan``: capacity plans; ``analysis.prices``: AWS prices and snapshots
 - ``analysis.roofline.run_roofline(figures, decode_bytes)``: each step against the card's bandwidth roof

@@ -48,7 +48,8 @@ Definitions (the report repeats them):
   shorter than a request (a counted warning).
 - The load that ran: requests in flight = every request's time between ``t_start`` and ``t_end``
   inside the window, summed, / window length (Little's law); load reached = in flight / users on
-  a closed-loop step, sent req/s / offered rate on an open-loop one. Under 95% the step is named
+  a closed-loop step, sent req/s / offered rate on an open-loop one; on a sessions step a turn holds its
+  user until its conversation's next turn starts (the think time between is load too). Under 95% the step is named
   in the warnings; under 50% the sweep fails the run (``core.load_reached``).
 - Geometric mean over prompt categories of each category's mean per-request tok/s (server
   timings, else client), the seeds' single-number figure.
@@ -69,7 +70,7 @@ Definitions (the report repeats them):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,15 +78,26 @@ import pandas as pd
 
 from analysis import intervals
 from analysis.energy import GpuTrace, StepEnergy, gpu_traces, idle_power_w, step_energy
+from analysis.goodput import StepGoodput, step_goodput
 from analysis.intervals import Estimate
 from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
+from analysis.sessions import StepSessions, step_sessions
 from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
 from core.errors import AnalysisError
 from core.lists import seconds_per_step
-from core.load_reached import MARK_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
+from core.load_reached import (
+    MARK_BELOW,
+    SESSION_BUSY,
+    describe_shortfall,
+    load_reached,
+    mean_in_flight,
+    sent_rate,
+    user_held_until,
+)
 from core.rundir import RunManifest, StepWindow, TelemetrySnapshot
 from core.rundir.hardware import CpuEnergySample, read_cpu_energy_samples, read_gpu_samples
+from core.rundir.models import SLO_FIGURES
 
 SUB_WINDOWS = 10
 TOKENS_COUNTER = "llamacpp:tokens_predicted_total"
@@ -164,6 +176,12 @@ class Requests:
         with np.errstate(invalid="ignore"):
             self.t_decode = self["t_last_token"] - self["timings_predicted_ms"] / 1000.0
         self.has_timings = self["ok"] & ~np.isnan(self["timings_predicted_n"]) & ~np.isnan(self.t_decode)
+        # conversations' turns hold their user through its think time (core.load_reached)
+        self.sessions = "conversation" in frame and bool(frame["conversation"].notna().any())
+        self.user_until = self["t_end"]
+        if self.sessions:
+            codes = pd.factorize(frame["conversation"])[0]
+            self.user_until = user_held_until(codes, self["turn"], self["t_start"], self["t_end"])
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._columns:
@@ -296,9 +314,11 @@ def step_figures(
     max_tokens: int | None = None,
     arrivals: ChunkArrivals | None = None,
     on_schedule: bool = False,
+    slo: Mapping[str, float] | None = None,
 ) -> StepFigures:
     """The figures of one step whose measured window closed; ``on_schedule``: the window is the one its
-    schedule set, the one the records counted their chunks for (``window_on_schedule``)."""
+    schedule set, the one the records counted their chunks for (``window_on_schedule``); ``slo``: the
+    service-level targets its goodput is judged by (``analysis.goodput``; none: no goodput)."""
     index, rate, start = window.index, window.rate, window.measure_start
     end = window.measure_end
     if end is None:
@@ -326,6 +346,7 @@ def step_figures(
     steps_taken = predicted.sum() - accepted.sum()
     sent = sent_rate(requests["t_start"][measured], start, end) if rate is not None else None
     in_flight = mean_in_flight(requests["t_start"], t_end, start, end)
+    busy = mean_in_flight(requests["t_start"], requests.user_until, start, end) if requests.sessions else in_flight
     chunks_code = TOKEN_METHODS.index("chunks")
     return StepFigures(
         index=index,
@@ -360,10 +381,29 @@ def step_figures(
         token_methods=method_counts(requests.method[measured]),
         cut_counted_by_chunks=int((near_cut & (requests.method == chunks_code)).sum()),
         mean_in_flight=in_flight,
-        load_reached=load_reached(window.users, rate, in_flight, sent),
+        load_reached=load_reached(window.users, rate, busy, sent),
         edge_attribution=edge_attribution,
         users_started=window.users_started,
+        goodput=measured_goodput(requests, measured, slo, end - start) if slo else None,
     )
+
+
+def measured_goodput(requests: Requests, measured: np.ndarray, slo: Mapping[str, float],
+                     window_seconds: float) -> StepGoodput:
+    """The step's goodput over its measured requests, the same ones its latency figures use."""
+    frame = requests.frame
+    conversations = frame["conversation"].to_numpy(dtype=object)[measured] if "conversation" in frame else None
+    return step_goodput({figure: requests[f"{figure}_s"][measured] for figure in SLO_FIGURES},
+                        requests["ok"][measured], requests["interrupted"][measured],
+                        requests["output_tokens"][measured], slo, window_seconds, conversations)
+
+
+def measured_sessions(requests: Requests, index: int) -> StepSessions:
+    """The step's conversations, reuse and TTFT by turn over its measured records (``analysis.sessions``)."""
+    measured = (requests["step"] == index) & requests.measure
+    return step_sessions(requests["conversation"][measured], requests["turn"][measured], requests["ok"][measured],
+                         requests["prompt_tokens"][measured], requests["cached_tokens"][measured],
+                         requests["ttft_s"][measured])
 
 
 def counter_spans(
@@ -506,8 +546,9 @@ def window_energy(requests: Requests, figures: StepFigures, traces: dict[int, Gp
     return step_energy(traces, cpu_samples, start, end, figures.output_tokens, sub_tokens)
 
 
-def run_figures(run: LoadedRun) -> RunFigures:
-    """Figures of every step with a complete measured window; the rest become warnings."""
+def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFigures:
+    """Figures of every step with a complete measured window; the rest become warnings. Each step's goodput
+    is judged by ``slo`` when given (targets named after the run), else by the run's own targets."""
     warnings = list(run.warnings)
     manifest = run.manifest
     if manifest.status != "complete":
@@ -535,6 +576,7 @@ def run_figures(run: LoadedRun) -> RunFigures:
         )
     steps = []
     max_tokens = manifest.load.max_tokens if manifest.load else None
+    targets = slo if slo is not None else (manifest.load.slo if manifest.load else None)
     traces, cpu_samples = gpu_traces(read_gpu_samples(run.path)), read_cpu_energy_samples(run.path)
     for window in manifest.steps:
         name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
@@ -544,11 +586,13 @@ def run_figures(run: LoadedRun) -> RunFigures:
             warnings.append(f"{name} has no closed measured window; left out")
             continue
         figures = step_figures(requests, window, run.telemetry, max_tokens, arrivals,
-                               window_on_schedule(manifest, window))
+                               window_on_schedule(manifest, window), targets)
         if window.rate is None and figures.completed_in_window < window.users:
             warnings.append(short_window_warning(frame, figures, max_tokens))
         if traces or cpu_samples:
             figures.energy = window_energy(requests, figures, traces, cpu_samples)
+        if manifest.load is not None and manifest.load.sessions is not None:
+            figures.sessions = measured_sessions(requests, window.index)
         if figures.cut_counted_by_chunks:
             warnings.append(
                 f"{name}: aggregate tok/s counts {figures.cut_counted_by_chunks} cut request(s) by their content "
@@ -558,8 +602,10 @@ def run_figures(run: LoadedRun) -> RunFigures:
             why = ("the load generator fell behind (latency still counts from the intended starts)"
                    if window.rate is not None else
                    "users were not all started, or waited (backoff after refusals) instead of sending")
-            warnings.append(describe_shortfall(name, figures.load_reached, figures.mean_in_flight,
-                                               figures.sent_rate, window.rate) + f": {why}")
+            busy = (figures.load_reached * window.users, SESSION_BUSY) if requests.sessions and window.rate is None \
+                else (figures.mean_in_flight, "requests in flight")
+            warnings.append(describe_shortfall(name, figures.load_reached, busy[0], figures.sent_rate, window.rate,
+                                               busy[1]) + f": {why}")
         steps.append(figures)
     if not steps:
         raise AnalysisError(

@@ -39,6 +39,7 @@ from analysis.step import StepFigures
 from analysis.summary import RunSummary, run_summary
 from core.errors import AnalysisError
 from core.rundir import RunManifest
+from core.workload import describe_arrivals, describe_lengths
 
 
 @dataclass(frozen=True)
@@ -222,10 +223,11 @@ def workload(manifest: RunManifest) -> dict[str, tuple[object, str]]:
     }
     if load is None:
         return shown | {key: (None, "not recorded") for key in WORKLOAD_KEYS[1:]}
-    arrivals = f"{load.arrival} (seed {load.arrival_seed})" if load.open_loop else "closed loop"
+    arrivals = describe_arrivals(load)
+    prompts, replies = describe_lengths(load)  # drawn or traced lengths are part of the workload
     return shown | {
-        "prompts": (load.prompts, load.prompts),
-        "max_tokens": (load.max_tokens, str(load.max_tokens)),
+        "prompts": (prompts, prompts),
+        "max_tokens": (load.max_tokens if replies == str(load.max_tokens) else replies, replies),
         "ignore_eos": (load.ignore_eos, "fixed length" if load.ignore_eos else "until the model stops"),
         "temperature": (load.temperature, f"{load.temperature:g}"),
         "arrivals": (arrivals, arrivals),

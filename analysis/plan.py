@@ -21,6 +21,12 @@ queue grows for as long as the step lasts, so latency is far from linear in the 
 ceil(requests/s to serve / capacity), so such a plan needs the rate to serve (``Targets.rate``);
 users do not convert to requests/s.
 
+A capacity search (``rigbench sweep --find-max``, ``core.rundir.capacity_search``) needs no reading
+of steps: its result is the largest load it measured meeting every service-level target (each
+target's 95% interval within it, no failed request), so its capacity is that load, with the lower
+end of that probe's aggregate tok/s interval, priced as that probe's run is; its own targets stand in
+for ``min_tok_s`` and ``ttft_p90_s``.
+
 Which rigs: a run's plans come from its prices (``analysis.cost``): the type it ran on, or the type
 ``--price-as`` says its machine counts as, and only with ``--hypothetical`` types it is
 extrapolated to. A run with no price is not ranked (its "not priced" line says why). For a price
@@ -34,15 +40,19 @@ leaves most of the card's memory bandwidth unused says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from tabulate import tabulate
 
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures
+from analysis.goodput_section import targets_text
 from analysis.intervals import Estimate
 from analysis.roofline import RunRoofline, StepRoofline
 from analysis.step import StepFigures
+from core.rundir.capacity_search import CapacitySearch
 
 
 @dataclass(frozen=True)
@@ -235,10 +245,43 @@ def energy_at_capacity(figures: RunFigures, targets: Targets) -> Estimate | None
     return None if last_pass is None or last_pass.energy is None else last_pass.energy.j_per_token
 
 
-def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets, roofline: RunRoofline | None = None) -> Plan:
-    cap = capacity(figures.steps, targets)
-    roof = roof_at_capacity(figures, targets, roofline)
-    energy = energy_at_capacity(figures, targets)
+# why a search stopped, as a plan's basis says it
+SEARCH_STOPS = {"resolution": "measured to its resolution", "max_load_met": "at its --max-load: it may serve more",
+                "first_missed": "its first probe already missed", "probe_failed": "a probe failed: not narrowed"}
+
+
+def search_capacity(search: CapacitySearch) -> Capacity:
+    """A capacity search's answer as capacity: its largest load meeting every target, measured (no interpolation
+    and no guess from a knee), with the lower end of that probe's aggregate tok/s interval."""
+    unit = "users" if search.mode == "users" else "requests/s"
+    result = search.result
+    named = f"capacity search {search.search_id}"
+    if result is None:
+        return Capacity(0, None, f"{named}: no result recorded (it stopped while a probe ran)", unit)
+    if result.largest_meeting is None:
+        return Capacity(0, None, f"{named}: no probed load met {targets_text(search.targets)} "
+                        f"({SEARCH_STOPS[result.reason]})", unit)
+    probe = search.probe(result.largest_meeting)
+    aggregate = None if probe is None else (
+        probe.aggregate_tok_s_low if probe.aggregate_tok_s_low is not None else probe.aggregate_tok_s)
+    missing = "" if result.smallest_missing is None else f", {search.load_text(result.smallest_missing)} did not"
+    basis = (f"{named}: {search.load_text(result.largest_meeting)} met {targets_text(search.targets)}{missing} "
+             f"({SEARCH_STOPS[result.reason]})")
+    return Capacity(result.largest_meeting, aggregate, basis, unit)
+
+
+def plan_for(figures: RunFigures, price: PriceChoice, targets: Targets, roofline: RunRoofline | None = None,
+             search: CapacitySearch | None = None) -> Plan:
+    """``search``: the capacity search ``figures`` is the best probe of; its result is the capacity."""
+    if search is not None:
+        cap = search_capacity(search)
+        at = figures.steps[0] if cap.per_instance > 0 and figures.steps else None
+        roof = roofline.step(at.index) if roofline is not None and at is not None else None
+        energy = at.energy.j_per_token if at is not None and at.energy is not None else None
+    else:
+        cap = capacity(figures.steps, targets)
+        roof = roof_at_capacity(figures, targets, roofline)
+        energy = energy_at_capacity(figures, targets)
     if cap.per_instance <= 0:
         return Plan(figures.run.label, price, cap, None, None, None, roof, energy)
     if cap.unit == "requests/s":
@@ -273,11 +316,14 @@ def rank(plans: list[Plan]) -> list[Plan]:
     )
 
 
-def plans_for_sections(sections: list, targets: Targets) -> list[Plan]:
-    """Every (run, price) pair of report sections (``report_model.RunSection``), ranked."""
+def plans_for_sections(sections: list, targets: Targets,
+                       searches: Mapping[Path, CapacitySearch] | None = None) -> list[Plan]:
+    """Every (run, price) pair of report sections (``report_model.RunSection``), ranked; ``searches``: by a
+    section's run path, the capacity search it is the best probe of (its capacity is the search's result)."""
+    searches = searches or {}
     return rank(
         [
-            plan_for(section.figures, price, targets, section.roofline)
+            plan_for(section.figures, price, targets, section.roofline, searches.get(section.figures.run.path))
             for section in sections
             for price in section.prices
         ]

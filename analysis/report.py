@@ -33,6 +33,8 @@ from analysis.energy import EnergyPrices
 from analysis.energy_plots import energy_plot_files
 from analysis.energy_section import energy_section
 from analysis.figures import __doc__ as FIGURE_DEFINITIONS
+from analysis.goodput import __doc__ as GOODPUT_DEFINITIONS
+from analysis.goodput_section import goodput_section
 from analysis.headline import DEFINITIONS as GLANCE_DEFINITIONS
 from analysis.headline import headline, headline_text
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
@@ -43,12 +45,16 @@ from analysis.report_csv import write_csv
 from analysis.report_html import write_html
 from analysis.report_model import Report, RunComparison, RunSection, build_section, compare_sections
 from analysis.roofline import roofline_section
+from analysis.search_section import search_sections
+from analysis.sessions_section import sessions_section
 from analysis.step import StepFigures
 from analysis.summary import SUMMARY_FILE, build_summary, summary_text
 from core.errors import AnalysisError, UsageError
 from core.instance_types import known_types
 from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
+from core.rundir.capacity_search import expand_searches
+from core.workload import describe_arrivals, describe_lengths
 
 REPORT_FORMATS = ("md", "html", "csv")
 HIGHER, LOWER = "↑", "↓"
@@ -314,7 +320,10 @@ def _describe_run(section: RunSection) -> str:
         )
         if load.open_loop:
             rates = ", ".join(f"{rate:g}" for rate in load.rate_steps)
-            parts.append(f"open loop: {load.arrival} arrivals (seed {load.arrival_seed}) at {rates} req/s")
+            parts.append(f"open loop: {describe_arrivals(load)} arrivals at {rates} req/s")
+        prompts, replies = describe_lengths(load)
+        if load.trace is not None or load.prompt_length is not None or load.output_length is not None:
+            parts.append(f"prompts {prompts}, replies {replies} tokens")
     return "; ".join(parts)
 
 
@@ -360,6 +369,7 @@ def render(report: Report) -> str:
     lines = [f"# rigbench report: {report.title}", "", "## At a glance", ""]
     for paragraph in headline(report.sections):
         lines += [paragraph, ""]
+    lines += search_sections(report.sections)
     for section in report.sections:
         lines += [f"## {section.label}", "", LEGEND, "", *glance_table(section), "", "Every figure per step:", ""]
         lines += [step_table(section), "", _describe_run(section), "", token_methods_line(section), ""]
@@ -372,7 +382,9 @@ def render(report: Report) -> str:
         lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
         lines += budget_section(section.budget)
         lines += energy_section(section, report.energy_prices)
+        lines += goodput_section(section)
         lines += replicas_section(section)
+        lines += sessions_section(section)
         lines += ["", f"### Warnings ({len(section.warnings)})", ""]
         lines += [f"- {w}" for w in section.warnings] or ["none"]
         lines += ["", "### Latency, decode and drafter detail", "", detail_table(section), ""]
@@ -391,6 +403,8 @@ def render(report: Report) -> str:
     lines += [f"![{p.stem}]({p.relative_to(report.out_dir)})" for p in report.plots]
     lines += ["", "## Definitions", "", FIGURE_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
     lines += [GLANCE_DEFINITIONS, ""]
+    if any(step.goodput is not None for section in report.sections for step in section.figures.steps):
+        lines += [GOODPUT_DEFINITIONS.split("(the report repeats them):", 1)[1].strip(), ""]
     lines += [
         f"Intervals: 95%, scipy.stats.bootstrap (percentile, {N_RESAMPLES} resamples, fixed seed) up to "
         f"{BOOTSTRAP_MAX_N:,} observations; "
@@ -417,16 +431,20 @@ def build_sections(
     book: PriceBook | None = None,
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
     ceilings: list[Path] | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> list[RunSection]:
     """``price_as``: the known types a run on no known type counts as (``--price-as``; see
     ``analysis.cost``); ``ceilings``: llama-batched-bench reports to set beside the runs
-    (``--ceiling``), besides those found in each run's folders (``analysis.ceiling``)."""
+    (``--ceiling``), besides those found in each run's folders (``analysis.ceiling``); ``slo``: targets
+    to judge every step's goodput by (``--slo``), instead of each run's own. A capacity search's folder
+    stands for its probes' runs."""
     if not run_dirs:
         raise AnalysisError("no run directory given; pass one or more runs/<run-id> folders")
     price_as = known_types(price_as or [], "--price-as")  # refused before any run is read
     book = book or PriceBook.default()
     named = [explicit_ceiling(path) for path in ceilings or []]
-    sections = [build_section(Path(path), book, price_as, decode_bytes, named) for path in run_dirs]
+    run_dirs = expand_searches(run_dirs)
+    sections = [build_section(Path(path), book, price_as, decode_bytes, named, slo=slo) for path in run_dirs]
     attach_budgets(sections)  # the runs given together pair up to split each one's decode call
     return sections
 

@@ -6,7 +6,9 @@ column layout has to change when a figure is added. It holds every figure of sum
 (read from the same ``StepFigures.to_dict``, so the two files cannot disagree): a percentile
 figure is named ``<figure>_<p50|p90|p99>``, a count per kind ``<figure>_<kind>`` (``errors_timeout``),
 a plain number has no interval, n or method. $/Mtok is one ``usd_per_mtok`` row per step and price,
-with the price's label in ``price``.
+with the price's label in ``price``. A step judged against service-level targets has its goodput figures
+(``goodput_...``) and, per target, a row ``goodput_verdict_<target>`` with the target in seconds in ``value``
+and the verdict (meets, unclear, misses) in ``method``.
 
 ``requests.csv`` is one row per request record of every run, with the RequestRecord fields as
 the analysis reads them (``timings`` flattened to ``timings_<key>``; ``/tokenize`` counts of cut
@@ -67,6 +69,9 @@ def step_frame(sections: list[RunSection]) -> pd.DataFrame:
                     rows += [{**keys, **row} for row in _figure_rows(name, value)]
             for label, cost in zip(section.cost_labels, costs, strict=True):
                 rows.append({**keys, "figure": "usd_per_mtok", "price": label, **cost.to_dict()})
+            for key, judgement in (step.goodput.targets.items() if step.goodput is not None else ()):
+                rows.append({**keys, "figure": f"goodput_verdict_{key}", "value": judgement.target_s,
+                             "method": judgement.verdict})
     frame = pd.DataFrame(rows, columns=[*STEP_KEYS, *FIGURE_COLUMNS])
     frame["n"] = frame["n"].astype("Int64")
     for column in ("value", "low", "high", "rate"):

@@ -72,13 +72,14 @@ def build_section(
     decode_bytes: Mapping[str, DecodeBytes] | None = None,
     ceilings: list[BatchedCeiling] | None = None,
     hypothetical: list[str] | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> RunSection:
     """``price_as``: the types a run on no known type counts as (``--price-as``); ``hypothetical``: types to
     extrapolate every run to (``plan --hypothetical``); ``decode_bytes``: model summaries by sha256, for a run
     whose manifest records none (its roofline); ``ceilings``: llama-batched-bench results named by hand,
-    besides those found beside the run."""
+    besides those found beside the run; ``slo``: targets to judge goodput by instead of the run's own."""
     run = load_run(path)
-    figures = run_figures(run)
+    figures = run_figures(run, slo)
     model = run.manifest.model
     decode = model.decode_bytes if model is not None else None
     if model is not None and decode is None and decode_bytes:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.energy import StepEnergy
+from analysis.goodput import StepGoodput
 from analysis.intervals import Estimate
+from analysis.sessions import StepSessions
 
 
 class StepFigures(BaseModel):
@@ -56,6 +58,10 @@ class StepFigures(BaseModel):
                                       "None where the run did not record it)")
     energy: StepEnergy | None = Field(None, description="the GPUs' (and CPU's) energy over the window and per "
                                       "output token, where the run sampled them (hardware/)")
+    sessions: StepSessions | None = Field(None, description="conversations, the prompt tokens the server reused "
+                                          "and TTFT by turn, where the run ran conversations (analysis.sessions)")
+    goodput: StepGoodput | None = Field(None, description="the step's requests against the run's service-level "
+                                        "targets (analysis.goodput), where it has targets")
     edge_attribution: dict[str, int] = Field(
         default_factory=dict, description="requests streaming across an edge of the window, by how their tokens "
         "inside it were counted: timeline (each chunk's time), running_counts (the server's per-chunk counts), "

@@ -29,9 +29,11 @@ from analysis.cost import PriceBasis, price_label
 from analysis.intervals import Estimate
 from analysis.prices import PriceQuote
 from analysis.report_model import Report, RunSection
+from analysis.search_section import searches_of
 from analysis.step import StepFigures
 from core.errors import AnalysisError
 from core.rundir import RunStatus
+from core.rundir.capacity_search import CapacitySearch
 from core.validation import describe_validation_error
 
 SUMMARY_VERSION = 1
@@ -96,6 +98,8 @@ class Summary(Strict):
     runs: list[RunSummary]
     comparisons: list[ComparisonSummary] = Field(default_factory=list)
     plots: list[str] = Field(default_factory=list)
+    capacity_searches: list[CapacitySearch] | None = Field(
+        None, description="the capacity searches the runs are probes of (their capacity_search.json); None: none")
 
 
 def run_summary(section: RunSection) -> RunSummary:
@@ -131,6 +135,7 @@ def build_summary(report: Report) -> Summary:
         runs=[run_summary(section) for section in report.sections],
         comparisons=[ComparisonSummary(a=c.a, b=c.b, steps=c.steps) for c in report.comparisons],
         plots=[str(plot) for plot in report.plots],
+        capacity_searches=[search for _, search in searches_of(report.sections)] or None,
     )
 
 

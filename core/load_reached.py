@@ -7,6 +7,10 @@ names. So the load that ran is measured: the mean number of requests in flight o
 (each request's time between its start and its end inside the window, summed, over the window's
 length) against the users, or the achieved send rate against the rate. Under ``MARK_BELOW`` the
 report and summary.json mark the step; under ``FAIL_BELOW`` the sweep fails the run with the reason.
+
+A user running conversations (``--sessions``) thinks between its turns: the think time is its load
+too (the load named is N users, each sending or thinking), so a turn holds its user until the next
+turn of its conversation starts (``user_held_until``), and the users busy that way are set against N.
 """
 
 from __future__ import annotations
@@ -15,12 +19,28 @@ import numpy as np
 
 MARK_BELOW = 0.95
 FAIL_BELOW = 0.5
+SESSION_BUSY = "users in a turn or thinking"  # what a sessions step's load counts (``user_held_until``)
 
 
 def mean_in_flight(starts: np.ndarray, ends: np.ndarray, window_start: float, window_end: float) -> float:
     """Mean requests in flight over ``[window_start, window_end)``: every request's overlap with it, over its length."""
     overlap = np.clip(np.minimum(ends, window_end) - np.maximum(starts, window_start), 0.0, None)
     return float(np.nansum(overlap) / (window_end - window_start))
+
+
+def user_held_until(conversation: np.ndarray, turn: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """When each request let its user go: a conversation's turn at the start of the turn after it (its user
+    thought in between), every other request (a last turn, a one-shot prompt) at its end. ``conversation``:
+    codes, one per conversation, negative for a request of none; ``turn``: from 1 (NaN for none)."""
+    held = np.array(ends, dtype=float, copy=True)
+    rows = np.flatnonzero(np.asarray(conversation) >= 0)
+    if not len(rows):
+        return held
+    order = rows[np.lexsort((turn[rows], conversation[rows]))]
+    first, then = order[:-1], order[1:]
+    follows = (conversation[then] == conversation[first]) & (turn[then] == turn[first] + 1)
+    held[first[follows]] = np.fmax(held[first[follows]], starts[then[follows]])
+    return held
 
 
 def sent_rate(starts: np.ndarray, window_start: float, window_end: float) -> float:
@@ -35,8 +55,9 @@ def load_reached(users: int, rate: float | None, in_flight: float, sent_rate: fl
     return in_flight / users if users > 0 else None
 
 
-def describe_shortfall(label: str, reached: float, in_flight: float, sent: float | None, rate: float | None) -> str:
-    """One line for a step that ran less load than it names."""
+def describe_shortfall(label: str, reached: float, in_flight: float, sent: float | None, rate: float | None,
+                       busy: str = "requests in flight") -> str:
+    """One line for a step that ran less load than it names; ``busy`` names what ``in_flight`` counts."""
     ran = f"{sent:.3g} req/s sent" if rate is not None and sent is not None else (
-        f"{in_flight:.1f} requests in flight on average")
+        f"{in_flight:.1f} {busy} on average")
     return f"{label}: the load that ran was {reached:.0%} of the load named ({ran})"

@@ -15,11 +15,12 @@ Each mistake is refused with one line naming the option and what was expected.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from core.errors import UsageError
-from core.rundir.models import LengthDistribution, slo_keys
+from core.rundir.models import LengthDistribution, LoadSettings, slo_keys
 
 LENGTH_EXAMPLE = "256, uniform:64-512, normal:mean=256,sd=64,max=1024 or lognormal:median=256,sigma=0.6,max=4096"
 _RANGE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
@@ -147,3 +148,26 @@ def format_length(length: LengthDistribution) -> str:
 def format_slo(targets: dict[str, float]) -> str:
     """The text ``parse_slo`` reads back to the same targets."""
     return ",".join(f"{key}={seconds!r}" for key, seconds in targets.items())
+
+
+def describe_arrivals(load: LoadSettings) -> str:
+    """How a run's requests arrived, in words that tell two workloads apart: ``closed loop``,
+    ``poisson (seed 0)``, ``gamma:0.25 (seed 0)``, ``constant`` or the replayed trace (file, digest, speed)."""
+    if load.trace is not None:
+        trace = load.trace
+        return f"trace {Path(trace.path).name} ({trace.sha256[:12]}, {trace.rows} rows, speed {trace.speed:g})"
+    if not load.open_loop:
+        return "closed loop"
+    kind = f"gamma:{load.arrival_shape:g}" if load.arrival == "gamma" and load.arrival_shape else load.arrival
+    return kind if kind == "constant" else f"{kind} (seed {load.arrival_seed})"
+
+
+def describe_lengths(load: LoadSettings) -> tuple[str, str]:
+    """(the prompts, the replies' length) a run sent: its prompt set and max_tokens, or drawn, or the trace's."""
+    if load.trace is not None:
+        return "the trace's prompt lengths", "the trace's output lengths"
+    seed = f" (workload seed {load.workload_seed})"
+    prompts = load.prompts if load.prompt_length is None else f"drawn {format_length(load.prompt_length)}{seed}"
+    replies = (str(load.max_tokens) if load.output_length is None
+               else f"drawn {format_length(load.output_length)}{seed}")
+    return prompts, replies

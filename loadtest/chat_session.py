@@ -10,9 +10,11 @@ and adds nothing to the tallies. No Locust import: the event is fired on the use
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from core.rundir import RequestRecord
+from loadtest.lengths import RequestLengths
 from loadtest.load_process import load_process
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.prompts import Prompt
@@ -36,33 +38,48 @@ class ChatSession:
         self.idle: list[SSEClient] = []  # clients free for the next request
         self.closed = False
 
-    def chat(self, prompt: Prompt, *, intended: float | None = None, slot: int | None = None) -> StreamResult:
+    def chat(self, prompt: Prompt, *, intended: float | None = None, slot: int | None = None,
+             conversation: str | None = None, turn: int | None = None,
+             lengths: RequestLengths | None = None) -> StreamResult:
         """Stream one reply to ``prompt`` (the run's document put ahead of it) and keep it.
 
         Without ``intended`` (a closed loop) the request goes now and belongs to the step and
         phase of its exact start; with it (an open loop's scheduled unix time) the request is
         built, sent at that time, and belongs to the step and phase it was meant to start in.
-        ``slot``: the server slot it asks for (``--pin-slots``). Returns the kept record with what
-        the answer said beyond it (a refusal's ``Retry-After``, for the user's backoff)."""
+        ``slot``: the server slot it asks for (``--pin-slots``). ``conversation`` and ``turn``: the request
+        is that turn of a conversation (``loadtest.sessions``), ``prompt`` its whole history (which holds the
+        run's document already), and the reply's text comes back. ``lengths``: its drawn or traced
+        prompt and reply lengths (``loadtest.lengths``: the prompt is cut to that many tokens, the reply
+        asked for with ignore_eos; a trace row's conversation and turn name the record). Returns the
+        kept record with what the answer said beyond it (a refusal's ``Retry-After``, for the user's backoff)."""
         context = self.context
-        prompt = prompt.with_context(context.context_text)
-        payload = build_payload(list(prompt.messages), **self.request_options)
+        options = self.request_options
+        if lengths is not None:
+            prompt, options = context.lengths.apply(prompt, lengths, options)
+        if conversation is None:
+            prompt = prompt.with_context(context.context_text)
+        if lengths is not None and lengths.conversation is not None:
+            conversation, turn = lengths.conversation, lengths.turn
+        payload = build_payload(list(prompt.messages), **options)
         if slot is not None:
             payload["id_slot"] = slot
         category = prompt.category
         meta = context.unplaced_meta(category) if intended is None else context.meta_for(intended, category)
+        if lengths is not None and lengths.prompt_tokens is not None:  # the document's tokens it carries
+            meta = dataclasses.replace(meta, context_tokens=meta.context_tokens + lengths.prompt_tokens)
 
         def keep_stopped(stopped: StreamResult) -> None:
-            context.write(self._placed(stopped, meta, intended), self.environment)
+            context.write(self._placed(stopped, meta, intended, conversation, turn), self.environment)
 
         client = self._client()
         self.process.in_flight += 1
         try:
-            result = stream_chat(client, payload, meta, not_before=intended, on_abort=keep_stopped)
+            result = stream_chat(client, payload, meta, not_before=intended, on_abort=keep_stopped,
+                                 keep_reply=conversation is not None)
         finally:
             self.process.in_flight -= 1
             self._release(client)
-        result = self._placed(result, meta, intended)
+        result = self._placed(result, meta, intended, conversation, turn)
         context.write(result, self.environment)
         self.process.live.add(result.record)
         self._fire_request_event(result.record)
@@ -90,7 +107,8 @@ class ChatSession:
         else:
             self.idle.append(client)
 
-    def _placed(self, result: StreamResult, meta: RequestMeta, intended: float | None) -> StreamResult:
+    def _placed(self, result: StreamResult, meta: RequestMeta, intended: float | None, conversation: str | None = None,
+                turn: int | None = None) -> StreamResult:
         """The record in its step and phase, with its share of that step's measured window: by its
         scheduled start (kept as ``t_intended``), where ``meta`` was located before it was sent, or by
         its exact start, located now (the stream is what knows it)."""
@@ -102,12 +120,13 @@ class ChatSession:
             update = {"step": meta.step, "users": meta.users, "phase": meta.phase}
         if self.replica is not None:
             update["replica"] = self.replica
+        if conversation is not None:
+            update |= {"conversation": conversation, "turn": turn}
         if meta.window is not None:
             total = record.completion_tokens if record.completion_tokens is not None else record.streamed_tokens
             update["window_chunks"], update["window_tokens"] = window_share(
                 result.chunk_times, result.chunk_counts, total, *meta.window)
-        return StreamResult(record=record.model_copy(update=update), chunk_times=result.chunk_times,
-                            retry_after_s=result.retry_after_s, chunk_counts=result.chunk_counts)
+        return dataclasses.replace(result, record=record.model_copy(update=update))
 
     def _fire_request_event(self, record: RequestRecord) -> None:
         """One Locust request per request: its whole time, and its output tokens as the "size"

@@ -22,10 +22,11 @@ import httpx
 import psutil
 
 from core.rundir import RunDir, StepWindow, utc_now
+from loadtest.arrivals import window_rate
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
 from loadtest.load_process import load_process
-from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, replica_hosts
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, replica_hosts, settings_from
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Position, Stage, boundaries, locate
 from loadtest.telemetry import (
@@ -201,7 +202,7 @@ class SweepController:
         window = StepWindow(
             index=index,
             users=stage.users,
-            rate=stage.rate,
+            rate=window_rate(self.stages, settings_from(self.options), index) if stage.open_loop else stage.rate,
             started_at=started,
             measure_start=started + stage.warmup,
             context_tokens=self.context_tokens,

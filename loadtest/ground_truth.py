@@ -19,6 +19,10 @@ that the server itself stays cheap at 64 users x 100 tok/s; it runs in its own p
 client. Like llama-server, the last chunk carries ``usage`` and ``timings``; ``/metrics``,
 ``/slots``, ``/tokenize`` and ``/health`` exist for the sweep's telemetry.
 
+With ``prompt_cache`` the server says how many prompt tokens each request could take from a cache
+(``cache_n``), as llama-server does, and logs it (``cached``): the conversations of a sessions
+sweep are then judged against a known reuse, whatever the client thought it sent.
+
 Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % n]``:
 ``none``, ``http_500``, ``http_503`` and ``http_429`` (overload answers with ``Retry-After:
 retry_after_s`` and an OpenAI-style error body), ``disconnect`` (closes mid-stream), ``malformed``
@@ -42,6 +46,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -87,6 +92,15 @@ class GroundTruthConfig(BaseModel):
     retry_after_s: int = Field(1, ge=0, description="the Retry-After an overload answer carries")
     max_model_len: int | None = Field(None, gt=0, description="the context /v1/models names per model, as vLLM's "
                                       "listing does (the replies are not cut by it)")
+    prompt_cache: bool = Field(False, description="report the prompt tokens a request could reuse: the longest "
+                               "common prefix, in words (the server's token unit), of its prompt with any prompt "
+                               "and reply the server has seen before, as timings.cache_n and usage."
+                               "prompt_tokens_details.cached_tokens (timings.prompt_n is then the rest, as "
+                               "llama-server's). One unbounded cache for the whole server, filled in arrival order, "
+                               "so the truth does not hang on which slot a request lands on; off: no cache is said")
+    detokenize: bool = Field(False, description="/detokenize, as llama-server has (the ids /tokenize gives are the "
+                             "words' places in a vocabulary the server grows as it meets them); off: 404, as a "
+                             "server that cannot cut a long context")
 
 
 class _Stats:
@@ -96,6 +110,37 @@ class _Stats:
         self.tokens_predicted = 0
         self.prompt_tokens = 0
         self.model_lists = 0  # GETs of /v1/models, so a test sees how often a client asks before the load
+
+
+class PrefixCache:
+    """Every word sequence the server has seen, as a trie: a request's reusable prefix is the longest
+    path its prompt follows from the root (words are the server's tokens)."""
+
+    def __init__(self) -> None:
+        self.root: dict[str, dict] = {}
+
+    def longest_prefix(self, words: list[str]) -> int:
+        node, depth = self.root, 0
+        for word in words:
+            node = node.get(word)  # type: ignore[assignment]
+            if node is None:
+                break
+            depth += 1
+        return depth
+
+    def add(self, words: list[str]) -> None:
+        node = self.root
+        for word in words:
+            node = node.setdefault(word, {})
+
+
+def prompt_words(messages: object) -> list[str]:
+    """A request's prompt in the server's token unit: each message's content split on whitespace, in order
+    (no role or template tokens, so a turn's history is a word-for-word prefix of the next turn's)."""
+    if not isinstance(messages, list):
+        return []
+    return [word for message in messages if isinstance(message, dict)
+            for word in str(message.get("content", "")).split()]
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -114,6 +159,7 @@ class _SendLog:
         self.received = received
         self.sends: list[float] = []
         self.tokens: list[int] = []
+        self.cached: int | None = None  # the prompt tokens it could reuse (``prompt_cache``)
 
     def sent(self, at: float, tokens: int) -> None:
         self.sends.append(at)
@@ -128,9 +174,14 @@ class _Reply:
     the server's CPU, and the server that judges a load generator must stay lighter than it."""
 
     def __init__(self, app: GroundTruthApp, request_id: str, prompt_n: int, n_tokens: int, style: str | None,
-                 log: _SendLog):
+                 log: _SendLog, words: list[str] | None = None):
         self.app = app
         self.prompt_n = prompt_n
+        self.words = words  # the prompt, kept for the cache with its reply once sent (``prompt_cache``)
+        cached = log.cached
+        # llama-server's timings count the prompt tokens it processed, beside the ones it reused
+        self._prompt_counts = b'"prompt_n":%d' % prompt_n if cached is None else (
+            b'"cache_n":%d,"prompt_n":%d' % (cached, prompt_n - cached))
         self.n_tokens = n_tokens
         self.style = style
         self.log = log
@@ -146,8 +197,8 @@ class _Reply:
         counts = b""
         if self.style == "timings":
             predicted_ms = (time.time() - self.log.sends[0]) * 1000.0 if self.log.sends else 0.0
-            counts = b',"timings":{"prompt_n":%d,"prompt_ms":%s,"predicted_n":%d,"predicted_ms":%s}' % (
-                self.prompt_n, self._prompt_ms, made_by_now, repr(predicted_ms).encode())
+            counts = b',"timings":{%s,"prompt_ms":%s,"predicted_n":%d,"predicted_ms":%s}' % (
+                self._prompt_counts, self._prompt_ms, made_by_now, repr(predicted_ms).encode())
         elif self.style == "usage":
             counts = b',"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
                 self.prompt_n, made_by_now, self.prompt_n + made_by_now)
@@ -170,7 +221,13 @@ class _Reply:
             "predicted_per_second": decode_tokens / predicted_ms * 1000.0 if predicted_ms else None,
         }
         usage = {"prompt_tokens": prompt_n, "completion_tokens": n_tokens, "total_tokens": prompt_n + n_tokens}
-        self.app.stats.prompt_tokens += prompt_n
+        cached = self.log.cached
+        if cached is not None:
+            timings = {"cache_n": cached, **timings, "prompt_n": prompt_n - cached}
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            if self.words is not None:
+                self.app.prompt_cache.add(self.words + [f"t{k}" for k in range(n_tokens)])
+        self.app.stats.prompt_tokens += prompt_n - (cached or 0)
         tail = _event({**self.head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         return tail + _event({**self.head, "choices": [], "usage": usage, "timings": timings}) + b"data: [DONE]\n\n"
 
@@ -251,6 +308,9 @@ class GroundTruthApp:
         self.free_slots: asyncio.Semaphore | None = None  # made inside the event loop that serves
         self.pacer = _Pacer()
         self.log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
+        self.prompt_cache = PrefixCache()  # filled only with ``prompt_cache``
+        self.vocabulary: dict[str, int] = {}  # /tokenize's ids, and /detokenize's words back
+        self.words: list[str] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -304,9 +364,17 @@ class GroundTruthApp:
             slots = [{"id": i, "is_processing": i < self.stats.processing} for i in range(self.config.slots)]
             return await self.respond(writer, "200 OK", json.dumps(slots).encode(), "application/json")
         if path == "/tokenize" and method == "POST":
-            content = json.loads(body or b"{}").get("content", "")
-            tokens = list(range(len(content.split())))
+            asked = json.loads(body or b"{}")
+            content = asked.get("content", "")
+            tokens: list = [self.word_id(word) for word in content.split()]
+            if asked.get("with_pieces"):  # as llama-server: each token's text, here a word and the space after it
+                pieces = [match.group() for match in re.finditer(r"\S+\s*", content)]
+                tokens = [{"id": token, "piece": piece} for token, piece in zip(tokens, pieces, strict=True)]
             return await self.respond(writer, "200 OK", json.dumps({"tokens": tokens}).encode(), "application/json")
+        if path == "/detokenize" and method == "POST" and self.config.detokenize:
+            ids = json.loads(body or b"{}").get("tokens", [])
+            text = " ".join(self.words[i] for i in ids if isinstance(i, int) and 0 <= i < len(self.words))
+            return await self.respond(writer, "200 OK", json.dumps({"content": text}).encode(), "application/json")
         if path == "/v1/chat/completions" and method == "POST":
             request_id = headers.get("x-request-id") or f"gt-{next(self.anonymous)}"
             if not self.config.queue:
@@ -316,6 +384,12 @@ class GroundTruthApp:
             async with self.free_slots:  # asyncio's semaphore wakes waiters first come, first served
                 return await self.chat(json.loads(body), request_id, received, writer)
         return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
+
+    def word_id(self, word: str) -> int:
+        if word not in self.vocabulary:
+            self.vocabulary[word] = len(self.words)
+            self.words.append(word)
+        return self.vocabulary[word]
 
     def metrics_text(self) -> str:
         s = self.stats
@@ -388,7 +462,8 @@ class GroundTruthApp:
             n_tokens = max(
                 1, n_tokens - int(((self.stats.requests * 0.6180339887) % 1.0) * config.length_jitter * n_tokens)
             )
-        prompt_n = sum(len(str(m.get("content", "")).split()) for m in request.get("messages", []))
+        words = prompt_words(request.get("messages", []))
+        prompt_n = len(words)
         style = self.count_style(request)
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -396,7 +471,10 @@ class GroundTruthApp:
         )
         self.stats.processing += 1
         log = _SendLog(request_id, received)
-        reply = _Reply(self, request_id, prompt_n, n_tokens, style, log)
+        if config.prompt_cache:
+            log.cached = self.prompt_cache.longest_prefix(words)
+            self.prompt_cache.add(words)
+        reply = _Reply(self, request_id, prompt_n, n_tokens, style, log, words if config.prompt_cache else None)
         plan = self.chunk_plan(n_tokens, request_index)
         try:
             if fault == "none":
@@ -453,6 +531,8 @@ class GroundTruthApp:
         if self.log is not None:
             line = {"request_id": log.request_id, "t_received": log.received, "sends": log.sends,
                     "tokens": log.tokens, "fault": fault}
+            if log.cached is not None:
+                line["cached"] = log.cached
             self.log.write(json.dumps(line) + "\n")
 
 

@@ -13,6 +13,7 @@ import errno
 import itertools
 import json
 import logging
+import math
 import os
 import socket
 from pathlib import Path
@@ -22,6 +23,7 @@ import gevent
 
 from core.errors import RunDirError
 from core.rundir import RecordWriter, RunDir, utc_now
+from loadtest.lengths import WorkloadLengths
 from loadtest.locust_options import replica_hosts, settings_from
 from loadtest.long_context import context_for_tokens
 from loadtest.prompts import Prompt, load_prompts
@@ -33,7 +35,8 @@ STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed s
 # What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
 CONTEXT_OPTIONS = (
     "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens",
-    "timeline", "replicas",
+    "timeline", "replicas", "sessions", "turns", "think", "system_prompt_tokens", "workload_seed",
+    "prompt_length", "output_length", "trace", "trace_speed",
 )
 
 
@@ -59,6 +62,9 @@ class LoadContext:
         self.made_from = context_key(options)
         self.prompts: list[Prompt] = load_prompts(options.prompts)
         self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
+        sessions = self.settings.sessions  # every conversation of the run opens with the same system prompt
+        self.system_prompt = context_for_tokens(host, sessions.system_prompt_tokens)[0] if sessions else ""
+        self.lengths = WorkloadLengths.served(self.settings, host)  # drawn or traced lengths, and prompts cut to them
         self.user_counter = itertools.count()
         self.pinned: set[int] = set()  # slots taken by this process's users (--pin-slots)
         self.writer: RecordWriter | None = None
@@ -84,6 +90,13 @@ class LoadContext:
         """Past the last measured window: the drain, when no request starts (those in flight run on)."""
         t0 = self.t0()
         return bool(t0) and bool(self.stages) and now - t0 >= total_duration(self.stages)
+
+    def seconds_left(self, now: float) -> float:
+        """Seconds until the last measured window closes (0 once it has; infinite before the sweep's start)."""
+        t0 = self.t0()
+        if not t0 or not self.stages:
+            return math.inf
+        return max(0.0, t0 + total_duration(self.stages) - now)
 
     def request_options(self) -> dict[str, Any]:
         """What ``build_payload`` takes besides the messages, from the run's options."""

@@ -208,6 +208,9 @@ def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tok
             ("--system-prompt-tokens", system_prompt_tokens, 0)) if value != default]
         if unused:
             raise UsageError(f"{unused[0]} without --sessions: it shapes conversations; add --sessions")
+    if sessions and (prompt_length or output_length):
+        raise UsageError("--prompt-length or --output-length with --sessions: a conversation's turns are the prompt "
+                         "set's questions behind their growing history, each reply up to --max-tokens; leave them out")
     if trace is not None and (prompt_length or output_length):
         raise UsageError("--prompt-length or --output-length with --trace: the trace gives each request's lengths")
     if workload_seed < 0:

@@ -16,6 +16,11 @@ requests go through one ``ChatSession``, whose idle connections carry the next o
 In-flight requests of one process are capped at ``MAX_IN_FLIGHT`` (generous: every one is an open
 connection); an arrival that finds the cap full waits for a free place, starts late, and is
 counted; the sweep's manifest then says so.
+
+A trace replay (``--trace``) is an open loop too: its arrivals are the trace's rows
+(``loadtest.trace.trace_arrivals``), shared among processes the same way; arrival n sends row
+n's lengths, as a drawn-length run sends the lengths drawn for arrival n (``loadtest.lengths``),
+so ``--processes`` changes neither.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from locust import User, task
 
 from core.replicas import user_replica
 from core.rundir import RequestRecord
-from loadtest.arrivals import LATE_START_S, process_share, sweep_arrivals
+from loadtest.arrivals import LATE_START_S, process_share, run_arrivals
 from loadtest.chat_session import ChatSession
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 
@@ -51,6 +56,13 @@ def process_place(environment: Any) -> tuple[int, int]:
     return index, processes
 
 
+def run_user_number(environment: Any, number: int) -> int:
+    """A closed-loop user's number in the whole run from its number in this process: Locust hands a
+    process's users out in turn, so its k-th user is the run's (k x processes + index)-th."""
+    index, processes = process_place(environment)
+    return number * processes + index
+
+
 class OpenLoopDispatcher(User):
     """Sends this process's share of the open-loop schedule, one greenlet per request."""
 
@@ -66,7 +78,7 @@ class OpenLoopDispatcher(User):
                          for replica, host in enumerate(self.context.replicas)] or [self.session]
         settings = self.context.settings
         self.index, self.processes = process_place(self.environment)
-        offsets = sweep_arrivals(self.context.stages, settings.arrival, settings.arrival_seed)
+        offsets = run_arrivals(self.context.stages, settings)
         self.numbers, self.offsets = process_share(offsets, self.index, self.processes)
         self.pool = gevent.pool.Pool(MAX_IN_FLIGHT)
         self.next = 0
@@ -109,7 +121,8 @@ class OpenLoopDispatcher(User):
         prompts = self.context.prompts
         # the arrival's number picks the prompt: the same prompts in the same order whatever --processes
         session = self.sessions[user_replica(number, len(self.sessions))]
-        result = session.chat(prompts[number % len(prompts)], intended=intended)
+        result = session.chat(prompts[number % len(prompts)], intended=intended,
+                              lengths=self.context.lengths.for_arrival(number))
         self._note_late(result.record)
 
     def _note_late(self, record: RequestRecord) -> None:

@@ -21,7 +21,7 @@ from core.errors import LoadTestError, UsageError
 from core.rundir import RequestRecord
 from loadtest.error_watch import fix_for
 from loadtest.http_errors import describe_http_error
-from loadtest.long_context import context_for_tokens
+from loadtest.long_context import context_for_tokens, document_tokens
 from loadtest.model_list import MODELS_PATH, ModelList
 from loadtest.path_answer import CONNECT_FIX, ask_path
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, server_words, stream_chat
@@ -131,16 +131,29 @@ def check_reply(url: str, model_name: str = "default", timeout: float = REPLY_TI
     raise LoadTestError(f"{url}{CHAT_PATH}: a two-token streamed reply failed: {kind}{detail}; {fix}")
 
 
-def check_context(url: str, tokens: int) -> None:
-    """A long-context sweep's server counts tokens (``/tokenize``, ``/detokenize``): the context is cut
-    with them, so without them every user would fail on its first request."""
+def check_context(url: str, tokens: int, option: str = "--context-tokens") -> None:
+    """A sweep that puts a text of so many tokens ahead of its prompts (a long context, a system prompt)
+    needs a server that counts tokens (``/tokenize``, ``/detokenize``): the text is cut with them, so
+    without them every user would fail on its first request."""
     try:
         context_for_tokens(url, tokens)
     except httpx.HTTPError as error:
-        raise LoadTestError(f"{url}: --context-tokens {tokens} needs /tokenize, which failed: "
+        raise LoadTestError(f"{url}: {option} {tokens} needs /tokenize, which failed: "
                             f"{describe_http_error(error)}") from None
     except LoadTestError as error:
-        raise LoadTestError(f"--context-tokens {tokens}: {error}") from None
+        raise LoadTestError(f"{option} {tokens}: {error}") from None
+
+
+def check_prompt_cuts(url: str, tokens: int, option: str) -> None:
+    """Drawn or traced prompt lengths are cut from a document by the server's tokens (``/tokenize``
+    with pieces): a server that cannot is said before any run exists."""
+    try:
+        document_tokens(url, tokens)
+    except httpx.HTTPError as error:
+        raise LoadTestError(f"{url}: {option} needs /tokenize with pieces, which failed: "
+                            f"{describe_http_error(error)}") from None
+    except LoadTestError as error:
+        raise LoadTestError(f"{option}: {error}") from None
 
 
 def preflight(url: str, model_name: str = "default") -> str:

@@ -62,6 +62,20 @@ def check_reply_fits(url: str, description: ServerDescription, *, max_tokens: in
     return f"{said}; a reply that runs long ends at the context's edge, not at --max-tokens"
 
 
+def check_drawn_fit(url: str, description: ServerDescription, *, prompt_tokens: int, reply_tokens: int,
+                    options: str) -> None:
+    """The longest drawn or traced request (its prompt and its reply, which runs to its length with
+    ignore_eos) must fit the context the server holds per request: a draw past it would be cut by the
+    context, and its reply's length would not be the one drawn. Refused, naming the options."""
+    room = description.context_tokens
+    if room is None or prompt_tokens + reply_tokens < room:
+        return
+    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    raise UsageError(f"{options}: the longest request may hold {prompt_tokens} prompt and {reply_tokens} reply "
+                     f"tokens, but {url} holds {room} tokens per request ({source}): lower the bounds (max=), or "
+                     "serve a longer context")
+
+
 def served_model_path(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> str | None:
     """The model file llama-server says it serves (``/props`` ``model_path``), or None where it says none.
     A path on the server's machine: only a server on this one names a file that can be read here."""

@@ -84,6 +84,7 @@ class StreamResult:
     chunk_times: list[float] = field(default_factory=list)
     retry_after_s: float | None = None  # a refusal's Retry-After, in seconds (loadtest.backoff)
     chunk_counts: list[int | None] = field(default_factory=list)  # the server's running count at each chunk
+    reply_text: str | None = None  # the reply's content, where the caller asked to keep it (a conversation's history)
 
 
 def build_payload(
@@ -159,9 +160,9 @@ class _Stream:
     decodes each event once (orjson) and looks only at the keys the record needs."""
 
     __slots__ = ("status", "error", "usage", "timings", "done", "finished", "count", "first_count",
-                 "chunk_times", "chunk_counts", "text", "retry_after_s")
+                 "chunk_times", "chunk_counts", "text", "retry_after_s", "reply")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_reply: bool = False) -> None:
         self.status: int | None = None
         self.error: tuple[str, str | None] | None = None
         self.usage: Any = None
@@ -174,6 +175,7 @@ class _Stream:
         self.chunk_counts: list[int | None] = []
         self.text: list[str] | None = []  # streamed text, dropped once the server sends counts
         self.retry_after_s: float | None = None
+        self.reply: list[str] | None = [] if keep_reply else None  # content only, kept whole (not reasoning)
 
     @property
     def completed(self) -> bool:
@@ -217,6 +219,8 @@ class _Stream:
                                 self.text.append(str(reasoning))
                             if text:
                                 self.text.append(str(text))
+                        if text and self.reply is not None:
+                            self.reply.append(str(text))
                 if choice.get("finish_reason"):
                     self.finished = True
         count = None
@@ -255,6 +259,7 @@ def stream_chat(
     path: str = CHAT_PATH,
     on_abort: Callable[[StreamResult], None] | None = None,
     not_before: float | None = None,
+    keep_reply: bool = False,
 ) -> StreamResult:
     """Send one request and follow its stream to the end; never raises for server faults
     (they become the record's ``error_kind``), so a sweep goes on past bad responses.
@@ -263,9 +268,10 @@ def stream_chat(
     partial request goes to ``on_abort`` marked ``interrupted`` before the exception
     continues, so what was already measured is not lost. ``not_before`` (unix time): the
     request is built first and sent at that time, to within tens of µs (an open loop's
-    scheduled start)."""
+    scheduled start). ``keep_reply``: the reply's content comes back whole (``reply_text``), for a
+    conversation that sends it back as history."""
     request_id = uuid.uuid4().hex
-    stream = _Stream()
+    stream = _Stream(keep_reply)
     error_kind: str | None = None
     error_message: str | None = None
     t_start = time.time()
@@ -294,7 +300,8 @@ def stream_chat(
         raise
     record = _kept_record(request_id, meta, t_start, time.time(), stream, error_kind, error_message)
     return StreamResult(record=record, chunk_times=stream.chunk_times, retry_after_s=stream.retry_after_s,
-                        chunk_counts=stream.chunk_counts)
+                        chunk_counts=stream.chunk_counts,
+                        reply_text="".join(stream.reply) if stream.reply is not None else None)
 
 
 def _follow(client: SSEClient, path: str, payload: dict[str, Any], request_id: str, stream: _Stream,
@@ -415,4 +422,15 @@ def _make_record(
         partial_text=partial_text,
         timings=timings,
         interrupted=interrupted,
+        cached_tokens=cached_tokens(usage, stream.timings),
     )
+
+
+def cached_tokens(usage: Any, timings: Any) -> int | None:
+    """Prompt tokens the server reused from its cache: llama-server's ``timings.cache_n`` (on its running
+    timings too, so a cut request knows it), else OpenAI's and vLLM's ``usage.prompt_tokens_details.
+    cached_tokens`` (llama-server sends both, alike); None where the server says neither."""
+    if isinstance(timings, dict) and timings.get("cache_n") is not None:
+        return timings["cache_n"]
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    return details.get("cached_tokens") if isinstance(details, dict) else None

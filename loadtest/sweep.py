@@ -23,12 +23,21 @@ import httpx
 import numpy as np
 import psutil
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from core.errors import LoadTestError, RunDirError, RunInterrupted
 from core.lists import format_seconds, seconds_per_step
-from core.load_reached import FAIL_BELOW, describe_shortfall, load_reached, mean_in_flight, sent_rate
+from core.load_reached import (
+    FAIL_BELOW,
+    SESSION_BUSY,
+    describe_shortfall,
+    load_reached,
+    mean_in_flight,
+    sent_rate,
+    user_held_until,
+)
 from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.rundir.columns import read_record_table
@@ -36,8 +45,9 @@ from core.signals import stop_signals_as_keyboard_interrupt
 from loadtest import LOCUSTFILE
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
+from loadtest.lengths import longest_prompt
 from loadtest.locust_options import workload_options
-from loadtest.long_context import context_for_tokens
+from loadtest.long_context import context_for_tokens, document_tokens
 from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
 from loadtest.token_counts import count_cut_requests
@@ -267,13 +277,24 @@ def run_sweep(
     settings = manifest.load
     if manifest.server.model_name != model:  # the manifest names the model name the requests carry
         manifest = run.update_manifest(server=manifest.server.model_copy(update={"model_name": model}))
-    if settings.context_tokens > 0:
+    cut_texts = {"long-context": settings.context_tokens,
+                 "sessions": settings.sessions.system_prompt_tokens if settings.sessions else 0}
+    for kind, tokens in cut_texts.items():
+        if tokens <= 0:
+            continue
         try:  # fail here, in one clear line, rather than in every simulated user
-            context_for_tokens(base_url, settings.context_tokens)
+            context_for_tokens(base_url, tokens)
         except (LoadTestError, httpx.HTTPError) as error:
             said = describe_http_error(error) if isinstance(error, httpx.HTTPError) else str(error)
             run.update_manifest(status="failed", status_detail=said, ended_at=utc_now())
-            raise LoadTestError(f"long-context sweep cannot start: {said}") from None
+            raise LoadTestError(f"{kind} sweep cannot start: {said}") from None
+    if (longest := longest_prompt(settings)) > 0:
+        try:  # prompts are cut by the served model's tokens (loadtest.lengths): a server that cannot is said here
+            document_tokens(base_url, longest)
+        except (LoadTestError, httpx.HTTPError) as error:
+            said = describe_http_error(error) if isinstance(error, httpx.HTTPError) else str(error)
+            run.update_manifest(status="failed", status_detail=said, ended_at=utc_now())
+            raise LoadTestError(f"drawn prompt lengths cannot be sent: {said}") from None
     # how long a Ctrl-C'd Locust may take to write up
     stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, settings.step_count))
     command = locust_command(
@@ -387,6 +408,11 @@ def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, ma
     """The first step that ran under ``FAIL_BELOW`` of the load it names (core.load_reached), as the reason
     the run fails: its figures would stand for a load that never ran."""
     starts, ends = table.column("t_start").to_numpy(), table.column("t_end").to_numpy()
+    busy = "requests in flight"
+    if manifest.load is not None and manifest.load.sessions is not None:  # a user's think time is its load too
+        conversations = pc.dictionary_encode(table.column("conversation")).combine_chunks().indices.fill_null(-1)
+        turns = table.column("turn").to_numpy(zero_copy_only=False)
+        ends, busy = user_held_until(conversations.to_numpy(), turns, starts, ends), SESSION_BUSY
     for window in manifest.steps:
         if window.measure_end is None or window.measure_end <= window.measure_start:
             continue
@@ -396,7 +422,7 @@ def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, ma
         reached = load_reached(window.users, window.rate, in_flight, sent)
         if reached is not None and reached < FAIL_BELOW:
             label = f"step {window.index} ({stage_label(window.users, window.rate)})"
-            return (describe_shortfall(label, reached, in_flight, sent, window.rate)
+            return (describe_shortfall(label, reached, in_flight, sent, window.rate, busy)
                     + f", under {FAIL_BELOW:.0%}: its figures would stand for a load that did not run; give the "
                     "step a longer --warmup, fewer users or --processes N")
     return None

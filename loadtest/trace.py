@@ -8,7 +8,16 @@ to the next); ``prompt_tokens`` and ``output_tokens`` are whole numbers >= 1; ``
 and ``turn`` (from 1) are optional and travel to the records. Blank lines are skipped; any other
 key, a missing one, or a value of the wrong kind is refused with ``file:line``. The replay is an
 open loop: each row is sent at its offset (divided by ``--trace-speed``) whatever the server's
-state, asking for ``output_tokens`` with ``ignore_eos`` behind a prompt of ``prompt_tokens``.
+state, asking for ``output_tokens`` with ``ignore_eos`` behind a prompt of ``prompt_tokens``
+(``loadtest.lengths``).
+
+A replay is one open-loop step at the trace's mean rate (rows / span). The first row arrives at
+the step's start and row i ``(offset_s[i] - offset_s[0]) / speed`` seconds after it. A step
+(warm-up and measured window) longer than the trace replays it again, each pass one span later,
+so the whole window is loaded at the trace's rate: a pass's first row arrives with the last row
+of the pass before, and a conversation of a later pass is named apart (``c7``, then ``c7#2``).
+Rows past the step's end are not sent. Arrival n is row ``n mod rows`` of pass ``n // rows``,
+and ``--processes`` share the arrivals as poisson ones (``loadtest.arrivals``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import LoadTestError
@@ -51,7 +61,8 @@ def _read(path: str, sha256: str) -> tuple[TraceRow, ...]:
                 raise LoadTestError(f"{where}: not JSON ({error.msg}); a trace holds one JSON object per line "
                                     "(offset_s, prompt_tokens, output_tokens)") from None
             except ValidationError as error:
-                raise LoadTestError(f"{where}: {describe_validation_error(error)}") from None
+                raise LoadTestError(f"{describe_validation_error(error, where)}; expected offset_s, prompt_tokens "
+                                    "and output_tokens (conversation and turn optional)") from None
             if rows and row.offset_s < rows[-1].offset_s:
                 raise LoadTestError(f"{where}: offset_s {row.offset_s:g} is before the line above's "
                                     f"({rows[-1].offset_s:g}); a trace is in arrival order")
@@ -109,3 +120,19 @@ def trace_rate(source: TraceSource) -> float:
         raise LoadTestError(f"trace {source.path}: every row arrives at offset {rows[0].offset_s:g}; a replay "
                             "needs arrivals spread over time")
     return len(rows) / span * source.speed
+
+
+def trace_arrivals(source: TraceSource, duration: float) -> np.ndarray:
+    """A replay's arrival offsets in ``[0, duration)`` seconds from its step's start, in arrival
+    order: the rows at their offsets over ``speed``, then the trace again for as long as the step
+    lasts (module docstring)."""
+    rows = trace_rows(source)
+    offsets = np.array([row.offset_s for row in rows]) - rows[0].offset_s
+    span = float(offsets[-1])
+    if duration <= 0:
+        return offsets[:0]
+    if span <= 0:  # every row at one instant (trace_rate refuses such a trace for a sweep): sent once
+        return offsets
+    passes = int(np.ceil(duration * source.speed / span)) + 1
+    times = (offsets[None, :] + span * np.arange(passes)[:, None]).ravel() / source.speed
+    return times[times < duration]

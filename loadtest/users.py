@@ -2,7 +2,10 @@
 
 That is the closed loop (``--steps``); the open loop (``--rates``) sends on an arrival schedule
 from ``loadtest.open_loop``. Both send through a ``loadtest.chat_session.ChatSession``, which
-writes every record to the process's shard, tallies it and reports it to Locust.
+writes every record to the process's shard, tallies it and reports it to Locust. With
+``--sessions`` a user runs conversations instead (``loadtest.sessions`` says which turn is next and
+what it sends), thinking between turns: its think time is a wait that ends, at the latest, when
+the last measured window closes, so a thinking user never starts a turn in the drain.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from core.replicas import user_replica
 from loadtest.backoff import Backoff
 from loadtest.chat_session import ChatSession
 from loadtest.load_process import load_process
-from loadtest.open_loop import process_place
+from loadtest.open_loop import process_place, run_user_number
 from loadtest.prompts import rotation
+from loadtest.sessions import SessionUser
 
 DRAIN_POLL_S = 0.25  # how often a user that may send no more looks again (the shape stops it)
 
@@ -26,7 +30,11 @@ class StreamingChatUser(User):
     connection, 429, 502, 503, 504) it backs off (``loadtest.backoff``) instead of spinning."""
 
     def wait_time(self) -> float:
-        return DRAIN_POLL_S if self.session.context.sweep_over(time.time()) else self.backoff.wait_s
+        now = time.time()
+        context = self.session.context
+        if context.sweep_over(now):
+            return DRAIN_POLL_S
+        return min(max(self.backoff.wait_s, self.think_s), context.seconds_left(now))
 
     def on_start(self) -> None:
         self.backoff = Backoff()
@@ -40,6 +48,13 @@ class StreamingChatUser(User):
             host = context.replicas[replica]
         self.session = ChatSession(self.environment, host, replica)
         self.prompts = rotation(context.prompts, offset=number)
+        self.lengths = context.lengths.for_user(run_user_number(self.environment, number))  # loadtest.lengths
+        self.think_s = 0.0  # before the next turn of a conversation
+        self.conversations: SessionUser | None = None
+        if context.settings.sessions is not None:
+            self.conversations = SessionUser(context.settings.sessions, seed=context.settings.workload_seed,
+                                             user=run_user_number(self.environment, number), shard=context.shard,
+                                             system_prompt=context.system_prompt, context=context.context_text)
         self.slot: int | None = None
         if context.options.pin_slots:
             # the lowest slot no live user holds: N users hold slots 0..N-1 at every step
@@ -55,5 +70,12 @@ class StreamingChatUser(User):
     def chat(self) -> None:
         if self.session.context.sweep_over(time.time()):
             return  # the last window has closed: send nothing more, the shape ends the drain
-        result = self.session.chat(next(self.prompts), slot=self.slot)
+        if self.conversations is None:
+            result = self.session.chat(next(self.prompts), slot=self.slot, lengths=next(self.lengths))
+        else:
+            turn = self.conversations.next_turn(next(self.prompts))
+            result = self.session.chat(turn.prompt, slot=self.slot, conversation=turn.conversation, turn=turn.number)
+            record = result.record
+            self.think_s = self.conversations.turn_ended(
+                result.reply_text if record.ok and not record.interrupted else None)
         self.backoff.after(result.record.error_kind, result.retry_after_s)

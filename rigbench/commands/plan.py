@@ -1,5 +1,6 @@
 """``rigbench plan``: instances needed per measured rig to serve N users (closed-loop sweeps) or
-R requests per second (open-loop sweeps, ``--rates``) at the targets.
+R requests per second (open-loop sweeps, ``--rates``) at the targets; or from a capacity search's folder
+(``rigbench sweep --find-max``), whose largest load meeting its own service-level targets is the capacity.
 
 Only priced rigs are ranked: a run on a known instance type, or one whose machine ``--price-as``
 names a type for. Other types enter only when ``--hypothetical`` names them, labelled so: a
@@ -8,15 +9,18 @@ recommendation of a type nobody measured must be asked for."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
 
+from analysis.goodput_section import targets_text
 from analysis.plan import Targets, plan_table, plans_for_sections
 from analysis.prices import PriceBook
 from analysis.report_model import build_section
 from core.errors import UsageError
 from core.instance_types import known_types
+from core.rundir.capacity_search import CapacitySearch, is_search, read_search
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 NO_PLAN_EXIT_CODE = 3
@@ -25,6 +29,17 @@ EXIT_CODES = (
     "2 a bad option or run directory, an unknown instance type in --price-as or --hypothetical, no run priced "
     "(none ran on a known type: give --price-as or --hypothetical), or a --gguf that is no given run's model."
 )
+
+
+def best_probe(folder: Path, search: CapacitySearch) -> Path:
+    """The probe run a search's plan is priced and drawn from: its largest load meeting the targets, else its
+    first probe (the plan then says no load met them)."""
+    result = search.result
+    probe = search.probe(result.largest_meeting) if result is not None else None
+    probe = probe or (search.probes[0] if search.probes else None)
+    if probe is None:
+        raise UsageError(f"{folder}: the capacity search has no probe yet; nothing to plan from")
+    return folder / probe.run_id
 
 
 app = typer.Typer()
@@ -37,8 +52,9 @@ def plan(
     rate: float = typer.Option(
         None, "--rate", min=0.0, help="requests per second to serve (open-loop runs, swept with --rates)"
     ),
-    min_tok_s: float = typer.Option(..., "--min-tok-s", min=0, help="per-user decode tok/s each user must get"),
-    ttft_p90: float = typer.Option(..., "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds"),
+    min_tok_s: float = typer.Option(None, "--min-tok-s", min=0, help="per-user decode tok/s each user must get "
+                                    "(for sweeps; a capacity search brings its own targets)"),
+    ttft_p90: float = typer.Option(None, "--ttft-p90", min=0, help="TTFT p90 ceiling in seconds (for sweeps)"),
     price_as: list[str] = typer.Option(
         [], "--price-as", help="price runs made on no known instance type (a local machine) as this known type: "
         "what the machine counts as; a run on one GPU of a multi-GPU type is priced per GPU (repeatable, or "
@@ -57,23 +73,35 @@ def plan(
     if (users is None) == (rate is None) or rate == 0:
         raise UsageError("give --users N (a closed-loop sweep's load) or --rate R (requests/s above 0, for "
                          "sweeps made with --rates), one of the two")
+    searches = {path: read_search(path) for path in runs if is_search(path)}  # rigbench sweep --find-max
+    sweeps = [path for path in runs if path not in searches]
+    if sweeps and (min_tok_s is None or ttft_p90 is None):
+        raise UsageError(f"--min-tok-s and --ttft-p90 are needed to read a sweep's steps ({sweeps[0]}); a capacity "
+                         "search's folder brings its own targets")
     price_as = known_types(price_as, "--price-as")
     hypothetical = known_types(hypothetical, "--hypothetical")
     book = PriceBook.default()
-    known = decode_bytes_for_runs(runs, gguf)
-    sections = [build_section(path, book, price_as, known, hypothetical=hypothetical) for path in runs]
+    paths = [best_probe(path, searches[path]) if path in searches else path for path in runs]
+    known = decode_bytes_for_runs(paths, gguf)
+    sections = [build_section(path, book, price_as, known, hypothetical=hypothetical) for path in paths]
+    by_run = {section.figures.run.path: searches[path] for path, section in zip(runs, sections, strict=True)
+              if path in searches}
     unpriced = [section for section in sections if not section.prices]
     if len(unpriced) == len(sections):
         why = "; ".join(f"{section.label}: {section.not_priced or 'no price known'}" for section in unpriced)
         raise UsageError(f"no run is priced, so there is nothing to rank ({why}); give --price-as TYPE (what the "
                          "machine counts as) or --hypothetical TYPE[,TYPE] (`rigbench prices list` shows the types)")
-    targets = Targets(users=users or 0, min_tok_s=min_tok_s, ttft_p90_s=ttft_p90, rate=rate)
-    plans = plans_for_sections(sections, targets)
+    targets = Targets(users=users or 0, min_tok_s=min_tok_s if min_tok_s is not None else 0.0,
+                      ttft_p90_s=ttft_p90 if ttft_p90 is not None else math.inf, rate=rate)
+    plans = plans_for_sections(sections, targets, by_run)
     demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
-    typer.echo(
-        f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
-        f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors\n"
-    )
+    if sweeps:
+        typer.echo(f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
+                   f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors")
+    for path, search in searches.items():
+        typer.echo(f"{demand}; capacity search {path.name}: its largest load meeting {targets_text(search.targets)} "
+                   "(every target's 95% interval within it), no errors")
+    typer.echo("")
     typer.echo(plan_table(plans))
     best = plans[0] if plans and plans[0].instances is not None else None
     if best is None:
@@ -84,7 +112,9 @@ def plan(
             f"{best.capacity.describe()}, ${best.usd_per_hour:.3f}/h"
         )
     if out is not None:
-        payload = {"targets": targets.__dict__, "plans": [plan.to_dict() for plan in plans]}
+        given = {**targets.__dict__, "min_tok_s": min_tok_s, "ttft_p90_s": ttft_p90}
+        searched = {path.name: search.targets for path, search in searches.items()}
+        payload = {"targets": given, "capacity_searches": searched, "plans": [plan.to_dict() for plan in plans]}
         out.write_text(json.dumps(payload, indent=2) + "\n")
     if any(plan.price.hypothetical for plan in plans):
         typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on (--hypothetical)")

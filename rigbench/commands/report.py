@@ -11,6 +11,8 @@ from analysis.energy import EnergyPrices
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
 from analysis.report_model import compare_sections
 from core.instance_types import known_types
+from core.rundir.capacity_search import expand_searches
+from core.workload import parse_slo
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
@@ -48,6 +50,9 @@ def report(
     card_usd: float | None = typer.Option(
         None, "--card-usd", min=0, help="what the card cost: spread over --card-years into $/Mtok beside it"),
     card_years: float = typer.Option(3.0, "--card-years", min=0.1, help="years of service --card-usd is spread over"),
+    slo: str = typer.Option("", "--slo", help="judge each step's goodput against these targets instead of the "
+                            "run's own, e.g. ttft_p90=0.5,tpot_p90=50ms (figures ttft, tpot, itl, e2e at p50, p90, "
+                            "p95, p99)"),
 ) -> None:
     """Write report.md (per-step tok/s, latency, $/Mtok with intervals), summary.json and plots; two runs also
     give B/A ratios.
@@ -57,8 +62,12 @@ def report(
     by prompt category, are printed here and written in the cross-run report."""
     chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
     price_as = known_types(price_as, "--price-as")  # and an unknown type
-    sections = build_sections(runs, price_as, decode_bytes=decode_bytes_for_runs(runs, gguf), ceilings=ceiling)
-    comparisons = compare_sections(sections)  # a pair that cannot be compared: the report says why
+    targets = parse_slo(slo) if slo else None  # and a target it cannot read
+    probes = expand_searches(runs)  # a capacity search's folder stands for its probes
+    sections = build_sections(probes, price_as, decode_bytes=decode_bytes_for_runs(probes, gguf), ceilings=ceiling,
+                              slo=targets)
+    # a pair that cannot be compared: the report says why; a search's probes differ in load by design
+    comparisons = compare_sections(sections) if probes == [Path(run) for run in runs] else []
     for comparison in comparisons:
         typer.echo(f"A = {comparison.a}\nB = {comparison.b}\n\n{comparison_table(comparison.steps)}\n")
     prices = EnergyPrices(usd_per_kwh=kwh_price, card_usd=card_usd, card_years=card_years)

@@ -4,6 +4,8 @@ One run directory per server (``--url NAME=URL``) and per context length, linked
 manifests, so a drafter on/off comparison or a long-context series is one command. It ends with the
 headline a report of its runs would open with (``analysis.headline``) and the ``rigbench report``
 command that writes that report: the sweep itself writes none (on a rig, the runs are copied home first).
+With ``--find-max users|rate --slo ...`` it searches for the most load meeting the targets instead, one
+run per probe in a search folder (``rigbench.capacity_search``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,24 @@ from core.machine import server_rig
 from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, ModelInfo, RigInfo, RunDir, RunManifest, new_manifest, server_at
 from core.rundir.models import RequestOrigins, ServerDescription, SettingOrigin, SlotsFrom
+from core.workload import parse_slo
 from loadtest.model_list import ModelList, listed_model, read_model_list
-from loadtest.preflight import check_context, check_health, check_reply, check_url
+from loadtest.preflight import check_context, check_health, check_prompt_cuts, check_reply, check_url
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
-from loadtest.server_description import check_reply_fits, describe_server
+from loadtest.server_description import check_drawn_fit, check_reply_fits, describe_server
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
 from loadtest.telemetry import server_slots
+from loadtest.trace import trace_rows
+from rigbench.capacity_search import (
+    FIND_MAX_HELP,
+    MAX_LOAD_HELP,
+    RESOLUTION_HELP,
+    SearchPlan,
+    exit_problem,
+    search_capacity,
+    search_plan,
+)
 from rigbench.decode_bytes import decode_bytes_for_runs
 from rigbench.hardware_sampling import sampled_hardware
 from rigbench.load_processes import auto_processes, parse_processes
@@ -64,6 +77,7 @@ from rigbench.options import (
     workload_load,
     workload_seed_option,
 )
+from rigbench.replica_list import read_replicas, with_replicas
 from rigbench.served_model import served_model
 
 EXIT_CODES = (
@@ -206,6 +220,10 @@ def sweep(
         SWEEP_READ_TIMEOUT_S, "--read-timeout", min=0.1, help="seconds a stream may stall (the pre-flight reply too)"
     ),
     timeline: bool = typer.Option(False, "--timeline", help="also keep every chunk's arrival time"),
+    replicas_file: Path = typer.Option(
+        None, "--replicas-file", help="a JSON list of replicas (index, url, slots, gpu, cpus) to spread the users "
+        "over, user i to replica i mod N, as the rig's serve step writes it; --url is the first replica's",
+    ),
     pin_slots: bool = pin_slots_option(),
     drain: float = drain_option(),
     sessions: bool = sessions_option(),
@@ -218,6 +236,9 @@ def sweep(
     trace_speed: float = trace_speed_option(),
     workload_seed: int = workload_seed_option(),
     slo: str = slo_option(),
+    find_max: str = typer.Option(None, "--find-max", help=FIND_MAX_HELP),
+    resolution: str = typer.Option(None, "--resolution", help=RESOLUTION_HELP),
+    max_load: float = typer.Option(None, "--max-load", min=0, help=MAX_LOAD_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     interruption_marker: Path = typer.Option(
         None,
@@ -237,6 +258,11 @@ def sweep(
     Before anything is created, every server is checked: its URL is a server's root, /health
     (or /v1/models) answers, and one streamed reply comes back whole."""
     marker = interruption_marker or default_interruption_marker()
+    search = search_plan(find_max, slo=parse_slo(slo) if slo else {}, resolution=resolution, max_load=max_load,
+                         steps=steps, rates=rates, trace=trace, urls=url, measure=measure,
+                         context_tokens=context_tokens, resume=resume)
+    if search is not None:  # the settings are made for the first probe; each probe runs at its own load
+        steps, rates = search.first_steps()
     if resume is not None:
         if len(url) > 1 or (url and "=" in url[0]):
             raise UsageError("--resume: give at most one --url, a bare URL for the new server (the run keeps its arm)")
@@ -255,6 +281,7 @@ def sweep(
     measure_seconds = parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     load_prompts(prompts)  # a prompt file's mistakes are said here, before a run folder exists
     arms = parse_servers(url)
+    replicas = read_replicas(replicas_file, arms)
     # each server's /v1/models, read once: it names the model to send, stands in for a missing /health,
     # and may say how many tokens a request holds
     model_lists: dict[str, ModelList] = {}
@@ -269,11 +296,29 @@ def sweep(
     if max(contexts) > 0:
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
+    system_prompt = workload["sessions"].system_prompt_tokens if workload["sessions"] is not None else 0
+    longest = (max(row.prompt_tokens for row in trace_rows(workload["trace"])) if workload["trace"] is not None
+               else workload["prompt_length"].maximum if workload["prompt_length"] is not None else 0)
+    for _, arm_url in arms:  # texts cut by the server's tokens: a server that cannot count them is said now
+        if system_prompt:
+            check_context(arm_url, system_prompt, "--system-prompt-tokens")
+        if longest:
+            check_prompt_cuts(arm_url, longest, "--trace" if workload["trace"] is not None else "--prompt-length")
     request, origins = request_settings(profile, max_tokens=max_tokens, ignore_eos=ignore_eos)
     note = no_profile_note(request, origins) if profile is None else None
     if note:
         typer.echo(note, err=True)
     described = {arm_url: describe_server(arm_url, models=model_lists[arm_url]) for _, arm_url in arms}
+    if workload["trace"] is not None or workload["output_length"] is not None or workload["prompt_length"]:
+        rows = trace_rows(workload["trace"]) if workload["trace"] is not None else ()
+        reply = (max(row.output_tokens for row in rows) if rows else workload["output_length"].maximum
+                 if workload["output_length"] is not None else request.max_tokens)
+        drawn = "--trace" if rows else " and ".join(
+            flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
+            if workload[key] is not None)
+        for _, arm_url in arms:
+            check_drawn_fit(arm_url, described[arm_url], prompt_tokens=longest + max(contexts),
+                            reply_tokens=reply, options=drawn)
     fit_warnings = {(arm_url, context): check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
                                                          ignore_eos=request.ignore_eos, context_tokens=context)
                     for _, arm_url in arms for context in contexts}
@@ -312,9 +357,15 @@ def sweep(
                                               model_name=models[arm_url][0], description=described[arm_url],
                                               origins=origins.model_copy(update={"model_name": models[arm_url][1]}),
                                               rig=rig, model=model)
+            manifest = with_replicas(manifest, replicas)
             warnings = [warning for warning in (note, fit_warnings[arm_url, context]) if warning]
             if warnings:
                 manifest = manifest.model_copy(update={"warnings": warnings})
+            if search is not None:  # --find-max: a search folder, one run per probe (rigbench.capacity_search)
+                _search(search, manifest, runs_dir, arm_url, progress=progress, model=models[arm_url][0],
+                        max_error_rate=max_error_rate, read_timeout=read_timeout, timeline=timeline,
+                        interruption_marker=marker)
+                return
             run = RunDir.create(runs_dir, manifest)
             for earlier in runs:
                 earlier.update_manifest(linked_runs=[*earlier.read_manifest().linked_runs, run.path.name])
@@ -349,6 +400,18 @@ def say_headline(paths: list[Path]) -> None:
     else:
         typer.echo(f"\nAt a glance:\n{headline_text(sections)}\n")
     typer.echo("write the report: rigbench report " + " ".join(shlex.quote(str(path)) for path in paths))
+
+
+def _search(plan: SearchPlan, template: RunManifest, runs_dir: Path, url: str, **sweep_options: Any) -> None:
+    """``--find-max``: every probe a one-step sweep of ``template``'s settings; then the commands that read it."""
+    folder, search = search_capacity(plan, template, runs_dir, lambda run: _sweep_and_say(run, url, **sweep_options),
+                                     say=typer.echo)
+    unit = "--users N" if plan.mode == "users" else "--rate R"
+    typer.echo(f"write the report: rigbench report {shlex.quote(str(folder))}\n"
+               f"plan from it: rigbench plan {shlex.quote(str(folder))} {unit} [--price-as TYPE]")
+    problem = exit_problem(search)
+    if problem is not None:
+        raise RunIncomplete(problem)
 
 
 def _sweep_and_say(run: RunDir, url: str, **sweep_options: Any) -> RunManifest:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from core.errors import LoadTestError, UsageError
 from core.lists import parse_load_steps, parse_rates
 from core.rundir import LoadSettings, StepWindow
-from loadtest.arrivals import process_share, step_arrivals, sweep_arrivals
+from loadtest.arrivals import process_share, run_arrivals, step_arrivals, sweep_arrivals
 from loadtest.late_starts import LateStarts
 from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, settings_from, stages_from
 from loadtest.schedule import locate, make_rate_stages, stages_for
@@ -59,6 +59,43 @@ def test_a_step_replays_its_arrivals_whatever_comes_before_it() -> None:
     whole = sweep_arrivals(make_rate_stages([2.0, 4.0], warmup=1.0, measure=3.0), "poisson", seed=0)
     resumed = sweep_arrivals(make_rate_stages([4.0], warmup=1.0, measure=3.0), "poisson", seed=0)
     assert np.allclose(whole[whole >= 4.0] - 4.0, resumed)
+
+
+@pytest.mark.parametrize("shape", [0.25, 1.0, 4.0])
+def test_gamma_gaps_have_mean_one_over_rate_and_a_cv_of_one_over_root_k(shape: float) -> None:
+    """100,000 arrivals: the mean gap within 2 %, the gaps' coefficient of variation within 4 % of 1/sqrt(k)
+    (k = 0.25: a CV of 2, bursts and lulls at poisson's mean rate)."""
+    rate, duration = 50.0, 2000.0
+    times = step_arrivals(rate, duration, "gamma", seed=7, shape=shape)
+    gaps = np.diff(times)
+    assert len(times) / duration == pytest.approx(rate, rel=0.02)
+    assert gaps.mean() == pytest.approx(1 / rate, rel=0.02)
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(shape), rel=0.04)
+    assert np.all(gaps >= 0) and times[0] > 0 and times[-1] < duration
+
+
+def test_gamma_arrivals_are_seeded_and_shared_by_processes_exactly() -> None:
+    first = step_arrivals(5.0, 60.0, "gamma", seed=0, shape=0.25)
+    assert np.array_equal(first, step_arrivals(5.0, 60.0, "gamma", seed=0, shape=0.25))
+    assert not np.array_equal(first[:10], step_arrivals(5.0, 60.0, "gamma", seed=1, shape=0.25)[:10])
+    assert not np.array_equal(first[:10], step_arrivals(5.0, 60.0, "gamma", seed=0, shape=0.5)[:10])
+    # shape 1 is poisson: the same exponential gaps from the same seed
+    assert np.allclose(step_arrivals(5.0, 60.0, "gamma", seed=3, shape=1.0), step_arrivals(5.0, 60.0, "poisson", 3))
+    stages = make_rate_stages([2.0, 10.0], warmup=1.0, measure=5.0)
+    whole = sweep_arrivals(stages, "gamma", seed=3, shape=0.25)
+    for processes in (2, 3):
+        shares = [process_share(whole, index, processes) for index in range(processes)]
+        assert sorted(np.concatenate([share[0] for share in shares]).tolist()) == list(range(len(whole)))
+        assert np.array_equal(np.sort(np.concatenate([share[1] for share in shares])), whole)
+    with pytest.raises(ValueError, match="shape above 0"):
+        step_arrivals(5.0, 60.0, "gamma", seed=0)
+
+
+def test_a_run_s_arrivals_carry_its_gamma_shape() -> None:
+    settings = settings_from(locust_options(rates="2,4", arrival="gamma:0.25"))
+    assert (settings.arrival, settings.arrival_shape) == ("gamma", 0.25)
+    assert np.array_equal(run_arrivals(stages_for(settings), settings),
+                          sweep_arrivals(stages_for(settings), "gamma", 0, shape=0.25))
 
 
 def test_rate_stages_place_times_with_their_rate_and_no_users() -> None:

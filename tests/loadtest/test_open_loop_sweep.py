@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from core.rundir import LoadSettings, RunDir, new_manifest, server_at
-from loadtest.arrivals import LATE_START_S, sweep_arrivals
+from loadtest.arrivals import LATE_START_S, run_arrivals
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.resume import start_resumed_run
 from loadtest.schedule import stages_for
@@ -31,8 +31,7 @@ def sweep(tmp_path: Path, url: str, *options: str) -> RunDir:
 def scheduled(run: RunDir) -> np.ndarray:
     """The run's arrival schedule, in unix seconds, as the load processes computed it."""
     manifest = run.read_manifest()
-    return manifest.steps[0].started_at + sweep_arrivals(stages_for(manifest.load), manifest.load.arrival,
-                                                         manifest.load.arrival_seed)
+    return manifest.steps[0].started_at + run_arrivals(stages_for(manifest.load), manifest.load)
 
 
 @pytest.mark.timing

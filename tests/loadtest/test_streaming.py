@@ -10,7 +10,7 @@ import pytest
 
 from core.network import free_port
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
-from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
+from loadtest.streaming import RequestMeta, build_payload, cached_tokens, make_client, stream_chat
 
 pytestmark = pytest.mark.integration
 META = RequestMeta(shard="t", step=0, users=1, phase="measure", category="chat")
@@ -178,3 +178,29 @@ def test_an_interrupted_request_keeps_its_running_count(tmp_path: Path) -> None:
     record = kept[0].record
     assert record.interrupted and record.completion_tokens is None and record.tokens_counted_by == "per_chunk"
     assert record.streamed_tokens == 2 * record.content_chunks and record.first_chunk_tokens == 2
+
+
+def test_reused_prompt_tokens_come_from_cache_n_or_the_usage_details_and_the_reply_text_is_kept(
+        tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    first = [{"role": "system", "content": "you are terse"}, {"role": "user", "content": "name three colours"}]
+    config = GroundTruthConfig(ttft_ms=1, itl_ms=1, tokens=4, prompt_cache=True)
+    with GroundTruthServer(config, log) as server, make_client(server.base_url) as client:
+        one = stream_chat(client, {**payload(), "messages": first}, META, keep_reply=True)
+        second = [*first, {"role": "assistant", "content": one.reply_text}, {"role": "user", "content": "more"}]
+        two = stream_chat(client, {**payload(), "messages": second}, META)
+        # a server that sends no running timings says it in the usage's details alone
+        plain = {key: value for key, value in payload().items() if key != "timings_per_token"}
+        three = stream_chat(client, {**plain, "messages": second}, META)
+    assert one.reply_text == "t0 t1 t2 t3 " and two.reply_text is None, "kept only when asked"
+    assert one.record.cached_tokens == 0 and one.record.prompt_tokens == 6
+    # the first turn's prompt and reply (6 + 4 words) are reused; timings count only what was processed
+    assert two.record.cached_tokens == 10 and two.record.prompt_tokens == 11 and two.record.timings.prompt_n == 1
+    assert three.record.cached_tokens == 11 and three.record.prompt_tokens == 11
+    truth = read_truth_log(log)
+    assert [truth[r.record.request_id]["cached"] for r in (one, two, three)] == [0, 10, 11]
+    with GroundTruthServer(GroundTruthConfig(ttft_ms=1, itl_ms=1, tokens=2), tmp_path / "plain.jsonl") as server, \
+            make_client(server.base_url) as client:
+        assert stream_chat(client, payload(), META).record.cached_tokens is None, "no cache said: none assumed"
+    assert cached_tokens({"prompt_tokens_details": {"cached_tokens": 7}}, None) == 7
+    assert cached_tokens({"prompt_tokens": 3}, {"prompt_n": 3}) is None

@@ -565,8 +565,9 @@ CASES = [
     Case(
         "cli: sweep a long context against a server that cannot count tokens",
         sweep_against("no-tokenize", "--context-tokens", "0,512"),
-        "LoadTestError: --context-tokens 512: {no-tokenize}/tokenize answered HTTP 404; a long-context run needs "
-        "llama-server's /tokenize to count tokens exactly (exit 2)",
+        "LoadTestError: --context-tokens 512: {no-tokenize}/tokenize answered HTTP 404; a run that cuts text by "
+        "tokens (a long context, a system prompt, drawn prompt lengths) needs llama-server's /tokenize to count them "
+        "exactly (exit 2)",
     ),
     Case(
         "cli: sweep a named server without a scheme",
@@ -621,7 +622,7 @@ CASES = [
     Case(
         "cli: local an option spelled as another command's",
         lambda ws, url: cli("local", "--users", "1 2"),
-        "UsageError: No such option: --users (Possible options: --steps) (exit 2)",
+        "UsageError: No such option: --users (Possible options: --steps, --turns) (exit 2)",
     ),
     # run directories
     Case(

@@ -171,3 +171,19 @@ def test_a_reply_longer_than_the_servers_context_is_refused_with_ignore_eos_and_
     assert manifest.server.description.model_dump() == {"described_by": ["/v1/models"], "context_tokens": 512}
     assert manifest.request_origins.model_name == "flag" and manifest.request_origins.max_tokens == "flag"
     assert any("ends at the context's edge" in warning for warning in manifest.warnings), manifest.warnings
+
+
+def test_drawn_lengths_that_may_not_fit_the_servers_context_are_refused_before_any_run(tmp_path: Path) -> None:
+    config = GroundTruthConfig(ttft_ms=2, itl_ms=1, model="served-7b", max_model_len=512)
+    common = ["--steps", "1", "--warmup", "0", "--measure", "0.5", "--no-progress", "--runs-dir", str(tmp_path / "r")]
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        drawn = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common,
+                                         "--prompt-length", "uniform:10-300", "--output-length", "uniform:8-300"])
+        sessions = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common, "--sessions",
+                                            "--output-length", "64"])
+    assert str(drawn.exception) == (
+        f"--prompt-length and --output-length: the longest request may hold 300 prompt and 300 reply tokens, but "
+        f"{server.base_url} holds 512 tokens per request (its /v1/models max_model_len): lower the bounds (max=), or "
+        "serve a longer context")
+    assert str(sessions.exception).startswith("--prompt-length or --output-length with --sessions: ")
+    assert not (tmp_path / "r").exists()
