@@ -11,7 +11,8 @@ Each step is a plain function of a Fabric ``Connection``, safe to run twice; the
     toolkit.py       driver, CUDA version, nvcc; CUDA toolkit from NVIDIA's apt repository
     build.py         the standalone build script (handed over by the caller) run for the rig's GPU
     download.py      model and drafter, resumable, sha256 verified; synthetic ones uploaded
-    serve.py         llama-server as a systemd unit or a supervised process; stop, status, logs
+    serve.py         llama-server as a systemd unit or a supervised process (one per replica); stop,
+                     status, logs
     llama_bench.py   llama-bench pp512/tg128 on the rig at the profile's settings
     tunnel.py        a local port forwarded to the rig's llama-server
     sweep.py         project install, load sweep on the rig, fetch of run directories

@@ -10,6 +10,18 @@ for, which needs an API key; the key travels over SFTP into a 0600 file passed w
 ``--api-key-file``, never on a command line. ``serve`` waits for ``/health`` and, when the
 server does not come up, stops it and fails with the last log lines. Serving the same
 command again is a no-op; a changed command restarts the service.
+
+A profile with ``[server] replicas = N`` (N > 1) is served as N llama-servers (``core.replicas``
+divides the slots, the context and, unless the line pins ``-t``, the rig's cores), each its own
+supervised service on port base + i: systemd units ``rigbench-llama-<i>.service`` (one plain unit
+per replica, not a template: each has its own command line), or one restart loop per replica
+(``supervise-<i>.sh``, ``supervisor-<i>.pid``), each with its own log ``llama-server-<i>.log``.
+A replica's command carries its GPU (``env CUDA_VISIBLE_DEVICES=<gpu>``, GPUs from the rig's
+``nvidia-smi``; none without one) and its cores (``taskset -c <list>`` from the CPUs an SSH
+session there may use); a rig without ``taskset`` runs the replicas unpinned, each still with its
+share of threads, and says so. All ports are checked before any replica starts; health is awaited
+for each, and one that does not come up stops them all. ``stop``, ``status`` and ``logs`` cover
+every replica. One replica keeps the single server's names, so rigs served before know theirs.
 """
 
 from __future__ import annotations
@@ -18,12 +30,14 @@ import hashlib
 import json
 import shlex
 import time
+from dataclasses import dataclass
 
 from fabric import Connection
 from pydantic import BaseModel, Field
 
-from core.errors import ProvisionError
+from core.errors import ProfileError, ProvisionError
 from core.profile import RigProfile
+from core.replicas import ReplicaPlan, plan_replicas
 from provision.build import read_build_manifest
 from provision.connection import agent, privileged, rig_step, run, upload_helpers, upload_text
 from provision.defaults import SERVER_PORT
@@ -31,14 +45,29 @@ from provision.download import model_paths
 from provision.rig_paths import RigPaths
 
 UNIT_NAME = "rigbench-llama.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 DEFAULT_PORT = SERVER_PORT
 LOG_NAME = "llama-server.log"
 EXIT_MARKER = "[supervisor] llama-server exited"
+SERVE_HEADER = "[rigbench] serve"
+ENV = "/usr/bin/env"  # an absolute path: a systemd ExecStart= may not search PATH
+
+
+class ServedReplica(BaseModel):
+    """One replica as served: the whole command its supervisor runs (GPU and CPUs included), so a rig's
+    state says what runs where without the profile."""
+
+    index: int
+    port: int
+    slots: int
+    command: list[str]
+    log: str
+    gpu: int | None = None
+    cpus: list[int] = Field(default_factory=list, description="the CPUs it is pinned to; empty: not pinned")
 
 
 class ServeState(BaseModel):
-    """What is being served, kept on the rig as ``serve/serve.json``."""
+    """What is being served, kept on the rig as ``serve/serve.json``. ``command`` is the whole server
+    line; with several replicas, ``replicas`` holds what actually runs (empty for one server)."""
 
     profile: str
     command: list[str]
@@ -48,6 +77,45 @@ class ServeState(BaseModel):
     log: str
     api_key_sha256: str | None = None
     started_at: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    replicas: list[ServedReplica] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Service:
+    """One supervised llama-server: the profile's one server (``index`` None, under the names rigs have
+    always had) or one replica, under names of its own."""
+
+    index: int | None
+    port: int
+    command: list[str]
+    log: str
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.index is None else f"-{self.index}"
+
+    @property
+    def unit(self) -> str:
+        return UNIT_NAME if self.index is None else f"rigbench-llama-{self.index}.service"
+
+    @property
+    def label(self) -> str:
+        return "llama-server" if self.index is None else f"replica {self.index}"
+
+    def pid_file(self, paths: RigPaths) -> str:
+        return f"{paths.serve}/supervisor{self.suffix}.pid"
+
+    def script(self, paths: RigPaths) -> str:
+        return f"{paths.serve}/supervise{self.suffix}.sh"
+
+
+def services(state: ServeState | None, paths: RigPaths) -> list[Service]:
+    """The supervised services ``state`` describes; without a state, where one server's would be."""
+    if state is None:
+        return [Service(None, DEFAULT_PORT, [], f"{paths.serve}/{LOG_NAME}")]
+    if not state.replicas:
+        return [Service(None, state.port, state.command, state.log)]
+    return [Service(replica.index, replica.port, replica.command, replica.log) for replica in state.replicas]
 
 
 def systemd_quote(argument: str) -> str:
@@ -109,6 +177,86 @@ def server_command(profile: RigProfile, server_binary: str, paths: RigPaths, hos
     return command
 
 
+def replica_source(profile: RigProfile) -> str:
+    return f"profile {profile.name!r}: [server] replicas"
+
+
+def check_replicas(profile: RigProfile) -> None:
+    """Refuse a replica count the profile's line cannot be divided into, before anything runs on the rig."""
+    if profile.server.replicas > 1:
+        try:
+            plan_replicas(profile.server.args, profile.server.replicas, DEFAULT_PORT, source=replica_source(profile))
+        except ProfileError as error:
+            raise ProvisionError(f"serve: {error}") from None
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """The kernel's CPU list format (``0-3,8,10-11``) as CPU numbers."""
+    cpus: set[int] = set()
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return sorted(cpus)
+
+
+def rig_gpus(c: Connection) -> list[int]:
+    """The rig's GPU indices from nvidia-smi; none where it is missing or fails (the CPU build)."""
+    result = run(c, "nvidia-smi --query-gpu=index --format=csv,noheader", warn=True)
+    if not result.ok:
+        return []
+    return [int(line.strip()) for line in result.stdout.splitlines() if line.strip().isdigit()]
+
+
+def rig_cores(c: Connection) -> list[int]:
+    """The CPUs a process started over SSH on the rig may run on (its affinity list), else ``nproc``'s count."""
+    listed = run(c, "grep Cpus_allowed_list /proc/self/status", warn=True)
+    if listed.ok and ":" in listed.stdout:
+        try:
+            return parse_cpu_list(listed.stdout.split(":", 1)[1])
+        except ValueError:
+            pass
+    count = run(c, "nproc", warn=True).stdout.strip()
+    return list(range(int(count))) if count.isdigit() else []
+
+
+def replica_command(plan: ReplicaPlan, server_binary: str, host: str, api_key_file: str | None,
+                    taskset: str | None) -> list[str]:
+    """A replica's whole command line: its GPU, its CPUs (where the rig has ``taskset``), then llama-server with
+    its share of the line on its own port."""
+    prefix: list[str] = []
+    if plan.gpu is not None:
+        prefix += [ENV, f"CUDA_VISIBLE_DEVICES={plan.gpu}"]
+    if plan.cpus and taskset:
+        prefix += [taskset, "-c", ",".join(str(cpu) for cpu in plan.cpus)]
+    command = [*prefix, server_binary, *plan.args, "--host", host, "--port", str(plan.port)]
+    if api_key_file:
+        command += ["--api-key-file", api_key_file]
+    return command
+
+
+def served_replicas(c: Connection, profile: RigProfile, server_binary: str, paths: RigPaths, host: str, port: int,
+                    api_key_file: str | None) -> list[ServedReplica]:
+    """The profile's replicas on this rig (its GPUs and cores); none for a profile of one server."""
+    if profile.server.replicas == 1:
+        return []
+    model, drafter = model_paths(profile, paths)
+    try:
+        plans = plan_replicas(profile.server_args(model, drafter), profile.server.replicas, port, gpus=rig_gpus(c),
+                              placement=profile.server.replica_gpus, cores=rig_cores(c),
+                              source=replica_source(profile))
+    except ProfileError as error:
+        raise ProvisionError(f"serve: {error}") from None
+    taskset = run(c, "command -v taskset", warn=True).stdout.strip() or None
+    if taskset is None and any(plan.cpus for plan in plans):
+        print("[serve] taskset is not on the rig: the replicas are not pinned to their cores (each still runs "
+              f"{len(plans[0].cpus)} thread(s))", flush=True)
+    return [ServedReplica(index=plan.index, port=plan.port, slots=plan.slots, gpu=plan.gpu,
+                          cpus=plan.cpus if taskset else [],
+                          command=replica_command(plan, server_binary, host, api_key_file, taskset),
+                          log=f"{paths.serve}/llama-server-{plan.index}.log")
+            for plan in plans]
+
+
 def has_systemd(c: Connection) -> bool:
     return run(c, "test -d /run/systemd/system && command -v systemctl", warn=True).ok
 
@@ -128,77 +276,128 @@ def read_state(c: Connection, paths: RigPaths) -> ServeState | None:
 
 
 def pid_file(paths: RigPaths) -> str:
-    return f"{paths.serve}/supervisor.pid"
+    return Service(None, DEFAULT_PORT, [], "").pid_file(paths)
 
 
-def supervisor_pid(c: Connection, paths: RigPaths) -> str | None:
+def supervisor_pid(c: Connection, paths: RigPaths, service: Service | None = None) -> str | None:
     """The live supervisor's pid; a stale pid file (reboot, reused pid) counts as none."""
-    pid = run(c, f"cat {shlex.quote(pid_file(paths))}", warn=True).stdout.strip()
+    service = service or services(None, paths)[0]
+    pid = run(c, f"cat {shlex.quote(service.pid_file(paths))}", warn=True).stdout.strip()
     if not pid.isdigit():
         return None
-    alive = run(c, f"grep -q supervise.sh /proc/{pid}/cmdline", warn=True).ok
+    script = shlex.quote(service.script(paths).rsplit("/", 1)[-1])
+    alive = run(c, f"grep -qF {script} /proc/{pid}/cmdline", warn=True).ok
     return pid if alive else None
 
 
-def is_running(c: Connection, paths: RigPaths, state: ServeState | None) -> bool:
+def service_running(c: Connection, paths: RigPaths, state: ServeState | None, service: Service) -> bool:
     if state is not None and state.supervisor == "systemd":
-        return run(c, f"systemctl is-active --quiet {UNIT_NAME}", warn=True).ok
-    return supervisor_pid(c, paths) is not None
+        return run(c, f"systemctl is-active --quiet {service.unit}", warn=True).ok
+    return supervisor_pid(c, paths, service) is not None
 
 
-def log_tail(c: Connection, paths: RigPaths, lines: int = 30) -> str:
-    return run(c, f"tail -n {int(lines)} {shlex.quote(paths.serve)}/{LOG_NAME} 2>/dev/null", warn=True).stdout
+def is_running(c: Connection, paths: RigPaths, state: ServeState | None) -> bool:
+    """Whether any of what ``state`` serves is running."""
+    return any(service_running(c, paths, state, service) for service in services(state, paths))
+
+
+def log_tail(c: Connection, paths: RigPaths, lines: int = 30, log: str | None = None) -> str:
+    """The last lines of ``log`` (default: the one server's log)."""
+    log = log or f"{paths.serve}/{LOG_NAME}"
+    return run(c, f"tail -n {int(lines)} {shlex.quote(log)} 2>/dev/null", warn=True).stdout
 
 
 def start_service(c: Connection, paths: RigPaths, state: ServeState) -> None:
-    log = state.log
+    """Start every service of ``state``: units installed (one reload) then restarted, or a restart loop each."""
+    started = services(state, paths)
     if state.supervisor == "systemd":
         user = run(c, "id -un").stdout.strip()
-        unit = render_unit(state.command, user, paths.serve, log, f"rigbench llama-server ({state.profile})")
-        staged = f"{paths.serve}/{UNIT_NAME}"
-        upload_text(c, unit, staged)
-        run(c, privileged(c, f"install -m 644 {shlex.quote(staged)} {UNIT_PATH}"))
+        for service in started:
+            what = state.profile if service.index is None else f"{state.profile}, {service.label}"
+            unit = render_unit(service.command, user, paths.serve, service.log, f"rigbench llama-server ({what})")
+            staged = f"{paths.serve}/{service.unit}"
+            upload_text(c, unit, staged)
+            run(c, privileged(c, f"install -m 644 {shlex.quote(staged)} /etc/systemd/system/{service.unit}"))
         run(c, privileged(c, "systemctl daemon-reload"))
-        run(c, privileged(c, f"systemctl restart {UNIT_NAME}"))
+        run(c, privileged(c, f"systemctl restart {' '.join(service.unit for service in started)}"))
         return
-    script = f"{paths.serve}/supervise.sh"
-    upload_text(c, render_supervisor(state.command, paths.serve, log, pid_file(paths)), script, mode=0o755)
-    run(c, f"setsid -f sh {shlex.quote(script)} > /dev/null 2>&1 < /dev/null")
-    for _ in range(50):
-        if run(c, f"test -s {shlex.quote(pid_file(paths))}", warn=True).ok:
-            return
-        time.sleep(0.1)
-    raise ProvisionError(f"serve: the supervisor did not write {pid_file(paths)}; see {script}")
+    for service in started:
+        script = service.script(paths)
+        upload_text(c, render_supervisor(service.command, paths.serve, service.log, service.pid_file(paths)), script,
+                    mode=0o755)
+        run(c, f"setsid -f sh {shlex.quote(script)} > /dev/null 2>&1 < /dev/null")
+    for service in started:
+        for _ in range(50):
+            if run(c, f"test -s {shlex.quote(service.pid_file(paths))}", warn=True).ok:
+                break
+            time.sleep(0.1)
+        else:
+            raise ProvisionError(f"serve: the supervisor did not write {service.pid_file(paths)}; "
+                                 f"see {service.script(paths)}")
 
 
 def stop_service(c: Connection, paths: RigPaths, state: ServeState | None, timeout: float = 15) -> bool:
-    """Stop whatever ``serve`` started; True when something was running."""
+    """Stop whatever ``serve`` started, every replica; True when something was running."""
+    stopping = services(state, paths)
     if state is not None and state.supervisor == "systemd":
         was_active = is_running(c, paths, state)
-        run(c, privileged(c, f"systemctl stop {UNIT_NAME}"), warn=True)
+        run(c, privileged(c, f"systemctl stop {' '.join(service.unit for service in stopping)}"), warn=True)
         return was_active
-    pid = supervisor_pid(c, paths)
-    if pid is None:
-        run(c, f"rm -f {shlex.quote(pid_file(paths))}", warn=True)
-        return False
-    run(c, f"kill -TERM -- -{pid}", warn=True)
+    pids = [pid for pid in (supervisor_pid(c, paths, service) for service in stopping) if pid is not None]
+    for pid in pids:
+        run(c, f"kill -TERM -- -{pid}", warn=True)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not run(c, f"pgrep -g {pid} > /dev/null", warn=True).ok:
-            break
-        time.sleep(0.3)
-    else:
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if run(c, f"pgrep -g {pid} > /dev/null", warn=True).ok]
+        if left:
+            time.sleep(0.3)
+    for pid in left:
         run(c, f"kill -KILL -- -{pid}", warn=True)
-    run(c, f"rm -f {shlex.quote(pid_file(paths))}", warn=True)
-    return True
+    run(c, "rm -f " + " ".join(shlex.quote(service.pid_file(paths)) for service in stopping), warn=True)
+    return bool(pids)
 
 
-def check_port_free(c: Connection, paths: RigPaths, port: int) -> None:
+def exit_counts(c: Connection, paths: RigPaths, state: ServeState) -> dict[int | None, int]:
+    """How often each service's llama-server has ended on its own so far, by replica index (None: the one server):
+    the supervisor's exit markers in its log, or systemd's restart count. The supervisor restarts a server that
+    dies, so a load run compares these counts from before and after it to learn that one did."""
+    counts = {}
+    for service in services(state, paths):
+        if state.supervisor == "systemd":
+            found = run(c, f"systemctl show -p NRestarts --value {service.unit}", warn=True).stdout.strip()
+        else:
+            found = run(c, f"grep -cF {shlex.quote(EXIT_MARKER)} {shlex.quote(service.log)}", warn=True).stdout.strip()
+        counts[service.index] = int(found) if found.isdigit() else 0
+    return counts
+
+
+def exits_since(c: Connection, paths: RigPaths, state: ServeState, before: dict[int | None, int]) -> list[str]:
+    """One line per service whose llama-server ended on its own since ``before`` (``exit_counts``): which, where
+    it listens, and the supervisor's last exit line (with systemd, where its journal is)."""
+    after = exit_counts(c, paths, state)
+    lines = []
+    for service in services(state, paths):
+        exits = after.get(service.index, 0) - before.get(service.index, 0)
+        if exits <= 0:
+            continue
+        if state.supervisor == "systemd":
+            said = f"systemd restarted it {exits} time(s); see journalctl -u {service.unit} and {service.log}"
+        else:
+            last = run(c, f"grep -F {shlex.quote(EXIT_MARKER)} {shlex.quote(service.log)} | tail -n 1",
+                       warn=True).stdout.strip()
+            said = f"{last} ({exits} time(s); its log: {service.log})"
+        lines.append(f"{service.label} (port {service.port}) exited and was restarted by its supervisor: {said}")
+    return lines
+
+
+def check_port_free(c: Connection, paths: RigPaths, port: int, replica: str = "") -> None:
+    """Refuse a port something else listens on; ``replica`` names the replica it was meant for."""
     if agent(c, paths, f"port-free --port {int(port)}", warn=True).ok:
         return
     holders = run(c, f"ss -ltnpH 'sport = :{int(port)}' 2>/dev/null", warn=True).stdout.strip()
     raise ProvisionError(
-        f"serve: port {port} on the rig is already in use by another process"
+        f"serve: port {port}{replica} on the rig is already in use by another process"
         f"{' (' + holders + ')' if holders else ''}; stop that process or serve on another port with --port"
     )
 
@@ -207,14 +406,16 @@ def check_port_free(c: Connection, paths: RigPaths, port: int) -> None:
 def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, port: int = DEFAULT_PORT,
           public: bool = False, api_key: str | None = None, health_timeout: int = 300,
           supervisor: str = "auto") -> ServeState:
-    """Start llama-server for ``profile`` and wait until ``/health`` answers 200."""
+    """Start llama-server for ``profile`` (each of its replicas) and wait until ``/health`` answers 200."""
     paths = paths or RigPaths()
+    check_replicas(profile)
     if public and not api_key:
         raise ProvisionError("serve: --public makes llama-server listen on 0.0.0.0 and needs --api-key KEY; "
                              "without --public it listens on 127.0.0.1 (use the tunnel step)")
     host = "0.0.0.0" if public else "127.0.0.1"
+    ports = f"{port}" if profile.server.replicas == 1 else f"{port}-{port + profile.server.replicas - 1}"
     if public:
-        print(f"[serve] listening on 0.0.0.0:{port}: reachable where the security group allows; "
+        print(f"[serve] listening on 0.0.0.0:{ports}: reachable where the security group allows; "
               "clients must send the API key", flush=True)
     upload_helpers(c, paths)
     manifest = read_build_manifest(c, paths)
@@ -227,79 +428,145 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
     if api_key:
         key_file = f"{paths.serve}/api_key"
         upload_text(c, api_key + "\n", key_file, mode=0o600)
+    binary = manifest.binary("llama-server")
+    replicas = served_replicas(c, profile, binary, paths, host, port, key_file)
     state = ServeState(profile=profile.name, supervisor=pick_supervisor(c, supervisor), port=port, host=host,
-                       command=server_command(profile, manifest.binary("llama-server"), paths, host, port,
-                                              key_file),
-                       log=f"{paths.serve}/{LOG_NAME}",
-                       api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None)
+                       command=server_command(profile, binary, paths, host, port, key_file),
+                       log=replicas[0].log if replicas else f"{paths.serve}/{LOG_NAME}",
+                       api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+                       replicas=replicas)
     previous = read_state(c, paths)
     if previous is not None and is_running(c, paths, previous):
-        same = (previous.command, previous.api_key_sha256) == (state.command, state.api_key_sha256)
-        if same and agent(c, paths, f"health --port {port} --timeout 5", warn=True).ok:
-            print(f"[serve] already serving {profile.name} on {host}:{port}; nothing to do", flush=True)
+        if served_the_same(c, paths, previous, state):
+            print(f"[serve] already serving {profile.name} on {host}:{ports}; nothing to do", flush=True)
             return previous
-        print("[serve] the served command changed; restarting", flush=True)
+        changed = (f"the replicas changed ({len(previous.replicas) or 1} -> {len(state.replicas) or 1})"
+                   if len(previous.replicas) != len(state.replicas) else "the served command changed")
+        print(f"[serve] {changed}; restarting", flush=True)
         stop_service(c, paths, previous)
-    check_port_free(c, paths, port)
+    starting = services(state, paths)
+    for service in starting:  # every port first: a busy one starts nothing
+        check_port_free(c, paths, service.port, "" if service.index is None else
+                        f" (replica {service.index} of {len(starting)}, on ports {ports})")
     upload_text(c, state.model_dump_json(indent=2), f"{paths.serve}/serve.json")
-    run(c, f"echo '[rigbench] serve {state.started_at}' >> {shlex.quote(state.log)}")
+    for service in starting:
+        run(c, f"echo '{SERVE_HEADER} {state.started_at}' >> {shlex.quote(service.log)}")
     start_service(c, paths, state)
-    print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{port}", flush=True)
-    waited = wait_healthy(c, paths, state, health_timeout)
-    if not waited:
-        tail = log_tail(c, paths)
+    print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{ports}", flush=True)
+    failed = wait_healthy(c, paths, state, health_timeout)
+    if failed is not None:
+        tail = log_tail(c, paths, log=failed.log)
         stop_service(c, paths, state)
-        raise ProvisionError(f"serve: llama-server did not answer /health on {host}:{port} within {health_timeout} s "
-                             f"and was stopped; last lines of {state.log}:\n{tail.strip()}")
-    print(f"[serve] healthy: {profile.name} on {host}:{port}", flush=True)
+        if failed.index is None:
+            raise ProvisionError(f"serve: llama-server did not answer /health on {host}:{port} within "
+                                 f"{health_timeout} s and was stopped; last lines of {state.log}:\n{tail.strip()}")
+        raise ProvisionError(f"serve: replica {failed.index} of {len(starting)} did not answer /health on "
+                             f"{host}:{failed.port} within {health_timeout} s; all {len(starting)} replicas were "
+                             f"stopped; last lines of {failed.log}:\n{tail.strip()}")
+    print(f"[serve] healthy: {profile.name} on {host}:{ports}"
+          + (f" ({len(starting)} replicas)" if state.replicas else ""), flush=True)
     return state
 
 
-def wait_healthy(c: Connection, paths: RigPaths, state: ServeState, timeout: float) -> bool:
-    """Poll /health on the rig; give up early when the supervisor saw the server exit."""
+def served_the_same(c: Connection, paths: RigPaths, previous: ServeState, state: ServeState) -> bool:
+    """Whether ``previous`` runs what ``state`` would (the same commands, key and replicas) and answers."""
+    def what(served: ServeState) -> tuple:
+        return served.command, served.api_key_sha256, [replica.command for replica in served.replicas]
+
+    if what(previous) != what(state):
+        return False
+    return all(service_running(c, paths, previous, service)
+               and agent(c, paths, f"health --port {service.port} --timeout 5", warn=True).ok
+               for service in services(previous, paths))
+
+
+def exited_since_serve(c: Connection, paths: RigPaths, service: Service) -> bool:
+    """Whether the supervisor wrote its exit marker in the service's log since this serve's header line."""
+    lines = log_tail(c, paths, 20, log=service.log).splitlines()
+    headers = [number for number, line in enumerate(lines) if line.startswith(SERVE_HEADER)]
+    recent = lines[headers[-1] + 1:] if headers else lines[-5:]
+    return any(EXIT_MARKER in line for line in recent)
+
+
+def wait_healthy(c: Connection, paths: RigPaths, state: ServeState, timeout: float) -> Service | None:
+    """Poll /health of every service on the rig, all within ``timeout``; the first that does not answer (given up
+    early when its supervisor saw it exit), or None when all do."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if agent(c, paths, f"health --port {state.port} --timeout 3", warn=True, timeout=30).ok:
-            return True
-        if EXIT_MARKER in log_tail(c, paths, 5):
-            return False
-        if state.supervisor == "systemd" and run(c, f"systemctl is-failed --quiet {UNIT_NAME}", warn=True).ok:
-            return False
-    return False
+    for service in services(state, paths):
+        while True:
+            if agent(c, paths, f"health --port {service.port} --timeout 3", warn=True, timeout=30).ok:
+                break
+            if exited_since_serve(c, paths, service) or time.monotonic() >= deadline:
+                return service
+            if state.supervisor == "systemd" and run(c, f"systemctl is-failed --quiet {service.unit}",
+                                                     warn=True).ok:
+                return service
+    return None
 
 
 @rig_step("stop")
 def stop(c: Connection, paths: RigPaths | None = None) -> bool:
-    """Stop the served llama-server; stopping a stopped rig is fine."""
+    """Stop the served llama-server, every replica of it; stopping a stopped rig is fine."""
     paths = paths or RigPaths()
-    stopped = stop_service(c, paths, read_state(c, paths))
-    print(f"[stop] {'llama-server stopped' if stopped else 'nothing was running'}", flush=True)
+    state = read_state(c, paths)
+    stopped = stop_service(c, paths, state)
+    what = "llama-server stopped" + (f" ({len(state.replicas)} replicas)" if state and state.replicas else "")
+    print(f"[stop] {what if stopped else 'nothing was running'}", flush=True)
     return stopped
 
 
 @rig_step("status")
 def status(c: Connection, paths: RigPaths | None = None, port: int | None = None) -> dict:
-    """Service state, /health, slots and GPU memory used, as one dict (printed as JSON)."""
+    """Service state, /health, slots and GPU memory used, as one dict (printed as JSON); with replicas each one's
+    under ``replicas``, and the whole at the top: healthy when every replica is, their slots added up."""
     paths = paths or RigPaths()
     upload_helpers(c, paths)
     state = read_state(c, paths)
     port = port or (state.port if state else DEFAULT_PORT)
     probe = json.loads(agent(c, paths, f"probe --port {int(port)}").stdout)
+    running = [service_running(c, paths, state, service) for service in services(state, paths)]
     report = {
-        "service": "running" if is_running(c, paths, state) else "stopped",
+        "service": "running" if all(running) else "partly running" if any(running) else "stopped",
         "supervisor": state.supervisor if state else None,
         "profile": state.profile if state else None,
         "listen": f"{state.host}:{state.port}" if state else None,
         "port": port,
         **probe,
     }
+    if state is not None and state.replicas and port == state.port:
+        report |= replicas_status(c, paths, state, running, probe)
     print(json.dumps(report, indent=2), flush=True)
     return report
 
 
+def replicas_status(c: Connection, paths: RigPaths, state: ServeState, running: list[bool], first: dict) -> dict:
+    """Each replica's service, health and slots, and the whole's health and slots from them."""
+    each = []
+    for replica, up in zip(state.replicas, running, strict=True):
+        probe = first if replica.port == state.port else json.loads(
+            agent(c, paths, f"probe --port {replica.port}").stdout)
+        each.append({"index": replica.index, "port": replica.port, "gpu": replica.gpu, "cpus": replica.cpus,
+                     "service": "running" if up else "stopped", "health": probe["health"],
+                     "slots": probe["slots"], "log": replica.log})
+    unhealthy = [replica for replica in each if replica["health"]["status"] != 200]
+    health = ({"status": 200, "body": {"status": "ok"}} if not unhealthy
+              else {**unhealthy[0]["health"], "replica": unhealthy[0]["index"]})
+    summaries = [replica["slots"]["summary"] for replica in each]
+    slots = {"status": 200 if all(replica["slots"]["status"] == 200 for replica in each) else 0,
+             "summary": None if None in summaries else {"total": sum(found["total"] for found in summaries),
+                                                        "busy": sum(found["busy"] for found in summaries)}}
+    return {"health": health, "slots": slots, "replicas": each}
+
+
 @rig_step("logs")
 def logs(c: Connection, paths: RigPaths | None = None, lines: int = 50) -> str:
+    """The last lines of llama-server's log; with replicas, each replica's under a line naming it."""
     paths = paths or RigPaths()
-    text = log_tail(c, paths, lines)
+    state = read_state(c, paths)
+    if state is None or not state.replicas:
+        text = log_tail(c, paths, lines)
+    else:
+        text = "".join(f"==> replica {replica.index} (port {replica.port}): {replica.log} <==\n"
+                       + log_tail(c, paths, lines, log=replica.log) for replica in state.replicas)
     print(text, end="", flush=True)
     return text

@@ -5,11 +5,19 @@ timings; it is the same ``rigbench sweep`` command a user runs locally, from the
 installed on the rig (``project`` puts this checkout there in a virtualenv). Run
 directories land in ``<work>/rigbench/results/runs`` and are copied into local ``runs/``;
 the NVMe folder is wiped when the instance stops, so copy results before ``pulumi destroy``.
+
+A profile served as several replicas is swept as one server: the rig's sweep gets the replicas
+(URL, slots, GPU, CPUs) as ``--replicas-file``, so its manifest lists them and user i goes to
+replica i mod N. The supervisor restarts a llama-server that dies, which the load may never
+notice (the other replicas go on answering; a restarted one answers again), so the sweep counts
+each service's exits before and after: a server or replica that died meanwhile fails the run,
+here and in the rig's copy of its manifest.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import shlex
 import stat
 import tarfile
@@ -21,12 +29,13 @@ from fabric import Connection
 from core.errors import ProvisionError
 from core.profile import RigProfile
 from core.rundir import RigInfo, RunDir
+from core.rundir.columns import parse_shards
 from core.rundir.quality import EvalManifest, LadderManifest
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST, EvalDir, LadderDir
-from provision.connection import describe_host, privileged, rig_step, run
+from provision.connection import describe_host, privileged, rig_step, run, upload_text
 from provision.rig_paths import RigPaths
 from provision.run_metadata import ModelProvenance, annotate_runs, rig_facts
-from provision.serve import read_state
+from provision.serve import ServeState, exit_counts, exits_since, read_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # what `pip install` of the checkout needs: the packages pyproject installs, and its readme
@@ -110,7 +119,9 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     remote_profile = upload_profile(c, profile, paths)
     command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
                *sweep_load_options(steps, rates, arrival, arrival_seed), "--warmup", str(warmup),
-               "--measure", str(measure), "--runs-dir", paths.runs, "--no-progress", *(extra or [])]
+               "--measure", str(measure), "--runs-dir", paths.runs, "--no-progress",
+               *upload_replicas(c, state, paths), *(extra or [])]
+    exits_before = exit_counts(c, paths, state)
     print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
     result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
                  timeout=timeout, hide=False, warn=True)
@@ -123,11 +134,58 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
     if copied:
         annotate_runs(copied, rig_facts(c, profile, paths, provenance), stack_outputs)
+    died = exits_since(c, paths, state, exits_before) + unanswered_replicas(copied, len(state.replicas))
+    if died:
+        fail_runs(c, paths, copied, "; ".join(died))
+        where = f" (runs copied to {', '.join(map(str, copied))}, marked failed)" if copied else ""
+        raise ProvisionError("sweep: during the sweep " + "; ".join(died) + f"{where}; the load it measured "
+                             "was not the served configuration's, so the run failed")
     if not result.ok:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
                              f"{' (runs copied to ' + ', '.join(map(str, copied)) + ')' if copied else ''}:\n{tail}")
     return copied
+
+
+def upload_replicas(c: Connection, state: ServeState, paths: RigPaths) -> list[str]:
+    """The rig's replicas as a file there for ``rigbench sweep --replicas-file`` (on the rig's loopback, whatever
+    they listen on); no options for one server."""
+    if not state.replicas:
+        return []
+    listed = [{"index": replica.index, "url": f"http://127.0.0.1:{replica.port}", "slots": replica.slots,
+               "gpu": replica.gpu, "cpus": replica.cpus} for replica in state.replicas]
+    remote = f"{paths.serve}/replicas.json"
+    upload_text(c, json.dumps(listed, indent=2), remote)
+    return ["--replicas-file", remote]
+
+
+def unanswered_replicas(copied: list[Path], replicas: int) -> list[str]:
+    """One line per complete run in which a replica answered no request (its records name their replica): a
+    sweep that spread its users must not pass for complete without one of its servers."""
+    lines = []
+    for path in copied if replicas > 1 else []:
+        if RunDir(path).read_manifest().status != "complete":
+            continue
+        table = parse_shards(RunDir(path)).table
+        answered = {replica for replica, kind, cut in zip(table.column("replica").to_pylist(),
+                                                           table.column("error_kind").to_pylist(),
+                                                           table.column("interrupted").to_pylist(), strict=True)
+                    if kind is None and not cut}
+        lines += [f"replica {index} answered no request of {path.name}" for index in range(replicas)
+                  if index not in answered]
+    return lines
+
+
+def fail_runs(c: Connection, paths: RigPaths, copied: list[Path], detail: str) -> None:
+    """Mark the copied runs failed with ``detail`` (what the sweep said, if it failed too, kept after it) and put
+    each manifest back on the rig, so a later fetch and the rig's copy say the same."""
+    for path in copied:
+        rundir = RunDir(path)
+        manifest = rundir.read_manifest()
+        said = detail if manifest.status == "complete" or not manifest.status_detail else (
+            f"{detail}; the sweep itself: {manifest.status} ({manifest.status_detail})")
+        rundir.update_manifest(status="failed", status_detail=said[:2000])
+        c.put(str(path / RunDir.MANIFEST), remote=f"{paths.runs}/{path.name}/{RunDir.MANIFEST}")
 
 
 def sweep_load_options(steps: str, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:

@@ -42,6 +42,7 @@ from provision.quality import ladder as ladder_step
 from provision.quality import shots_from_file
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.run_metadata import ModelProvenance
+from provision.serve import check_replicas
 from provision.serve import logs as logs_step
 from provision.serve import serve as serve_step
 from provision.serve import status as status_step
@@ -208,6 +209,7 @@ def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout
 def up(rig: Rig, server_port: int, cache: str) -> None:
     """toolkit, build, download and serve in one go (each step is safe to repeat)."""
 
+    check_replicas(rig.profile)  # a replica count the profile cannot keep is refused before the build
     toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
     build(rig, cache=cache, backend="auto")  # the stack's buildCacheBucket, when it has one
     download(rig)
@@ -250,9 +252,10 @@ def bench(rig: Rig, repetitions: int) -> dict:
 
 
 def tunnel(rig: Rig, local_port: int, server_port: int) -> None:
-    """Forward 127.0.0.1:LOCAL_PORT here to the rig's llama-server until Ctrl-C."""
+    """Forward 127.0.0.1:LOCAL_PORT here to the rig's llama-server until Ctrl-C (replica i of several to
+    LOCAL_PORT + i)."""
 
-    hold_tunnel(rig.c, local_port, server_port)
+    hold_tunnel(rig.c, local_port, server_port, rig.paths)
 
 
 def project(rig: Rig) -> None:
@@ -365,8 +368,7 @@ STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("logs", logs, (StepOption("lines", 50, "how many lines", short="-n"),)),
     ProvisionStep("bench", bench, (StepOption("repetitions", 5, "llama-bench repetitions", short="-r"),),
                   needs_profile=True),
-    ProvisionStep("tunnel", tunnel, (StepOption("local_port", 8080, "port here (0: a free one)"), SERVER_PORT_OPTION),
-                  uses_work=False),
+    ProvisionStep("tunnel", tunnel, (StepOption("local_port", 8080, "port here (0: a free one)"), SERVER_PORT_OPTION)),
     ProvisionStep("project", project),
     ProvisionStep("sweep", sweep, (
         StepOption("steps", "", f"user counts, one step each (default {DEFAULT_USER_STEPS})"),

@@ -114,3 +114,42 @@ def test_project_archive_holds_the_packages_but_no_caches() -> None:
     assert "rigbench-src/pyproject.toml" in names and "rigbench-src/provision/rig_agent.py" in names
     assert "rigbench-src/loadtest" in names and "rigbench-src/core/profiles/tiny.toml" in names
     assert not [name for name in names if "__pycache__" in name or name.startswith("rigbench-src/runs")]
+
+
+def test_one_server_keeps_its_names_and_replicas_get_their_own() -> None:
+    from provision.serve import ServedReplica, ServeState, Service, services
+
+    paths = RigPaths("/w")
+    single = ServeState(profile="p", command=["/b/llama-server"], supervisor="process", port=8080, host="127.0.0.1",
+                        log="/w/rigbench/serve/llama-server.log")
+    (one,) = services(single, paths)
+    assert (one.unit, one.pid_file(paths), one.script(paths), one.log) == (
+        "rigbench-llama.service", "/w/rigbench/serve/supervisor.pid", "/w/rigbench/serve/supervise.sh",
+        "/w/rigbench/serve/llama-server.log")
+    assert services(None, paths) == [Service(None, 8080, [], "/w/rigbench/serve/llama-server.log")]
+    replicas = single.model_copy(update={"replicas": [
+        ServedReplica(index=i, port=8080 + i, slots=2, command=["x"], log=f"/w/rigbench/serve/llama-server-{i}.log")
+        for i in range(2)]})
+    second = services(replicas, paths)[1]
+    assert (second.unit, second.pid_file(paths), second.script(paths), second.port, second.label) == (
+        "rigbench-llama-1.service", "/w/rigbench/serve/supervisor-1.pid", "/w/rigbench/serve/supervise-1.sh", 8081,
+        "replica 1")
+    assert ServeState.model_validate_json(single.model_dump_json(exclude={"replicas"})).replicas == [], \
+        "a rig's serve.json from before replicas still reads"
+
+
+def test_a_replicas_command_carries_its_gpu_and_cores() -> None:
+    from core.replicas import plan_replicas
+    from provision.serve import parse_cpu_list, replica_command
+
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11] and parse_cpu_list("5") == [5]
+    plans = plan_replicas(["-m", "/m.gguf", "-c", "8192", "-np", "8"], 2, 9000, gpus=[0, 1], cores=[0, 1, 2, 3])
+    command = replica_command(plans[1], "/b/llama-server", "127.0.0.1", "/k", "/usr/bin/taskset")
+    assert command == ["/usr/bin/env", "CUDA_VISIBLE_DEVICES=1", "/usr/bin/taskset", "-c", "2,3", "/b/llama-server",
+                       "-m", "/m.gguf", "-np", "4", "-c", "4096", "-t", "2", "-tb", "2", "--host", "127.0.0.1",
+                       "--port", "9001", "--api-key-file", "/k"]
+    unpinned = replica_command(plans[0], "/b/llama-server", "127.0.0.1", None, None)
+    assert unpinned[:3] == ["/usr/bin/env", "CUDA_VISIBLE_DEVICES=0", "/b/llama-server"] and "-t" in unpinned, \
+        "without taskset the replica still runs its share of threads"
+    unit = render_unit(command, "ubuntu", "/s", "/s/llama-server-1.log", "rigbench llama-server (p, replica 1)")
+    assert 'ExecStart="/usr/bin/env" "CUDA_VISIBLE_DEVICES=1" "/usr/bin/taskset" "-c" "2,3" ' in unit
