@@ -48,9 +48,9 @@ Definitions (the report repeats them):
   shorter than a request (a counted warning).
 - The load that ran: requests in flight = every request's time between ``t_start`` and ``t_end``
   inside the window, summed, / window length (Little's law); load reached = in flight / users on
-  a closed-loop step, sent req/s / offered rate on an open-loop one; on a sessions step a turn holds its
-  user until its conversation's next turn starts (the think time between is load too). Under 95% the step is named
-  in the warnings; under 50% the sweep fails the run (``core.load_reached``).
+  a closed-loop step, sent req/s / offered rate on an open-loop one; on a sessions step a request holds its
+  user until the user's next one starts, its last until the load ends (think time is load too). Under 95%
+  the step is named in the warnings; under 50% the sweep fails the run (``core.load_reached``).
 - Geometric mean over prompt categories of each category's mean per-request tok/s (server
   timings, else client), the seeds' single-number figure.
 - Drafter acceptance = sum(draft_n_accepted) / sum(draft_n); tokens per decode step =
@@ -93,6 +93,7 @@ from core.load_reached import (
     load_reached,
     mean_in_flight,
     sent_rate,
+    session_users,
     user_held_until,
 )
 from core.rundir import RunManifest, StepWindow, TelemetrySnapshot
@@ -176,12 +177,15 @@ class Requests:
         with np.errstate(invalid="ignore"):
             self.t_decode = self["t_last_token"] - self["timings_predicted_ms"] / 1000.0
         self.has_timings = self["ok"] & ~np.isnan(self["timings_predicted_n"]) & ~np.isnan(self.t_decode)
-        # conversations' turns hold their user through its think time (core.load_reached)
+        # conversations' turns hold their user through its think time (core.load_reached; ``hold_users``)
         self.sessions = "conversation" in frame and bool(frame["conversation"].notna().any())
         self.user_until = self["t_end"]
+
+    def hold_users(self, load_end: float) -> None:
+        """A sessions run's requests hold their user until its next request, the last until ``load_end``."""
         if self.sessions:
-            codes = pd.factorize(frame["conversation"])[0]
-            self.user_until = user_held_until(codes, self["turn"], self["t_start"], self["t_end"])
+            users = session_users(self.frame["conversation"].to_numpy(dtype=object))
+            self.user_until = user_held_until(users, self["t_start"], self["t_end"], load_end)
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._columns:
@@ -564,6 +568,8 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
         )
     arrivals = ChunkArrivals.from_run(run.path, frame)
     requests = Requests(frame, arrivals.request_ids if arrivals is not None else None)
+    ends = [window.measure_end for window in manifest.steps if window.measure_end is not None]
+    requests.hold_users(max(ends, default=float("inf")))
     known_steps = [window.index for window in manifest.steps]
     stray = int((~np.isin(requests["step"], known_steps)).sum())
     if stray:

@@ -9,8 +9,9 @@ length) against the users, or the achieved send rate against the rate. Under ``M
 report and summary.json mark the step; under ``FAIL_BELOW`` the sweep fails the run with the reason.
 
 A user running conversations (``--sessions``) thinks between its turns: the think time is its load
-too (the load named is N users, each sending or thinking), so a turn holds its user until the next
-turn of its conversation starts (``user_held_until``), and the users busy that way are set against N.
+too (the load named is N users, each sending or thinking), so a turn holds its user until the user's
+next request starts, its last one until the sweep stops sending (``user_held_until``), and the users
+busy that way are set against N.
 """
 
 from __future__ import annotations
@@ -28,18 +29,32 @@ def mean_in_flight(starts: np.ndarray, ends: np.ndarray, window_start: float, wi
     return float(np.nansum(overlap) / (window_end - window_start))
 
 
-def user_held_until(conversation: np.ndarray, turn: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """When each request let its user go: a conversation's turn at the start of the turn after it (its user
-    thought in between), every other request (a last turn, a one-shot prompt) at its end. ``conversation``:
-    codes, one per conversation, negative for a request of none; ``turn``: from 1 (NaN for none)."""
+def session_users(conversations: np.ndarray) -> np.ndarray:
+    """One code per simulated user from the records' conversation ids (``<shard>/u<user>/c<n>``: the part
+    before the conversation's number), -1 for a request of no conversation."""
+    users = np.array([c.rsplit("/c", 1)[0] if isinstance(c, str) else "" for c in conversations], dtype=object)
+    codes = np.full(len(users), -1)
+    named = users != ""
+    if named.any():
+        codes[named] = np.unique(users[named], return_inverse=True)[1]
+    return codes
+
+
+def user_held_until(users: np.ndarray, starts: np.ndarray, ends: np.ndarray, load_end: float) -> np.ndarray:
+    """When each request let its user go: a session user's request at the start of that user's next one
+    (it thought in between, or began its next conversation at once), its last request at ``load_end``
+    (the end of the last measured window: it was thinking when the sweep stopped sending), every other
+    request (a one-shot prompt) at its end. ``users``: codes, negative for a request of no user's session."""
     held = np.array(ends, dtype=float, copy=True)
-    rows = np.flatnonzero(np.asarray(conversation) >= 0)
+    rows = np.flatnonzero(np.asarray(users) >= 0)
     if not len(rows):
         return held
-    order = rows[np.lexsort((turn[rows], conversation[rows]))]
+    order = rows[np.lexsort((starts[rows], users[rows]))]
     first, then = order[:-1], order[1:]
-    follows = (conversation[then] == conversation[first]) & (turn[then] == turn[first] + 1)
-    held[first[follows]] = np.fmax(held[first[follows]], starts[then[follows]])
+    same = users[then] == users[first]
+    held[first[same]] = np.fmax(held[first[same]], starts[then[same]])
+    last = np.append(first[~same], order[-1])
+    held[last] = np.fmax(held[last], load_end)
     return held
 
 

@@ -23,7 +23,6 @@ import httpx
 import numpy as np
 import psutil
 import pyarrow as pa
-import pyarrow.compute as pc
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -36,6 +35,7 @@ from core.load_reached import (
     load_reached,
     mean_in_flight,
     sent_rate,
+    session_users,
     user_held_until,
 )
 from core.network import free_port
@@ -410,9 +410,9 @@ def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, ma
     starts, ends = table.column("t_start").to_numpy(), table.column("t_end").to_numpy()
     busy = "requests in flight"
     if manifest.load is not None and manifest.load.sessions is not None:  # a user's think time is its load too
-        conversations = pc.dictionary_encode(table.column("conversation")).combine_chunks().indices.fill_null(-1)
-        turns = table.column("turn").to_numpy(zero_copy_only=False)
-        ends, busy = user_held_until(conversations.to_numpy(), turns, starts, ends), SESSION_BUSY
+        users = session_users(table.column("conversation").to_numpy(zero_copy_only=False))
+        load_end = max((w.measure_end for w in manifest.steps if w.measure_end is not None), default=float("inf"))
+        ends, busy = user_held_until(users, starts, ends, load_end), SESSION_BUSY
     for window in manifest.steps:
         if window.measure_end is None or window.measure_end <= window.measure_start:
             continue

@@ -47,9 +47,10 @@ def test_a_sessions_run_gets_its_figures_and_section_and_a_one_shot_run_neither(
     (step,) = figures.steps
     assert step.sessions is not None and step.sessions.conversations == 2 and step.sessions.turns == 4
     assert step.sessions.reuse_share.value == pytest.approx(53 / 240)
-    # each user is busy from its turn 1's start to its turn 2's end (2.21 s after its start): [100.5, 105.71) and
-    # [101.5, 107.71) of the window [100, 110); its requests alone are in flight 2 x 2.11 s + 2 x 2.21 s
-    assert step.load_reached == pytest.approx((5.21 + 6.21) / 10 / 2)
+    # each user is busy from its turn 1's start to the end of the load (it thinks after its last turn, or would
+    # begin its next conversation): [100.5, 110) and [101.5, 110) of the window [100, 110); its requests alone
+    # are in flight 2 x 2.11 s + 2 x 2.21 s
+    assert step.load_reached == pytest.approx((9.5 + 8.5) / 10 / 2)
     assert step.mean_in_flight == pytest.approx((2 * 2.11 + 2 * 2.21) / 10)
     lines = "\n".join(sessions_section(RunSection(figures, prices=[], cost_rows=[], run_costs=[])))
     assert "### Conversations" in lines and "thinking 0.5 s, constant" in lines and "22.1%" in lines

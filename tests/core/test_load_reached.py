@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.load_reached import describe_shortfall, load_reached, mean_in_flight, sent_rate, user_held_until
+from core.load_reached import (
+    describe_shortfall,
+    load_reached,
+    mean_in_flight,
+    sent_rate,
+    session_users,
+    user_held_until,
+)
 
 
 def test_in_flight_counts_each_request_only_inside_the_window() -> None:
@@ -36,15 +43,17 @@ def test_the_shortfall_line_says_what_ran() -> None:
         "step 0 (8 req/s): the load that ran was 50% of the load named (4 req/s sent)")
 
 
-def test_a_conversation_turn_holds_its_user_through_the_think_time_to_its_next_turn() -> None:
-    # user 0: conversation 0 turns 1-2 (think 3 s between), then conversation 1 turn 1; user 1: one-shot
-    conversation = np.array([1, -1, 0, 0, 1])  # codes, listed out of order; -1: no conversation
-    turn = np.array([1.0, np.nan, 2.0, 1.0, 2.0])
-    starts = np.array([20.0, 0.0, 5.0, 0.0, 30.0])
-    ends = np.array([21.0, 1.0, 6.0, 2.0, 31.0])
-    held = user_held_until(conversation, turn, starts, ends)
-    assert held.tolist() == [30.0, 1.0, 6.0, 5.0, 31.0]  # turn 1 until turn 2's start; last turns at their end
-    assert mean_in_flight(starts, held, 0.0, 6.0) == pytest.approx((6 + 1) / 6)
-    # a missing turn (the conversation ended early, or turn 2 was not recorded) holds nothing beyond its end
-    gap = user_held_until(np.array([0, 0]), np.array([1.0, 3.0]), np.array([0.0, 9.0]), np.array([1.0, 10.0]))
-    assert gap.tolist() == [1.0, 10.0]
+def test_a_session_users_request_holds_it_until_its_next_request_and_its_last_until_the_load_ends() -> None:
+    # user 0: conversation 0 turns 1-2 (think 3 s between), then conversation 1 at once; user 1: thinking
+    # past its only turn when the load ends at 40; and a one-shot request
+    conversations = np.array(["p/u0/c1", None, "p/u0/c0", "p/u0/c0", "p/u1/c0"], dtype=object)
+    users = session_users(conversations)
+    assert users[1] == -1 and users[0] == users[2] == users[3] != users[4]
+    starts = np.array([7.0, 0.0, 5.0, 0.0, 1.0])
+    ends = np.array([8.0, 1.0, 6.0, 2.0, 3.0])
+    held = user_held_until(users, starts, ends, load_end=40.0)
+    assert held.tolist() == [40.0, 1.0, 7.0, 5.0, 40.0]
+    assert mean_in_flight(starts, held, 0.0, 10.0) == pytest.approx((10 + 1 + 9) / 10)
+    # no session records: every request at its end
+    assert user_held_until(np.array([-1, -1]), np.array([0.0, 9.0]), np.array([1.0, 10.0]), 40.0).tolist() == [
+        1.0, 10.0]
