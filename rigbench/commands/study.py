@@ -4,6 +4,7 @@
     peers        rigbench beside servebench and guidellm, each against the ground-truth server
     fidelity     the load generator's fidelity on this machine, as a compact Markdown report
     slot-layout  does it matter which llama-server slots are busy? (a probe on the real server)
+    sessions     conversations against one-shot prompts on one server, stock and patched, and a capacity search
     ladder       the quantization ladder, for a lent GPU machine (``rigbench/studies/quality_gpu.sh``)
     report       REPORT.md and plots from a GPU study's folder
 
@@ -27,6 +28,7 @@ from core.cache import cache_root
 from core.errors import StudyError
 from core.lists import parse_choices, parse_counts
 from core.rundir.quality import EvalSettings
+from core.workload import parse_slo, parse_think, parse_turns
 from llamacpp.build import BACKENDS
 from llamacpp.gemma4_shapes import PRESETS
 from llamacpp.quantize import DEFAULT_RUNGS
@@ -41,6 +43,8 @@ from rigbench.studies.peers.tools import TOOLS
 from rigbench.studies.real_gemma import DRAFTER_ARMS, SWEEP_ARMS, run_study
 from rigbench.studies.real_gemma import PHASES as REAL_GEMMA_PHASES
 from rigbench.studies.real_gemma_report import study_tables
+from rigbench.studies.sessions_study import SessionsStudy
+from rigbench.studies.sessions_study import run_study as run_sessions_study
 from rigbench.studies.slot_layout import run_probe, slot_ids, summary_table, write_note
 
 EXIT_CODES = (
@@ -194,6 +198,32 @@ def slot_layout(
     typer.echo(summary_table(probe))
     if out is not None:
         write_note(probe, out)
+
+
+@app.command("sessions", epilog=EXIT_CODES)
+def sessions(
+    out: Path = typer.Argument(..., help="the study's folder: study.log, patched/ and stock/ runs, README.md"),
+    steps: str = typer.Option("1,2,4,8", "--steps", help="user counts of the one-shot and sessions sweeps"),
+    warmup: float = typer.Option(5.0, "--warmup", min=0.0, help="warm-up seconds per step"),
+    measure: float = typer.Option(30.0, "--measure", min=0.1, help="measured seconds per step"),
+    turns: str = typer.Option("2-4", "--turns", help="turns per conversation"),
+    think: str = typer.Option("exponential:2", "--think", help="seconds between a reply and the next turn"),
+    system_prompt_tokens: int = typer.Option(256, "--system-prompt-tokens", min=0, help="shared system prompt"),
+    slo: str = typer.Option("ttft_p90=1.5,tpot_p90=80ms", "--slo", help="the capacity search's targets"),
+    max_users: int = typer.Option(16, "--max-users", min=2, help="the capacity search's highest probe"),
+    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every window (0.2: a quick look)"),
+    backend: str = backend_option(),
+) -> None:
+    """One-shot prompts and conversations on one served Gemma 3 270M (patched and stock slot choice), and the
+    most conversation users meeting a target."""
+    _check_backend(backend)
+    parse_turns(turns)
+    parse_think(think)
+    parse_slo(slo)
+    study = SessionsStudy(out=out, steps=parse_counts(steps, "--steps"), warmup=warmup, measure=measure, turns=turns,
+                          think=think, system_prompt_tokens=system_prompt_tokens, slo=slo, max_users=max_users,
+                          scale=scale, backend=backend)
+    typer.echo(str(run_sessions_study(study)))
 
 
 @app.command("ladder", epilog=EXIT_CODES)
