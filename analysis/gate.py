@@ -39,7 +39,7 @@ from analysis.step import StepFigures
 from analysis.summary import RunSummary, run_summary
 from core.errors import AnalysisError
 from core.rundir import RunManifest
-from core.workload import describe_arrivals, describe_lengths
+from core.workload import describe_arrivals, describe_conversations, describe_lengths
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def limited_figures(thresholds: Thresholds) -> list[Figure]:
     return [figure for figure, limit in limits if limit is not None]
 
 
-WORKLOAD_KEYS = ("model", "prompts", "max_tokens", "ignore_eos", "temperature", "arrivals")
+WORKLOAD_KEYS = ("model", "prompts", "max_tokens", "ignore_eos", "temperature", "arrivals", "requests")
 
 
 def workload(manifest: RunManifest) -> dict[str, tuple[object, str]]:
@@ -231,6 +231,7 @@ def workload(manifest: RunManifest) -> dict[str, tuple[object, str]]:
         "ignore_eos": (load.ignore_eos, "fixed length" if load.ignore_eos else "until the model stops"),
         "temperature": (load.temperature, f"{load.temperature:g}"),
         "arrivals": (arrivals, arrivals),
+        "requests": (describe_conversations(load), describe_conversations(load)),
     }
 
 

@@ -8,23 +8,29 @@ Definitions (the report repeats them):
 
 - A target (``LoadSettings.slo``, or ``rigbench report --slo`` after the fact) names a figure and a
   percentile in seconds, e.g. ``ttft_p90=0.5``: 90% of requests get their first token within 0.5 s.
-- Judged requests: the step's measured requests that ended ok, the ones its latency figures use. A
-  request meets a target when its own figure (TTFT, TPOT, ITL, end-to-end as ``analysis.figures``
-  defines them) is at most the target; a figure it cannot have (the TPOT of a one-token reply) does
-  not count against it. Met share = judged requests meeting every target / judged requests, with its
-  Clopper-Pearson interval; per target, the share meeting that one.
+- Judged requests: the step's measured requests that ended, ok or failed (a request the sweep's own stop
+  cut is not judged). An ok request meets a target when its own figure (TTFT, TPOT, ITL, end-to-end as
+  ``analysis.figures`` defines them) is at most the target; a figure it cannot have (the TPOT of a
+  one-token reply) does not count against it; a failed request meets none. Met share = judged requests
+  meeting every target / judged requests, with its Clopper-Pearson interval; per target, the share
+  meeting that one.
 - Goodput = judged requests meeting every target / the window's seconds (req/s), and their output
   tokens / the window's seconds (tok/s).
 - Conversations (records with a ``conversation``): one with a measured request in the step meets when
   every such request ended ok and met every target (a turn cut by the sweep's own stop is not judged).
-- The step against a target: the target's percentile over the judged requests, with its 95% interval
-  (``analysis.intervals``). *meets*: the interval's upper end is within the target; *unclear*: the
-  point estimate is within it but the interval reaches over it, or there is no interval (too few
-  requests); *misses*: the point estimate is over it. Unclear is not a pass: measure longer.
+- The step against a target: the target's percentile over the measured requests, a failed one counted
+  as never answered (slower than any): with a share f failed, the p-th percentile is the judged requests'
+  p / (1 - f)-th, and past 1 the target misses. With its 95% interval (``analysis.intervals``). *meets*:
+  the interval's upper end is within the target, there are enough judged requests for an interval that
+  does not rest on the slowest one alone (n >= ln 0.025 / ln p: 36 for p90, 368 for p99), and no measured
+  request was cut by the sweep's stop (its latency is unknown); *unclear*: the point estimate is within
+  the target but one of those fails; *misses*: the point estimate is over it. Unclear is not a pass:
+  measure longer.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -52,7 +58,8 @@ class StepGoodput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     targets: dict[str, TargetJudgement]
-    judged: int = Field(description="measured requests that ended ok")
+    judged: int = Field(description="measured requests that ended, ok or failed (those the sweep's stop cut are "
+                        "not judged)")
     met: int = Field(description="judged requests meeting every target")
     met_share: Estimate
     conversations: int = Field(0, description="conversations with a judged turn in the step")
@@ -68,13 +75,22 @@ class StepGoodput(BaseModel):
         return "misses" if "misses" in verdicts else "unclear" if "unclear" in verdicts else "meets"
 
 
-def verdict(estimate: Estimate, target: float) -> SloVerdict:
-    """meets / unclear / misses, by the interval's upper end and the point estimate (module docstring)."""
+def fewest_for(q: float) -> int:
+    """The judged requests a q-quantile needs before its interval's upper end can lie below the slowest
+    one: with fewer, a bootstrap's upper end is the largest value seen, and "meets" would mean only that
+    the slowest request was in time."""
+    return math.ceil(math.log(0.025) / math.log(q)) if 0 < q < 1 else 1
+
+
+def verdict(estimate: Estimate, target: float, q: float = 0.5, *, cut: int = 0) -> SloVerdict:
+    """meets / unclear / misses, by the interval's upper end and the point estimate (module docstring);
+    ``cut``: measured requests the sweep's stop cut, whose latency is unknown."""
     if estimate.value is None:
         return "unclear"
     if estimate.value > target:
         return "misses"
-    return "meets" if estimate.high is not None and estimate.high <= target else "unclear"
+    sure = estimate.high is not None and estimate.high <= target and estimate.n >= fewest_for(q) and not cut
+    return "meets" if sure else "unclear"
 
 
 def step_goodput(
@@ -90,7 +106,9 @@ def step_goodput(
     ``tpot``, ``itl`` and ``e2e`` in seconds (NaN where it has none), ``ok`` whether it ended ok,
     ``interrupted`` whether the sweep's stop cut it, ``conversations`` its conversation (None where none);
     every array is over the same requests, in the same order."""
-    ok = np.asarray(ok, dtype=bool)
+    cut = np.asarray(interrupted, dtype=bool)
+    ok = np.asarray(ok, dtype=bool) & ~cut  # a request the sweep's stop cut has no known latency
+    failed = int((~np.asarray(ok | cut, dtype=bool)).sum())
     meets_all = ok.copy()
     judgements = {}
     for key, target in targets.items():
@@ -100,11 +118,18 @@ def step_goodput(
             within = ~(values > target)  # NaN: a figure the request cannot have is not against it
         meets_all &= within
         judged = values[ok]
-        estimate = intervals.quantile(judged, q)
-        share = float(within[ok].mean()) if ok.any() else None
-        judgements[key] = TargetJudgement(target_s=target, estimate=estimate, met_share=share,
-                                          verdict=verdict(estimate, target))
-    judged_count, met = int(ok.sum()), int(meets_all.sum())
+        had = int(np.isfinite(judged).sum())
+        # failed requests count as never answered: the q-quantile of all is the answered ones' q_all-th
+        q_all = q * (had + failed) / had if had else math.inf
+        if q_all > 1:
+            estimate = Estimate(None, None, None, had, "over 1 - p of the requests failed")
+            judgement: SloVerdict = "misses" if had else "unclear"
+        else:
+            estimate = intervals.quantile(judged, q_all)
+            judgement = verdict(estimate, target, q_all, cut=int(cut.sum()))
+        share = float(within[ok].sum()) / (int(ok.sum()) + failed) if ok.any() or failed else None
+        judgements[key] = TargetJudgement(target_s=target, estimate=estimate, met_share=share, verdict=judgement)
+    judged_count, met = int(ok.sum()) + failed, int(meets_all.sum())
     seconds = window_seconds if window_seconds > 0 else float("nan")
     total, met_conversations, conversation_share = _conversations(conversations, interrupted, meets_all)
     return StepGoodput(

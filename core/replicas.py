@@ -40,7 +40,8 @@ class ReplicaPlan(BaseModel):
 
     @property
     def environment(self) -> dict[str, str]:
-        return {} if self.gpu is None else {"CUDA_VISIBLE_DEVICES": str(self.gpu)}
+        # the GPU by nvidia-smi's index, which is PCI bus order; CUDA's own order is fastest first unless told
+        return {} if self.gpu is None else {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(self.gpu)}
 
 
 def replace_flag(args: list[str], names: tuple[str, ...], value: str | None) -> list[str]:

@@ -171,3 +171,15 @@ def describe_lengths(load: LoadSettings) -> tuple[str, str]:
     replies = (str(load.max_tokens) if load.output_length is None
                else f"drawn {format_length(load.output_length)}{seed}")
     return prompts, replies
+
+
+def describe_conversations(load: LoadSettings) -> str:
+    """Whether a run's users held conversations, and how (turns, think time, system prompt, seed), beside
+    whether the server's prompt cache was asked to reuse prompts: both change what each request costs."""
+    cache = "prompt cache on" if load.cache_prompt else "prompt cache off"
+    if load.sessions is None:
+        return f"one-shot prompts, {cache}"
+    sessions = load.sessions
+    return (f"conversations of {sessions.turns_min}-{sessions.turns_max} turns, thinking {sessions.think} "
+            f"{sessions.think_seconds:g} s, a {sessions.system_prompt_tokens}-token system prompt (workload seed "
+            f"{load.workload_seed}), {cache}")

@@ -154,7 +154,8 @@ def settings_from(options: Any) -> LoadSettings:
         **workload_fields(sessions=options.sessions, turns=options.turns, think=options.think,
                           system_prompt_tokens=options.system_prompt_tokens, prompt_length=options.prompt_length,
                           output_length=options.output_length, trace=trace, workload_seed=options.workload_seed,
-                          slo=options.slo, open_loop=bool(rate_steps)),
+                          slo=options.slo, open_loop=bool(rate_steps), arrival=options.arrival,
+                          trace_speed=options.trace_speed),
         user_steps=user_steps,
         rate_steps=rate_steps,
         arrival=parse_arrival(options.arrival),  # type: ignore[arg-type]
@@ -188,7 +189,7 @@ def replica_hosts(options: Any) -> list[str]:
 
 def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tokens: int, prompt_length: str,
                     output_length: str, trace: TraceSource | None, workload_seed: int, slo: str,
-                    open_loop: bool) -> dict[str, Any]:
+                    open_loop: bool, arrival: str = "poisson", trace_speed: float = 1.0) -> dict[str, Any]:
     """The workload's ``LoadSettings`` fields from its options' text, for every command that takes them
     (refused, naming the option, when malformed or when they cannot go together)."""
     session_settings = None
@@ -208,6 +209,11 @@ def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tok
             ("--system-prompt-tokens", system_prompt_tokens, 0)) if value != default]
         if unused:
             raise UsageError(f"{unused[0]} without --sessions: it shapes conversations; add --sessions")
+    if trace is None and trace_speed != TraceSource.model_fields["speed"].default:
+        raise UsageError("--trace-speed without --trace: it speeds a replayed trace; add --trace FILE")
+    if arrival.startswith("gamma") and (not open_loop or trace is not None):
+        raise UsageError(f"--arrival {arrival} with {'--trace' if trace is not None else '--steps'}: gamma gaps space "
+                         "an open loop's arrivals (--rates); a closed loop's users and a trace's rows keep their own")
     if sessions and (prompt_length or output_length):
         raise UsageError("--prompt-length or --output-length with --sessions: a conversation's turns are the prompt "
                          "set's questions behind their growing history, each reply up to --max-tokens; leave them out")

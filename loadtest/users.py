@@ -18,7 +18,7 @@ from core.replicas import user_replica
 from loadtest.backoff import Backoff
 from loadtest.chat_session import ChatSession
 from loadtest.load_process import load_process
-from loadtest.open_loop import process_place, run_user_number
+from loadtest.open_loop import run_user_number
 from loadtest.prompts import rotation
 from loadtest.sessions import SessionUser
 
@@ -39,21 +39,20 @@ class StreamingChatUser(User):
     def on_start(self) -> None:
         self.backoff = Backoff()
         context = load_process(self.environment).context(self.environment)
-        number = next(context.user_counter)
+        # the run's user number, whichever load process plays it (loadtest.open_loop.run_user_number)
+        user = run_user_number(self.environment, next(context.user_counter))
         host, replica = self.host, None
         if context.replicas:
-            # Locust hands a process's users out in turn: its k-th user is the run's (k x processes + index)-th
-            index, processes = process_place(self.environment)
-            replica = user_replica(number * processes + index, len(context.replicas))
+            replica = user_replica(user, len(context.replicas))
             host = context.replicas[replica]
         self.session = ChatSession(self.environment, host, replica)
-        self.prompts = rotation(context.prompts, offset=number)
-        self.lengths = context.lengths.for_user(run_user_number(self.environment, number))  # loadtest.lengths
+        self.prompts = rotation(context.prompts, offset=user)  # so --processes sends the same prompts
+        self.lengths = context.lengths.for_user(user)  # loadtest.lengths
         self.think_s = 0.0  # before the next turn of a conversation
         self.conversations: SessionUser | None = None
         if context.settings.sessions is not None:
             self.conversations = SessionUser(context.settings.sessions, seed=context.settings.workload_seed,
-                                             user=run_user_number(self.environment, number), shard=context.shard,
+                                             user=user, shard=context.shard,
                                              system_prompt=context.system_prompt, context=context.context_text)
         self.slot: int | None = None
         if context.options.pin_slots:

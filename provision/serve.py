@@ -225,7 +225,7 @@ def replica_command(plan: ReplicaPlan, server_binary: str, host: str, api_key_fi
     its share of the line on its own port."""
     prefix: list[str] = []
     if plan.gpu is not None:
-        prefix += [ENV, f"CUDA_VISIBLE_DEVICES={plan.gpu}"]
+        prefix += [ENV, *(f"{name}={value}" for name, value in plan.environment.items())]
     if plan.cpus and taskset:
         prefix += [taskset, "-c", ",".join(str(cpu) for cpu in plan.cpus)]
     command = [*prefix, server_binary, *plan.args, "--host", host, "--port", str(plan.port)]
@@ -451,7 +451,11 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
     upload_text(c, state.model_dump_json(indent=2), f"{paths.serve}/serve.json")
     for service in starting:
         run(c, f"echo '{SERVE_HEADER} {state.started_at}' >> {shlex.quote(service.log)}")
-    start_service(c, paths, state)
+    try:
+        start_service(c, paths, state)
+    except Exception:  # a replica that would not start: the ones already started are stopped with it
+        stop_service(c, paths, state)
+        raise
     print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{ports}", flush=True)
     failed = wait_healthy(c, paths, state, health_timeout)
     if failed is not None:

@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from analysis.summary import read_summary
 from core.errors import RigbenchError, RunInterrupted
+from core.profile import load_profile
 from core.rundir import utc_now
 from rigbench.local_rig import run_local_rig
 
@@ -163,6 +164,8 @@ def _trial(base_options, name: str, overrides: list[str], replicas: int, out_dir
         label=name.replace("+", "-").replace("@", "-"),
         replicas=replicas if replicas > 1 else base_options.replicas,
     )
+    # what the trial serves: its replica arm's count, else the run's own (--replicas) or the profile's
+    replicas = options.replicas or load_profile(options.profile).server.replicas
     try:
         report = run_local_rig(options)
         figures = headline_figures(report.parent / "summary.json")

@@ -36,7 +36,9 @@ from typing import Literal
 from analysis.figures import run_figures
 from analysis.goodput_section import targets_text
 from analysis.load import load_run
+from analysis.step import StepFigures
 from core.errors import RigbenchError, UsageError
+from core.load_reached import MARK_BELOW
 from core.rundir import LoadSettings, RunDir, RunManifest, new_run_id, utc_now
 from core.rundir.capacity_search import (
     STOP_REASONS,
@@ -227,7 +229,12 @@ class Bisection:
             self._stop("resolution", f"{high:g} - {low:g} = {plan.load_text(width)}, within the resolution "
                        f"{plan.load_text(tolerance)}")
             return
-        self.next_load = float(low + (high - low) // 2) if whole else _round(low + width / 2)
+        middle = float(low + (high - low) // 2) if whole else _round(low + width / 2)
+        if not low < middle < high:  # rounded onto an end: no load between them is left to probe
+            self._stop("resolution", f"{high:g} - {low:g} = {plan.load_text(width)}: no load between them at "
+                       "four significant figures")
+            return
+        self.next_load = middle
 
     def _stop(self, reason: StopReason, detail: str) -> None:
         self.reason, self.detail, self.next_load = reason, detail, None
@@ -272,6 +279,8 @@ def judge_probe(run: RunDir, manifest: RunManifest, load: float) -> tuple[Search
            if reading.verdict != "meets"]
     if step.error_count:
         why.append(f"{step.error_count} of {step.requests} measured request(s) failed")
+    if step.load_reached is not None and step.load_reached < MARK_BELOW:
+        why.append(f"the load that ran was {step.load_reached:.0%} of the {plan_text(load, step)} named")
     if manifest.status != "complete":
         why.append(f"run {manifest.status}: {manifest.status_detail or 'no detail'}")
     meets = manifest.status == "complete" and goodput is not None and not why
@@ -282,8 +291,16 @@ def judge_probe(run: RunDir, manifest: RunManifest, load: float) -> tuple[Search
         goodput_tok_s=None if goodput is None else goodput.goodput_tok_s,
         aggregate_tok_s=step.aggregate_tok_s.value, aggregate_tok_s_low=step.aggregate_tok_s.low,
         detail="; ".join(why) or None)
-    outcome: Outcome = "failed" if manifest.status != "complete" else "meets" if meets else "misses"
+    # a run the sweep failed for what the load did to the server (its error rate, a load that could not run)
+    # still measured its window: the server missed at this load, and the search narrows below it
+    overloaded = manifest.status == "failed" and goodput is not None and step.requests > 0
+    outcome: Outcome = ("meets" if meets else "misses" if manifest.status == "complete" or overloaded
+                        else "failed")
     return record, outcome
+
+
+def plan_text(load: float, step: StepFigures) -> str:
+    return f"{load:g} req/s" if step.rate is not None else f"{load:g} users"
 
 
 def _reading_why(reading: TargetReading) -> str:

@@ -235,7 +235,8 @@ def workload_load(*, steps: str | None, rates: str | None, arrival: str, session
         user_steps, rate_steps = parse_load_steps(steps, rates, default_steps or DEFAULT_USER_STEPS)
     fields = workload_fields(sessions=sessions, turns=turns, think=think, system_prompt_tokens=system_prompt_tokens,
                              prompt_length=prompt_length, output_length=output_length, trace=source,
-                             workload_seed=workload_seed, slo=slo, open_loop=bool(rate_steps))
+                             workload_seed=workload_seed, slo=slo, open_loop=bool(rate_steps), arrival=arrival,
+                             trace_speed=trace_speed)
     fields["arrival"] = parse_arrival(arrival)
     fields["arrival_shape"] = parse_arrival_shape(arrival)
     return user_steps, rate_steps, fields

@@ -269,6 +269,12 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
 
     # read here, so a mistyped list stops the command before anything runs on the rig
+    extra = shlex.split(sweep_args)
+    unsupported = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
+    if unsupported:
+        raise UsageError(f"--sweep-args {unsupported[0]}: not run from the rig (a trace file stays here, and a search "
+                         "folder would not be fetched); open the tunnel step and run `rigbench sweep --url "
+                         f"http://127.0.0.1:PORT {unsupported[0]} …` from here against it")
     user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
     parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     parse_arrival(arrival)
@@ -277,7 +283,7 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or DEFAULT_USER_STEPS, rates=rates or None,
                         arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
                         local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
-                        extra=shlex.split(sweep_args), provenance=pypi_provenance(rig.profile))
+                        extra=extra, provenance=pypi_provenance(rig.profile))
     for path in copied:
         print(path, flush=True)
     return copied

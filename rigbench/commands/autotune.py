@@ -55,7 +55,8 @@ def autotune(
     backend: str = backend_option(),
     replicas: str = typer.Option(
         "1", "--replicas", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best flags "
-        "again as that many llama-servers sharing the profile's slots and dividing the cores (1: one server only)"),
+        "again as that many llama-servers sharing the profile's slots and dividing the cores (a count whose total "
+        "is one server adds no trial)"),
 ) -> None:
     """Run each trial as a short sweep; print the table and the best flags (and replica count)."""
     trials = dict(parse_named_flags(trial, "--trial")) if trial else dict(DEFAULT_TRIALS)

@@ -211,6 +211,10 @@ def sessions(
     system_prompt_tokens: int = typer.Option(256, "--system-prompt-tokens", min=0, help="shared system prompt"),
     slo: str = typer.Option("ttft_p90=1.5,tpot_p90=80ms", "--slo", help="the capacity search's targets"),
     max_users: int = typer.Option(16, "--max-users", min=2, help="the capacity search's highest probe"),
+    search_measure: float = typer.Option(120.0, "--search-measure", min=0.1,
+                                         help="measured seconds of each capacity-search probe"),
+    loads: str = typer.Option("one-shot,sessions,search", "--loads",
+                              help="which loads to run (the README is written from every run in the folder)"),
     scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every window (0.2: a quick look)"),
     backend: str = backend_option(),
 ) -> None:
@@ -222,7 +226,9 @@ def sessions(
     parse_slo(slo)
     study = SessionsStudy(out=out, steps=parse_counts(steps, "--steps"), warmup=warmup, measure=measure, turns=turns,
                           think=think, system_prompt_tokens=system_prompt_tokens, slo=slo, max_users=max_users,
-                          scale=scale, backend=backend)
+                          scale=scale, backend=backend, search_measure=search_measure,
+                          loads=tuple(parse_choices(loads, "--loads", ("one-shot", "sessions", "search"),
+                                                    example="sessions,search")))
     typer.echo(str(run_sessions_study(study)))
 
 

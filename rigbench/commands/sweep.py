@@ -323,8 +323,15 @@ def sweep(
                                                          ignore_eos=request.ignore_eos, context_tokens=context)
                     for _, arm_url in arms for context in contexts}
     if load_processes is None:
+        sized_users, sized_rates = user_steps, rate_steps
+        if search is not None:  # every probe runs with these processes: size them for the highest one
+            if search.max_load is None:
+                raise UsageError("--processes auto with --find-max needs --max-load: the probes' loads are not known "
+                                 "before the search, and the processes are sized for the highest")
+            sized_users, sized_rates = ([int(search.max_load)], []) if search.mode == "users" else (
+                [], [search.max_load])
         load_processes, line = auto_processes(
-            arms[0][1], models[arms[0][1]][0], user_steps=user_steps, rate_steps=rate_steps,
+            arms[0][1], models[arms[0][1]][0], user_steps=sized_users, rate_steps=sized_rates,
             max_tokens=request.max_tokens,
         )
         typer.echo(line)
@@ -355,7 +362,11 @@ def sweep(
             )
             manifest = profile_sweep_manifest(profile, arm_url, settings, slots, slots_from,
                                               model_name=models[arm_url][0], description=described[arm_url],
-                                              origins=origins.model_copy(update={"model_name": models[arm_url][1]}),
+                                              origins=origins.model_copy(update={
+                                                  "model_name": models[arm_url][1],
+                                                  # --sessions turned the prompt cache on
+                                                  **({"cache_prompt": "flag"} if settings.cache_prompt
+                                                     and not request.cache_prompt else {})}),
                                               rig=rig, model=model)
             manifest = with_replicas(manifest, replicas)
             warnings = [warning for warning in (note, fit_warnings[arm_url, context]) if warning]

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.figures import run_figures
-from analysis.goodput import step_goodput, verdict
+from analysis.goodput import fewest_for, step_goodput, verdict
 from analysis.intervals import Estimate
 from analysis.load import load_run
 from core.errors import UsageError
@@ -60,7 +60,8 @@ def test_a_percentile_the_step_figures_do_not_carry_is_read_from_the_same_reques
     (step,) = run_figures(load_run(run), slo={"ttft_p95": 0.5, "e2e_p99": 10.0}).steps
     judged = step.goodput.targets
     assert judged["ttft_p95"].estimate.value == pytest.approx(np.quantile([0.1] * 19 + [2.0], 0.95))
-    assert judged["e2e_p99"].verdict == "meets" and judged["e2e_p99"].estimate.n == 20
+    # every e2e is within 10 s, but 20 requests cannot show a p99's interval below the slowest one: unclear
+    assert judged["e2e_p99"].verdict == "unclear" and judged["e2e_p99"].estimate.n == 20
 
 
 def test_unclear_when_the_interval_reaches_over_the_target(kit) -> None:
@@ -77,7 +78,28 @@ def test_failed_and_cut_requests_are_not_judged_as_requests(kit) -> None:
     cut = kit.record("c0", users=2, t_start=START + 6, ttft=5.0).model_copy(update={"interrupted": True})
     run = kit.make_run("gp", [kit.window(users=2)], {"p0": [*records, cut]})
     (step,) = run_figures(load_run(run), slo={"ttft_p90": 0.5}).steps
-    assert step.goodput.judged == 4 and step.goodput.met == 4 and step.error_count == 1
+    # the cut request is not judged; the failed one is, as never answered: 1 of 5 is over p90's 10%
+    assert step.goodput.judged == 5 and step.goodput.met == 4 and step.error_count == 1
+    assert step.goodput.targets["ttft_p90"].verdict == "misses"
+    assert step.goodput.targets["ttft_p90"].met_share == pytest.approx(4 / 5)
+
+
+def test_too_few_requests_or_a_cut_one_cannot_make_a_step_meet() -> None:
+    ttft = np.array([0.30, 0.35, 0.40, 0.42, 0.45])
+    figures = {"ttft": ttft, "tpot": np.full(5, np.nan), "itl": np.full(5, np.nan), "e2e": np.ones(5)}
+    ok, none = np.ones(5, dtype=bool), np.zeros(5, dtype=bool)
+    few = step_goodput(figures, ok, none, np.ones(5), {"ttft_p90": 0.5, "ttft_p50": 0.5}, 10.0)
+    # the p90's bootstrap interval ends at the slowest request: 5 requests say nothing beyond it
+    assert fewest_for(0.9) == 36 and fewest_for(0.99) == 368 and fewest_for(0.5) == 6
+    assert few.targets["ttft_p90"].verdict == "unclear" and few.targets["ttft_p50"].verdict == "unclear"
+    many = {"ttft": np.tile(ttft, 8), "tpot": np.full(40, np.nan), "itl": np.full(40, np.nan), "e2e": np.ones(40)}
+    enough = step_goodput(many, np.ones(40, dtype=bool), np.zeros(40, dtype=bool), np.ones(40), {"ttft_p90": 0.5},
+                          10.0)
+    assert enough.targets["ttft_p90"].verdict == "meets"
+    cut = np.zeros(40, dtype=bool)
+    cut[-1] = True  # the sweep's stop cut one: its latency is unknown
+    assert step_goodput(many, np.ones(40, dtype=bool), cut, np.ones(40), {"ttft_p90": 0.5},
+                        10.0).targets["ttft_p90"].verdict == "unclear"
 
 
 def test_a_figure_a_request_cannot_have_does_not_count_against_it() -> None:
@@ -124,7 +146,7 @@ def test_the_report_judges_a_finished_run_against_targets_given_after_it(kit, tm
     section = text.split("### Goodput against the service-level targets", 1)[1].split("\n### ", 1)[0]
     assert "Targets (given to the report (--slo)): TTFT p90 ≤ 0.5 s, TPOT p90 ≤ 150 ms." in section
     assert "| 50% [19%, 81%]" in section and "misses" in section and "No step met every target." in section
-    assert "Judged requests: the step's measured requests that ended ok" in text  # the definitions
+    assert "Judged requests: the step's measured requests that ended, ok or failed" in text  # the definitions
     steps = pd.read_csv(out / "steps.csv")
     verdicts = steps[steps["figure"].str.startswith("goodput_verdict_")].set_index("figure")
     assert verdicts.loc["goodput_verdict_ttft_p90", "method"] == "misses"

@@ -19,7 +19,8 @@ def test_four_replicas_one_per_gpu_each_with_a_quarter_of_the_slots_context_and_
     assert first.args[first.args.index("-c") + 1] == "16384", "each slot keeps its 1,024 tokens"
     assert first.args[first.args.index("-t") + 1] == "4" and first.args[first.args.index("-tb") + 1] == "4"
     assert [p.cpus for p in plans] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
-    assert first.environment == {"CUDA_VISIBLE_DEVICES": "0"} and "-ngl" in first.args
+    assert first.environment == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}
+    assert "-ngl" in first.args
 
 
 def test_shared_placement_threads_the_profile_pins_and_one_replica_unchanged() -> None:

@@ -166,6 +166,10 @@ def test_the_locustfile_options_make_open_loop_settings_or_refuse_naming_the_fla
     with pytest.raises(UsageError, match="--measure: 3 measured windows for 2 rate steps"):
         settings_from(locust_options(rates="1,2", measure="1,2,3"))
     assert settings_from(locust_options(steps="1,4", pin_slots=True)).pin_slots is True
+    with pytest.raises(UsageError, match="^--arrival gamma:0.5 with --steps: gamma gaps space an open loop"):
+        settings_from(locust_options(steps="1", arrival="gamma:0.5"))
+    with pytest.raises(UsageError, match="^--trace-speed without --trace"):
+        settings_from(locust_options(rates="1", trace_speed=2.0))
     for pinned_wrong in (dict(rates="1"), dict(steps="4", processes=2)):
         with pytest.raises(UsageError, match="--pin-slots: users are numbered within one load process"):
             settings_from(locust_options(pin_slots=True, **pinned_wrong))

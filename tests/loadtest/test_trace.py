@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from analysis.gate import workload_differences
 from core.errors import LoadTestError, UsageError
 from core.rundir import LoadSettings, RunManifest, new_manifest, server_at
+from core.rundir.models import SessionSettings
 from core.workload import describe_arrivals, parse_length
 from loadtest.arrivals import process_share, run_arrivals, window_rate
 from loadtest.lengths import WorkloadLengths
@@ -146,6 +147,10 @@ def test_a_gate_tells_apart_workloads_that_differ_only_in_arrivals_or_lengths() 
         "baseline",
     ]
     assert workload_differences(manifest(user_steps=[2]), manifest(user_steps=[2])) == []
+    chat = manifest(user_steps=[2], cache_prompt=True, sessions=SessionSettings(turns_min=2, turns_max=3))
+    assert workload_differences(chat, manifest(user_steps=[2])) == [
+        "requests conversations of 2-3 turns, thinking exponential 3 s, a 0-token system prompt (workload seed 0), "
+        "prompt cache on in the run, one-shot prompts, prompt cache off in the baseline"]
 
 
 def test_a_trace_windows_rate_is_what_the_trace_scheduled_in_it_not_its_mean(tmp_path: Path) -> None:

@@ -50,6 +50,13 @@ def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Pat
     model_file = Path(paths.models, profile.model.local_name)
     assert manifest.model.sha256 == file_sha256(model_file) and manifest.model.synthetic
     assert manifest.model.size_bytes == model_file.stat().st_size and manifest.rig.kind == "local"
+    # the hardware sampler ran on the rig around its sweep (the server is on its 127.0.0.1): no GPU or RAPL
+    # there, each said once in the manifest, and the sampler's own cost measured
+    hardware = manifest.hardware
+    assert hardware is not None and hardware.gpu_source is None and hardware.cpu_source is None, hardware
+    assert any("nvidia-smi" in line for line in hardware.missing), hardware.missing
+    assert not any("another machine" in line for line in hardware.missing), hardware.missing
+    assert hardware.started_at is not None and hardware.cpu_share is not None and hardware.cpu_share < 0.01
     remote_files = sorted(p.relative_to(paths.runs) for p in Path(paths.runs).rglob("*") if p.is_file())
     local_files = sorted(p.relative_to(local_runs) for p in local_runs.rglob("*") if p.is_file())
     assert remote_files == local_files

@@ -145,11 +145,13 @@ def test_a_replicas_command_carries_its_gpu_and_cores() -> None:
     assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11] and parse_cpu_list("5") == [5]
     plans = plan_replicas(["-m", "/m.gguf", "-c", "8192", "-np", "8"], 2, 9000, gpus=[0, 1], cores=[0, 1, 2, 3])
     command = replica_command(plans[1], "/b/llama-server", "127.0.0.1", "/k", "/usr/bin/taskset")
-    assert command == ["/usr/bin/env", "CUDA_VISIBLE_DEVICES=1", "/usr/bin/taskset", "-c", "2,3", "/b/llama-server",
+    gpu_1 = ["/usr/bin/env", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=1"]  # nvidia-smi's index
+    assert command == [*gpu_1, "/usr/bin/taskset", "-c", "2,3", "/b/llama-server",
                        "-m", "/m.gguf", "-np", "4", "-c", "4096", "-t", "2", "-tb", "2", "--host", "127.0.0.1",
                        "--port", "9001", "--api-key-file", "/k"]
     unpinned = replica_command(plans[0], "/b/llama-server", "127.0.0.1", None, None)
-    assert unpinned[:3] == ["/usr/bin/env", "CUDA_VISIBLE_DEVICES=0", "/b/llama-server"] and "-t" in unpinned, \
+    assert unpinned[:4] == [*gpu_1[:2], "CUDA_VISIBLE_DEVICES=0", "/b/llama-server"] and "-t" in unpinned, \
         "without taskset the replica still runs its share of threads"
     unit = render_unit(command, "ubuntu", "/s", "/s/llama-server-1.log", "rigbench llama-server (p, replica 1)")
-    assert 'ExecStart="/usr/bin/env" "CUDA_VISIBLE_DEVICES=1" "/usr/bin/taskset" "-c" "2,3" ' in unit
+    assert ('ExecStart="/usr/bin/env" "CUDA_DEVICE_ORDER=PCI_BUS_ID" "CUDA_VISIBLE_DEVICES=1" "/usr/bin/taskset" '
+            '"-c" "2,3" ') in unit

@@ -110,6 +110,14 @@ def test_the_plan_read_from_the_options() -> None:
     assert plan_of("rate").first_steps() == (None, "1")
 
 
+def test_a_rate_bisection_that_rounds_onto_an_end_stops_instead_of_probing_it_again() -> None:
+    plan = SearchPlan("rate", 100.0, TARGETS, 0.01, False)
+    search, probed = find(plan, capacity=123.27)
+    assert len(probed) == len(set(probed)) and len(probed) < 20, probed
+    assert search.reason == "resolution" and "four significant figures" in search.detail
+    assert search.largest_meeting <= 123.27 < search.smallest_missing
+
+
 def test_a_probe_meets_only_when_every_interval_is_within_the_target(kit) -> None:
     """Unclear (the point within, the interval reaching over) is not meeting; nor is a failed request."""
     start = kit.T0 + 100
@@ -129,6 +137,17 @@ def test_a_probe_meets_only_when_every_interval_is_within_the_target(kit) -> Non
     record, outcome = probe_run("errors", {"ttft_p50": 0.8}, [kit.record("e", users=2, t_start=start + 6,
                                                                         error_kind="http_500")])
     assert outcome == "misses" and record.detail == "1 of 11 measured request(s) failed"
+    # a run the sweep failed for its error rate still measured its window: a miss the search narrows below
+    load = LoadSettings(user_steps=[2], warmup_seconds=1, measure_seconds=10, max_tokens=21, slo={"ttft_p50": 0.8})
+    path = kit.make_run("overloaded", [kit.window(users=2)], {"p0": records}, load=load, status="failed",
+                        status_detail="error rate 60% above 50%: most are http_503")
+    record, outcome = judge_probe(RunDir(path), RunDir(path).read_manifest(), 2)
+    assert outcome == "misses" and "run failed: error rate 60%" in record.detail
+    # a step whose load did not run (under 95% of it) is no evidence the named load meets
+    thin = [kit.record(f"t{i}", users=2, t_start=start + i, ttft=0.3) for i in range(6)]
+    path = kit.make_run("thin", [kit.window(users=2)], {"p0": thin}, load=load)
+    record, outcome = judge_probe(RunDir(path), RunDir(path).read_manifest(), 2)
+    assert outcome == "misses" and "of the 2 users named" in record.detail
 
 
 def a_search(result: SearchResult | None, **changes) -> CapacitySearch:

