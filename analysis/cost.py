@@ -15,12 +15,13 @@ Which price, by what the run is known to have run on:
 - *hypothetical*: ``rigbench plan --hypothetical TYPE`` extrapolates any run to another type,
   labelled ``(hypothetical)``.
 
-A run priced as a type it did not run on is taken to have used one GPU (a manifest records one
-card, and llama-server serves from it): for a type of N > 1 GPUs the price is the per-GPU share,
-1/N of the instance's, labelled ``per-GPU share (1/N) of TYPE``. So a run on one lent H200 with
-``--price-as p5en.48xlarge`` is priced at 1/8 of that instance (8x H200). A ``--price-as`` type
-whose GPU is not the one the run recorded is a counted warning: the price is of other hardware.
-A price the book lacks is a counted warning too, never a silent zero.
+A run priced as a type it did not run on is priced as the share of the type's GPUs it used
+(:func:`gpus_used`): for a type of N > 1 GPUs a run that used k of them is priced at k/N of the
+instance, labelled ``per-GPU share (1/(N/k)) of TYPE``. So a run on one lent H200 with
+``--price-as p5en.48xlarge`` is priced at 1/8 of that instance (8x H200), four replicas one per GPU
+priced as a g6.12xlarge (4x L4) at the whole instance, and a run that used one GPU as a quarter of
+it. A ``--price-as`` type whose GPU is not the one the run recorded is a counted warning: the price
+is of other hardware. A price the book lacks is a counted warning too, never a silent zero.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from analysis.intervals import Estimate
 from analysis.prices import Market, PriceBook, PriceQuote
 from core.gpus import find_gpu
 from core.instance_types import INSTANCE_TYPES, known_types
+from core.profile import flag_value
 from core.rundir import RigInfo, RunManifest
 
 DEFAULT_REGION = "us-east-1"
@@ -187,12 +189,33 @@ def _choices_as(
     return choices
 
 
-def gpu_share(manifest: RunManifest, gpu_count: int, instance_type: str, warnings: list[str]) -> int:
-    """N of a 1/N share of the type: a run uses one GPU, or as many as its replicas were placed on; a count that
-    does not divide the type's GPUs is priced as the whole instance, said once."""
+def gpus_used(manifest: RunManifest) -> int:
+    """How many GPUs the run's server used: the GPUs its replicas were placed on; for one server, one with ``-sm
+    none``, else the devices its line names (``-dev``), else every GPU the sampler was told it uses (the manifest's
+    ``hardware.gpus``: llama.cpp splits a model over every GPU it sees, by layer unless told otherwise), since a
+    split server priced as one GPU of a 4-GPU type would read as a quarter of what it cost; else one."""
     server = manifest.server
-    used = len({r.gpu for r in server.replicas if r.gpu is not None}) if server is not None else 0
-    used = max(used, 1)
+    placed = {r.gpu for r in server.replicas if r.gpu is not None} if server is not None else set()
+    if placed:
+        return len(placed)
+    if server is not None:
+        if flag_value(server.args, "-sm", "--split-mode") == "none":
+            return 1
+        devices = flag_value(server.args, "-dev", "--device")
+        if devices is not None:
+            return max(1, len([d for d in devices.split(",") if d.strip() and d.strip() != "none"]))
+    hardware = manifest.hardware
+    return max(1, len(hardware.gpus)) if hardware is not None else 1
+
+
+def gpu_share(manifest: RunManifest, gpu_count: int, instance_type: str, warnings: list[str]) -> int:
+    """N of a 1/N share of the type, from the GPUs the run used (:func:`gpus_used`); a count that does not divide
+    the type's GPUs, or is more than it has, is priced as the whole instance, said once."""
+    used = gpus_used(manifest)
+    if used > gpu_count:
+        warnings.append(f"the run used {used} GPUs, more than {instance_type}'s {gpu_count}: priced as the whole "
+                        "instance")
+        return 1
     if gpu_count % used:
         warnings.append(f"the run used {used} GPUs, which do not divide {instance_type}'s {gpu_count}: priced as the "
                         "whole instance")

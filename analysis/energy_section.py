@@ -5,15 +5,23 @@ electricity and its purchase price, which a price list does not have. With ``--k
 ``--card-usd`` over ``--card-years``) the section turns joules per token into dollars per million
 tokens, so a card you own and a card you rent meet in one table. A run that sampled nothing says so
 once; a run made before the sampler existed gets no section.
+
+A run on several GPUs also gets one row per step and GPU: the totals hide a card that idled while
+the others worked (a replica that served little, a layer split that leaves most cards waiting), and
+with one replica per GPU each card's joules per output token can be set against its replicas' tokens.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+import numpy as np
 from tabulate import tabulate
 
 from analysis.cost import dollars_per_mtok
 from analysis.energy import EnergyPrices, card_usd_per_hour, electricity_usd_per_mtok
 from analysis.intervals import Estimate
+from analysis.replicas_section import replica_tokens
 from analysis.report_model import RunSection
 
 TITLE = "### Energy"
@@ -74,8 +82,77 @@ def energy_section(section: RunSection, prices: EnergyPrices | None = None) -> l
     methods = sorted({gpu.method for step in steps for gpu in step.energy.gpus})  # type: ignore[union-attr]
     lines.append(f"Energy from {', '.join(methods)}; {gpus} GPU(s) together. J per output token is the window's "
                  "energy over its output tokens; its interval comes from the aggregate's sub-windows.")
+    lines += per_gpu_lines(section)
     lines += [f"- {line}" for line in hardware.missing]
     return [*lines, ""]
+
+
+def replicas_by_gpu(section: RunSection) -> dict[int, list[int]]:
+    """The replicas placed on each GPU (GPU index -> replica indices); empty for one server, or replicas on no GPU."""
+    server = section.figures.run.manifest.server
+    placed: dict[int, list[int]] = defaultdict(list)
+    for replica in server.replicas if server is not None else []:
+        if replica.gpu is not None:
+            placed[replica.gpu].append(replica.index)
+    return dict(placed)
+
+
+def gpu_rows(section: RunSection) -> list[dict[str, str]]:
+    """One row per step and GPU, for a run that sampled more than one GPU (none otherwise). With replicas placed on
+    GPUs, each GPU's row names them and gives its J per output token over its replicas' share of the step's output
+    tokens (the share of the measured requests' tokens, as the replicas section counts them)."""
+    steps = [step for step in section.figures.steps if step.energy is not None]
+    if max((len(step.energy.gpus) for step in steps), default=0) < 2:  # type: ignore[union-attr]
+        return []
+    placed = replicas_by_gpu(section)
+    tokens = replica_tokens(section) if placed else {}
+    rows = []
+    for step in steps:
+        energy = step.energy
+        assert energy is not None
+        by_replica = tokens.get(step.index)
+        for gpu in energy.gpus:
+            row = {"users" if step.rate is None else "req/s": step.load_label.split()[0], "GPU": str(gpu.gpu)}
+            if placed:
+                row["replicas"] = ", ".join(map(str, placed.get(gpu.gpu, []))) or "none"
+            share = None if gpu.joules is None or not energy.joules else gpu.joules / energy.joules
+            row |= {
+                "power W (mean)": _watts(gpu.mean_w),
+                "peak W": _watts(gpu.peak_w),
+                "energy J": "-" if gpu.joules is None else f"{gpu.joules:,.0f}",
+                "share of the energy": "-" if share is None else f"{share:.0%}",
+                "SM util %": "-" if gpu.sm_util_pct is None else f"{gpu.sm_util_pct:.0f}",
+                "memory MiB": "-" if gpu.memory_used_mib is None else f"{gpu.memory_used_mib:,.0f}",
+            }
+            if placed:
+                row["J per output token of its replicas ↓"] = _gpu_per_token(
+                    gpu.joules, step.output_tokens, by_replica, placed.get(gpu.gpu, []))
+            rows.append(row)
+    return rows
+
+
+def _gpu_per_token(joules: float | None, output_tokens: float, by_replica: np.ndarray | None,
+                   replicas: list[int]) -> str:
+    """A GPU's joules over its replicas' share of the step's output tokens ('-' where it served none)."""
+    if joules is None or by_replica is None or not replicas or not by_replica.sum():
+        return "-"
+    mine = output_tokens * sum(by_replica[index] for index in replicas if index < len(by_replica)) / by_replica.sum()
+    return f"{joules / mine:.4g}" if mine > 0 else "-"
+
+
+def per_gpu_lines(section: RunSection) -> list[str]:
+    rows = gpu_rows(section)
+    if not rows:
+        return []
+    hardware = section.figures.run.manifest.hardware
+    names = sorted({device.name for device in hardware.gpus}) if hardware is not None else []
+    cards = f" ({', '.join(names)})" if names else ""
+    placed = replicas_by_gpu(section)
+    how = ("each row names the replicas placed on that GPU, and its J per output token is the GPU's own energy over "
+           "those replicas' share of the step's output tokens" if placed else
+           "one server used them together, so its tokens are not divided by GPU")
+    return ["", f"Per GPU{cards}: {how}. Share of the energy: the GPU's part of all GPUs' joules over the window.", "",
+            tabulate(rows, headers="keys", tablefmt="github"), ""]
 
 
 def price_cells(per_token: Estimate | None, tok_s: float | None, prices: EnergyPrices) -> dict[str, str]:

@@ -16,24 +16,38 @@ from analysis.report_model import RunSection
 UNEVEN = 0.25  # a share this far (relative) from 1/N is called uneven
 
 
-def replica_rows(section: RunSection) -> tuple[list[dict], list[str]]:
+def replica_tokens(section: RunSection) -> dict[int, np.ndarray]:
+    """Each step's measured requests' output tokens per replica (step index -> one sum per replica, in the
+    manifest's order); empty for one server. The energy section reads it too, to give each GPU its replicas'
+    tokens."""
     figures = section.figures
     replicas = figures.run.manifest.server.replicas if figures.run.manifest.server else []
     frame = figures.run.records
     if len(replicas) < 2 or "replica" not in frame:
-        return [], []
-    rows, warnings = [], []
-    count = len(replicas)
+        return {}
     measured = (frame["phase"] == "measure").to_numpy() & ~frame["interrupted"].to_numpy()
     tokens = np.nan_to_num(frame["completion_tokens"].to_numpy(dtype=float))
     replica = frame["replica"].to_numpy(dtype=float)
     steps = frame["step"].to_numpy()
+    found = {}
     for step in figures.steps:
         here = measured & (steps == step.index)
-        total = tokens[here].sum()
+        found[step.index] = np.asarray([tokens[here & (replica == index)].sum() for index in range(len(replicas))])
+    return found
+
+
+def replica_rows(section: RunSection) -> tuple[list[dict], list[str]]:
+    per_step = replica_tokens(section)
+    if not per_step:
+        return [], []
+    figures = section.figures
+    rows, warnings = [], []
+    for step in figures.steps:
+        by_replica = per_step[step.index]
+        count = len(by_replica)
+        total = by_replica.sum()
         row: dict[str, object] = {"users" if step.rate is None else "req/s": step.load_label.split()[0]}
-        for index in range(count):
-            mine = tokens[here & (replica == index)].sum()
+        for index, mine in enumerate(by_replica):
             share = mine / total if total else 0.0
             row[f"replica {index}: share"] = f"{share:.0%}"
             row[f"replica {index}: tok/s ↑"] = f"{mine / step.window_seconds:,.1f}" if step.window_seconds else "-"

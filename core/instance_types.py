@@ -15,6 +15,12 @@ The eight-GPU P types are here so that a run measured on one of their GPUs can b
 per-GPU share of the instance, ``analysis.cost``); infra can rent them too, but a run there
 serves from all eight GPUs and is priced as the whole instance.
 
+The four- and eight-GPU G types (``g5.12xlarge`` and ``g5.48xlarge``, ``g6.12xlarge`` and
+``g6.48xlarge``, ``g6e.12xlarge``) are the multi-GPU rigs a small model is rented on: one
+llama-server replica per GPU, or one server split over them (the ``gemma3-270m-4gpu-*``
+profiles). A run on such a rig is priced as the whole instance, whatever it used of it; a run
+elsewhere priced as one of them is priced as the share of the GPUs it used (``analysis.cost``).
+
 The names are also what ``--price-as`` and ``--hypothetical`` accept; :func:`known_types` refuses
 any other in one line naming the flag and the known types.
 """
@@ -83,6 +89,18 @@ INSTANCE_TYPES: dict[str, InstanceType] = _table(
                  vcpu=4, ram_gib=32, local_nvme_gb=250, on_demand_usd_per_hour=1.861),
     InstanceType(name="g6e.2xlarge", gpu_name="NVIDIA L40S", gpu_memory_gib=48, compute_capability="8.9",
                  vcpu=8, ram_gib=64, local_nvme_gb=450, on_demand_usd_per_hour=2.24208),
+    InstanceType(name="g5.12xlarge", gpu_name="NVIDIA A10G", gpu_count=4, gpu_memory_gib=24,
+                 compute_capability="8.6", vcpu=48, ram_gib=192, local_nvme_gb=3800, on_demand_usd_per_hour=5.672),
+    InstanceType(name="g5.48xlarge", gpu_name="NVIDIA A10G", gpu_count=8, gpu_memory_gib=24,
+                 compute_capability="8.6", vcpu=192, ram_gib=768, local_nvme_gb=7600, on_demand_usd_per_hour=16.288),
+    InstanceType(name="g6.12xlarge", gpu_name="NVIDIA L4", gpu_count=4, gpu_memory_gib=24,
+                 compute_capability="8.9", vcpu=48, ram_gib=192, local_nvme_gb=3760, on_demand_usd_per_hour=4.6016),
+    InstanceType(name="g6.48xlarge", gpu_name="NVIDIA L4", gpu_count=8, gpu_memory_gib=24,
+                 compute_capability="8.9", vcpu=192, ram_gib=768, local_nvme_gb=60800,
+                 on_demand_usd_per_hour=13.3504),
+    InstanceType(name="g6e.12xlarge", gpu_name="NVIDIA L40S", gpu_count=4, gpu_memory_gib=48,
+                 compute_capability="8.9", vcpu=48, ram_gib=384, local_nvme_gb=3800,
+                 on_demand_usd_per_hour=10.49264),
     InstanceType(name="p4d.24xlarge", gpu_name="NVIDIA A100 40GB", gpu_count=8, gpu_memory_gib=40,
                  compute_capability="8.0", vcpu=96, ram_gib=1152, local_nvme_gb=8000,
                  on_demand_usd_per_hour=21.957642),

@@ -310,7 +310,10 @@ def _reading_why(reading: TargetReading) -> str:
         return f" ({reading.value:.4g} s > {reading.target_s:g} s)"
     if reading.high is None:
         return f" ({reading.value:.4g} s, too few requests ({reading.n}) for an interval: measure longer)"
-    return f" ({reading.value:.4g} s, but its interval reaches {reading.high:.4g} s > {reading.target_s:g} s)"
+    if reading.high > reading.target_s:
+        return f" ({reading.value:.4g} s, but its interval reaches {reading.high:.4g} s > {reading.target_s:g} s)"
+    return (f" ({reading.value:.4g} s [{reading.low:.4g}, {reading.high:.4g}], from {reading.n} requests, too few to "
+            "judge that percentile (a p90 needs 36), or one was cut by the sweep's stop: measure longer)")
 
 
 def probe_line(number: int, plan: SearchPlan, probe: SearchProbe) -> str:

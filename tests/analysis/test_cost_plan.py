@@ -272,3 +272,54 @@ def test_a_run_on_replicas_is_priced_as_the_share_of_the_gpus_it_used() -> None:
     assert warnings == []
     assert gpu_share(placed(0, 1, 2), 8, "p5en.48xlarge", warnings) == 1
     assert warnings == ["the run used 3 GPUs, which do not divide p5en.48xlarge's 8: priced as the whole instance"]
+
+
+def test_a_4gpu_g_type_is_priced_by_the_gpus_the_run_used(kit) -> None:
+    """Priced as a g6.12xlarge (4x L4): four replicas one per GPU, or one server split over the four GPUs it saw,
+    are the whole instance; one replica per GPU on two GPUs is half; one GPU (a pinned replica, `-sm none`, or one
+    `-dev`) a quarter. A run made on a g6.12xlarge is priced as the whole instance it rented, whatever it used."""
+    from core.rundir.hardware import GpuDevice, HardwareInfo
+    from core.rundir.models import ReplicaInfo, ServerInfo
+
+    l4 = RigInfo(kind="local", machine=MachineInfo(hostname="box", gpu_name="NVIDIA L4"))
+    book = PriceBook([quote("g6.12xlarge", usd=4.6016), quote("g6.12xlarge", market="spot", usd=2.0)])
+
+    def priced(args: list[str], replica_gpus: list[int], sampled: int, rig: RigInfo = l4) -> list[tuple]:
+        replicas = [ReplicaInfo(index=i, url=f"http://127.0.0.1:{8080 + i}", slots=16, gpu=gpu)
+                    for i, gpu in enumerate(replica_gpus)]
+        hardware = HardwareInfo(interval_s=0.1, gpus=[GpuDevice(index=i, name="NVIDIA L4", energy_counter=True)
+                                                      for i in range(sampled)])
+        manifest = kit.manifest("r", [kit.window()], rig=rig, hardware=hardware,
+                                server=ServerInfo(args=args, host="127.0.0.1", port=8080, replicas=replicas))
+        warnings: list[str] = []
+        choices = price_choices(manifest, book, ["g6.12xlarge"], warnings)
+        assert warnings == [], warnings
+        return [(c.label, round(c.quote.usd_per_hour, 4)) for c in choices]
+
+    whole = [("g6.12xlarge on-demand (--price-as)", 4.6016), ("g6.12xlarge spot (--price-as)", 2.0)]
+    quarter = [("per-GPU share (1/4) of g6.12xlarge on-demand (--price-as)", 1.1504),
+               ("per-GPU share (1/4) of g6.12xlarge spot (--price-as)", 0.5)]
+    assert priced([], [0, 1, 2, 3], 4) == whole, "one replica per GPU"
+    assert priced(["-sm", "layer"], [], 4) == whole, "one server split by layer over the four GPUs it saw"
+    assert priced(["--split-mode", "row"], [], 4) == whole
+    assert priced([], [0, 1, 0, 1], 2)[0] == ("per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)", 2.3008)
+    assert priced([], [0], 1) == priced(["-sm", "none"], [], 4) == priced(["-dev", "CUDA0"], [], 4) == quarter
+    assert priced(["-dev", "CUDA0,CUDA1", "-sm", "none"], [], 4) == quarter, "-sm none: the main GPU only"
+    assert priced(["-dev", "CUDA0,CUDA1"], [], 4)[0][0] == "per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)"
+    assert priced([], [], 0) == quarter, "nothing says more than one GPU"
+    on_the_type = RigInfo(kind="aws", instance_type="g6.12xlarge", region="us-east-1")
+    assert priced([], [0], 1, rig=on_the_type) == [("g6.12xlarge on-demand", 4.6016), ("g6.12xlarge spot", 2.0)]
+
+
+def test_a_run_on_more_gpus_than_the_type_has_is_priced_as_the_whole_instance_and_said() -> None:
+    from analysis.cost import gpu_share
+    from core.rundir import RunManifest
+    from core.rundir.models import ReplicaInfo, ServerInfo
+
+    replicas = [ReplicaInfo(index=i, url=f"http://127.0.0.1:{8080 + i}", slots=8, gpu=i) for i in range(8)]
+    manifest = RunManifest(run_id="r", created_at="2026-12-03T00:00:00+00:00", profile="p",
+                           server=ServerInfo(args=[], host="127.0.0.1", port=8080, replicas=replicas))
+    warnings: list[str] = []
+    assert gpu_share(manifest, 4, "g6.12xlarge", warnings) == 1
+    assert gpu_share(manifest, 8, "g6.48xlarge", warnings) == 1
+    assert warnings == ["the run used 8 GPUs, more than g6.12xlarge's 4: priced as the whole instance"]

@@ -123,3 +123,76 @@ def test_the_plan_gives_joules_per_token_at_capacity_where_the_run_sampled_them(
     sampled = plan_for(figures, PriceChoice(quote), targets)
     assert sampled.j_per_token.value == pytest.approx(figures.steps[0].energy.j_per_token.value)
     assert "J per output token at capacity (lower is better)" in plan_table([sampled, plain])
+
+
+def test_a_run_on_four_gpus_gets_a_row_per_gpu_naming_its_replica_and_its_joules_per_token(kit) -> None:
+    """A g6.12xlarge-like rig: four replicas, replica i on GPU i, three serving alike at 70 W and the fourth half as
+    many tokens at 49 W. The step's totals are all four GPUs'; each GPU's row has its own power, share of the energy
+    and J per output token over its replica's tokens, so the fourth card's worse joules per token show where the
+    totals hide them."""
+    from analysis.energy_section import energy_section, gpu_rows
+    from analysis.prices import PriceBook
+    from analysis.replicas_section import replicas_section
+    from analysis.report_model import build_section
+    from core.rundir.hardware import GpuDevice, HardwareInfo
+    from core.rundir.models import ReplicaInfo, ServerInfo
+
+    replicas = [ReplicaInfo(index=i, url=f"http://127.0.0.1:{8080 + i}", slots=16, gpu=i) for i in range(4)]
+    server = ServerInfo(args=["-np", "64"], host="127.0.0.1", port=8080, parallel_slots=64, replicas=replicas)
+    hardware = HardwareInfo(gpu_source="nvml", interval_s=0.1, samples=1,
+                            gpus=[GpuDevice(index=i, name="NVIDIA L4", energy_counter=True) for i in range(4)])
+    records = [kit.record(f"r{i}-{n}", t_start=kit.T0 + 99 + n * 0.5, tokens=20 if i < 3 else 10)
+               .model_copy(update={"replica": i}) for i in range(4) for n in range(20)]
+    path = kit.make_run("four-gpus", [kit.window()], {"p0": records}, server=server, hardware=hardware)
+    append_samples(shard(path, GPU_SAMPLES), [sample for gpu, watts in enumerate((70.0, 70.0, 70.0, 49.0))
+                                              for sample in steady(watts, kit.T0 + 90, kit.T0 + 120, gpu=gpu)])
+    section = build_section(path, PriceBook([]))
+    (step,) = section.figures.steps
+    assert [gpu.gpu for gpu in step.energy.gpus] == [0, 1, 2, 3]
+    assert step.energy.mean_w == pytest.approx(259.0) and step.energy.joules == pytest.approx(2590.0)
+    rows = gpu_rows(section)
+    assert [(r["GPU"], r["replicas"], r["power W (mean)"], r["share of the energy"]) for r in rows] == [
+        ("0", "0", "70.0", "27%"), ("1", "1", "70.0", "27%"), ("2", "2", "70.0", "27%"), ("3", "3", "49.0", "19%")]
+    # each GPU's joules over its replica's share of the step's output tokens (replica 3 served 10 of 70 per round)
+    tokens = step.output_tokens
+    per_token = [float(r["J per output token of its replicas ↓"]) for r in rows]
+    assert per_token == pytest.approx([700 / (tokens * 2 / 7)] * 3 + [490 / (tokens / 7)], rel=1e-3)
+    assert per_token[3] == pytest.approx(1.4 * per_token[0], rel=1e-3)
+    assert (700 * 3 + 490) / tokens == pytest.approx(step.energy.j_per_token.value), "the step's own, all GPUs"
+    text = "\n".join(energy_section(section))
+    assert "Energy from counter; 4 GPU(s) together." in text
+    assert "Per GPU (NVIDIA L4): each row names the replicas placed on that GPU" in text
+    headers = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
+               if line.startswith("|") and "users" in line]
+    assert headers[1] == [
+        "users", "GPU", "replicas", "power W (mean)", "peak W", "energy J", "share of the energy", "SM util %",
+        "memory MiB", "J per output token of its replicas ↓"]
+    replicas_text = "\n".join(replicas_section(section))
+    assert "3: http://127.0.0.1:8083, 16 slots, GPU 3" in replicas_text
+    assert "replica 3 served 14% of the output tokens (an even share is 25%): the spread is uneven" in replicas_text
+
+
+def test_one_server_over_four_gpus_gets_rows_per_gpu_without_dividing_its_tokens(kit) -> None:
+    """A server split by layer over four GPUs: a row per GPU (the later layers' card idles more), no replicas and no
+    per-GPU J per token, since one server's tokens pass through every GPU; a run on one GPU gets no per-GPU rows."""
+    from analysis.energy_section import energy_section, gpu_rows
+    from analysis.prices import PriceBook
+    from analysis.report_model import build_section
+    from core.rundir.hardware import GpuDevice, HardwareInfo
+
+    hardware = HardwareInfo(gpu_source="nvml", interval_s=0.1, samples=1,
+                            gpus=[GpuDevice(index=i, name="NVIDIA L4", energy_counter=True) for i in range(4)])
+    records = [kit.record(f"r{n}", t_start=kit.T0 + 99 + n * 0.5, tokens=20) for n in range(20)]
+    path = kit.make_run("split", [kit.window()], {"p0": records}, hardware=hardware)
+    append_samples(shard(path, GPU_SAMPLES), [sample for gpu, watts in enumerate((60.0, 50.0, 50.0, 40.0))
+                                              for sample in steady(watts, kit.T0 + 90, kit.T0 + 120, gpu=gpu)])
+    section = build_section(path, PriceBook([]))
+    rows = gpu_rows(section)
+    assert [(r["GPU"], r["power W (mean)"], r["share of the energy"]) for r in rows] == [
+        ("0", "60.0", "30%"), ("1", "50.0", "25%"), ("2", "50.0", "25%"), ("3", "40.0", "20%")]
+    assert all("replicas" not in r and "J per output token of its replicas ↓" not in r for r in rows)
+    one = kit.make_run("one-gpu", [kit.window()], {"p0": records})
+    append_samples(shard(one, GPU_SAMPLES), steady(60.0, kit.T0 + 90, kit.T0 + 120))
+    assert gpu_rows(build_section(one, PriceBook([]))) == []
+    assert "Per GPU (NVIDIA L4): one server used them together, so its tokens are not divided by GPU." in "\n".join(
+        energy_section(section))

@@ -29,6 +29,11 @@ def test_the_required_types_are_known():
         ("g6e.2xlarge", "NVIDIA L40S", 48, "8.9", 8, 64, 450, 2.24208),
         ("g6e.xlarge", "NVIDIA L40S", 48, "8.9", 4, 32, 250, 1.861),
         ("g5.2xlarge", "NVIDIA A10G", 24, "8.6", 8, 32, 450, 1.212),
+        ("g5.12xlarge", "NVIDIA A10G", 24, "8.6", 48, 192, 3800, 5.672),
+        ("g5.48xlarge", "NVIDIA A10G", 24, "8.6", 192, 768, 7600, 16.288),
+        ("g6.12xlarge", "NVIDIA L4", 24, "8.9", 48, 192, 3760, 4.6016),
+        ("g6.48xlarge", "NVIDIA L4", 24, "8.9", 192, 768, 60800, 13.3504),
+        ("g6e.12xlarge", "NVIDIA L40S", 48, "8.9", 48, 384, 3800, 10.49264),
         ("p4d.24xlarge", "NVIDIA A100 40GB", 40, "8.0", 96, 1152, 8000, 21.957642),
         ("p4de.24xlarge", "NVIDIA A100 80GB", 80, "8.0", 96, 1152, 8000, 27.44705),
         ("p5.48xlarge", "NVIDIA H100", 80, "9.0", 192, 2048, 30720, 55.04),
@@ -48,10 +53,13 @@ def test_cuda_architecture_and_family():
     assert get_instance_type("g4dn.xlarge").cuda_architecture == "75"
 
 
-def test_the_p_types_have_eight_gpus_and_the_g_types_one():
+def test_the_p_types_have_eight_gpus_and_the_g_types_one_four_or_eight_by_size():
+    sizes = {"12xlarge": 4, "48xlarge": 8}
     for name, row in INSTANCE_TYPES.items():
-        assert row.gpu_count == (8 if row.family.startswith("p") else 1), name
+        size = name.split(".", 1)[1]
+        assert row.gpu_count == (8 if row.family.startswith("p") else sizes.get(size, 1)), name
     assert get_instance_type("p5en.48xlarge").cuda_architecture == "90"
+    assert get_instance_type("g6.12xlarge").cuda_architecture == "89"
 
 
 def test_unknown_type_names_the_known_ones():

@@ -50,6 +50,27 @@ def test_bundled_profiles_load():
     assert load_profile("gemma3-270m-many").llama_cpp.patches == ["server-lowest-free-slot"]
 
 
+def test_the_4gpu_profiles_are_the_many_users_line_as_one_replica_per_gpu_or_one_split_server():
+    """Both arms serve gemma3-270m-many's model, slots and context, so their tok/s compare with it and with
+    each other; the replicas divide evenly over 4 GPUs, the split server is one process over all of them."""
+    from core.replicas import plan_replicas
+
+    many = load_profile("gemma3-270m-many")
+    replicas, split = load_profile("gemma3-270m-4gpu-replicas"), load_profile("gemma3-270m-4gpu-split")
+    for profile in (replicas, split):
+        assert profile.model == many.model and profile.request == many.request
+        assert profile.llama_cpp == many.llama_cpp
+        assert (profile.server.parallel_slots, profile.server.context_size) == (64, 65536)
+    assert (replicas.server.replicas, replicas.server.replica_gpus, replicas.server.args) == (4, "each",
+                                                                                              many.server.args)
+    plans = plan_replicas(replicas.server.args, replicas.server.replicas, 8080, gpus=[0, 1, 2, 3],
+                          placement=replicas.server.replica_gpus, cores=list(range(48)))
+    assert [(p.gpu, p.slots, p.port) for p in plans] == [(0, 16, 8080), (1, 16, 8081), (2, 16, 8082), (3, 16, 8083)]
+    assert all(p.environment["CUDA_VISIBLE_DEVICES"] == str(p.gpu) and "16384" in p.args for p in plans)
+    assert split.server.replicas == 1 and split.server.flag_value("-sm", "--split-mode") == "layer"
+    assert [a for a in split.server.args if a not in ("--split-mode", "layer")] == many.server.args
+
+
 def test_good_profile_and_server_args(tmp_path):
     profile = load_profile(write(tmp_path, GOOD))
     assert profile.name == "p"

@@ -3,6 +3,9 @@
 as the real one prints it (values as an H200 gave them), with what a test needs to go wrong set by environment:
 
     STANDIN_GPUS       how many GPUs (default 1)
+    STANDIN_NAME       the cards' name (default NVIDIA H200)
+    STANDIN_POWER      each GPU's power draw, comma-separated in index order (default: the H200's for every GPU),
+                       so that a test of several GPUs can tell their samples apart
     STANDIN_UNKNOWN    fields this "driver" does not know (comma-separated): the real error line, exit 2
     STANDIN_NA         fields printed as [N/A]
     STANDIN_LOSE_AFTER after this many loop lines, GPU 0 is lost: the real message, then exit 15
@@ -31,6 +34,8 @@ def main() -> int:
             return 2
     na = set(os.environ.get("STANDIN_NA", "").split(","))
     gpus = int(os.environ.get("STANDIN_GPUS", "1"))
+    name = os.environ.get("STANDIN_NAME", VALUES["name"])
+    power = [value for value in os.environ.get("STANDIN_POWER", "").split(",") if value]
     loop_ms = int(arguments[arguments.index("-lms") + 1]) if "-lms" in arguments else None
     lose_after = int(os.environ.get("STANDIN_LOSE_AFTER", "0"))
     printed = 0
@@ -41,8 +46,10 @@ def main() -> int:
                 print("Unable to determine the device handle for GPU0000:18:00.0: GPU is lost. Reboot the system "
                       "to recover this GPU", flush=True)
                 return 15
-            cells = [stamp if f == "timestamp" else str(gpu) if f == "index" else "[N/A]" if f in na else VALUES[f]
-                     for f in fields]
+            values = {**VALUES, "index": str(gpu), "name": name}
+            if power:
+                values["power.draw"] = values["power.draw.instant"] = power[gpu % len(power)]
+            cells = [stamp if f == "timestamp" else "[N/A]" if f in na else values[f] for f in fields]
             print(", ".join(cells), flush=True)
             printed += 1
         if loop_ms is None:

@@ -54,6 +54,34 @@ def test_nvidia_smi_is_the_fallback_and_its_lines_become_samples(tmp_path: Path,
     assert info.samples == len(samples) and info.sampler_cpu_seconds is not None
 
 
+def test_four_gpus_are_sampled_each_apart_and_only_those_the_server_uses(tmp_path: Path, smi_on_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 4-GPU rig (a g6.12xlarge's four L4s): every GPU the server uses is in the manifest's account and has its
+    own samples; a GPU it does not use (another job's) is named and left out of the run's energy."""
+    monkeypatch.setenv("STANDIN_GPUS", "4")
+    monkeypatch.setenv("STANDIN_NAME", "NVIDIA L4")
+    monkeypatch.setenv("STANDIN_POWER", "72.5,71.0,70.0,35.0")
+
+    def sampled(run: Path, gpus: list[int]) -> HardwareSampler:
+        """Sample until every GPU the server uses has a sample (a loaded machine starts the stand-in late)."""
+        run.mkdir()
+        sampler = HardwareSampler(run, interval_s=0.05, powercap=run / "no-powercap", gpus=gpus)
+        with sampler:
+            deadline = time.monotonic() + 15
+            while {s.gpu for s in read_gpu_samples(run)} != set(gpus) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return sampler
+
+    info = sampled(tmp_path / "all", [0, 1, 2, 3]).info
+    assert info is not None and [(g.index, g.name) for g in info.gpus] == [(i, "NVIDIA L4") for i in range(4)]
+    power = {s.gpu: s.power_w for s in read_gpu_samples(tmp_path / "all")}
+    assert power == {0: 72.5, 1: 71.0, 2: 70.0, 3: 35.0}
+    info = sampled(tmp_path / "two", [1, 3]).info
+    assert info is not None and [g.index for g in info.gpus] == [1, 3]
+    assert "GPU(s) 0, 2: not sampled, the server does not use them" in info.missing
+    assert {s.gpu for s in read_gpu_samples(tmp_path / "two")} == {1, 3}
+
+
 def test_a_driver_without_the_newer_fields_falls_back_and_names_what_it_lacks(tmp_path: Path, smi_on_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STANDIN_UNKNOWN", "power.draw.instant,clocks_event_reasons.active,utilization.memory")

@@ -181,7 +181,7 @@ def test_ssm_parameter_path_is_configurable(run_program, base_config, parameter)
     assert "RIGBENCH_EXPECT_DLAMI_NVME:=1" in mocks.one(INSTANCE).inputs["userData"]
 
 
-@pytest.mark.parametrize("instance_type", ["g4dn.xlarge", "g5.2xlarge", "g6e.2xlarge"])
+@pytest.mark.parametrize("instance_type", ["g4dn.xlarge", "g5.2xlarge", "g6e.2xlarge", "g6.12xlarge"])
 def test_other_gpu_types(run_program, base_config, instance_type):
     mocks, outputs = run_program({**base_config, "instanceType": instance_type})
     assert mocks.one(INSTANCE).inputs["instanceType"] == instance_type

@@ -238,9 +238,9 @@ CASES = [
         stack(instanceType="g7.mega"),
         (
             "InfraError: config key rigbench:instanceType: instance type 'g7.mega' is not a "
-            "GPU type rigbench knows; expected one of: g4dn.xlarge, g5.2xlarge, g5.xlarge, "
-            "g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge, p4d.24xlarge, p4de.24xlarge, "
-            "p5.48xlarge, p5en.48xlarge. Pick one of those, "
+            "GPU type rigbench knows; expected one of: g4dn.xlarge, g5.12xlarge, g5.2xlarge, g5.48xlarge, "
+            "g5.xlarge, g6.12xlarge, g6.2xlarge, g6.48xlarge, g6.4xlarge, g6.xlarge, g6e.12xlarge, g6e.2xlarge, "
+            "g6e.xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5en.48xlarge. Pick one of those, "
             "or add the type to core/instance_types.py with its GPU figures. Fix it with "
             "`pulumi config set <key> <value>` and run the preview again."
         ),
@@ -295,8 +295,9 @@ CASES = [
         "profile: unknown name",
         lambda ws, url: refusal(lambda: load_profile("nosuch")),
         (
-            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-many, gemma4-e2b, "
-            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file"
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-4gpu-replicas, "
+            "gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny, or give the "
+            "path of a .toml file"
         ),
     ),
     Case(
@@ -369,8 +370,9 @@ CASES = [
         "cli: local unknown profile",
         lambda ws, url: cli("local", "--profile", "nosuch"),
         (
-            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-many, gemma4-e2b, "
-            "gemma4-e2b-many, gemma4-e4b, tiny, or give the path of a .toml file (exit 2)"
+            "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-4gpu-replicas, "
+            "gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny, or give the "
+            "path of a .toml file (exit 2)"
         ),
     ),
     Case(
@@ -416,9 +418,10 @@ CASES = [
         "cli: report priced as an unknown type",
         lambda ws, url: cli("report", f"runs/{RUN_ID}", "--price-as", "h100"),
         (
-            "UsageError: --price-as: 'h100' is not an instance type rigbench knows; known: g4dn.xlarge, g5.2xlarge, "
-            "g5.xlarge, g6.2xlarge, g6.4xlarge, g6.xlarge, g6e.2xlarge, g6e.xlarge, p4d.24xlarge, p4de.24xlarge, "
-            "p5.48xlarge, p5en.48xlarge (`rigbench prices list` shows their GPUs and prices) (exit 2)"
+            "UsageError: --price-as: 'h100' is not an instance type rigbench knows; known: g4dn.xlarge, "
+            "g5.12xlarge, g5.2xlarge, g5.48xlarge, g5.xlarge, g6.12xlarge, g6.2xlarge, g6.48xlarge, g6.4xlarge, "
+            "g6.xlarge, g6e.12xlarge, g6e.2xlarge, g6e.xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, "
+            "p5en.48xlarge (`rigbench prices list` shows their GPUs and prices) (exit 2)"
         ),
     ),
     Case(
@@ -584,13 +587,15 @@ CASES = [
         "cli: sweep a run folder as the profile",
         lambda ws, url: cli("sweep", "--url", url, "--profile", f"runs/{RUN_ID}"),
         f"ProfileError: profile runs/{RUN_ID} is a run directory, not a profile; give a bundled profile "
-        "(gemma3-270m, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "(gemma3-270m, gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, "
+        "gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: local a folder as the profile",
         lambda ws, url: cli("local", "--profile", "notes"),
         "ProfileError: profile notes is a folder, not a profile; give a bundled profile (gemma3-270m, "
-        "gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, "
+        "gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: sweep an empty prompt file",

@@ -42,6 +42,9 @@ def test_list_gives_every_known_type_with_its_gpu_and_prices_and_their_sources()
     source = next(line for line in result.output.splitlines() if line.startswith(f"[{number}] "))
     assert "AWS Price List, on-demand, us-east-1" in source and "June 2025" in source
     assert table["p5.48xlarge"][1:3] == ["NVIDIA H100", "8"] and table["p4d.24xlarge"][5].startswith("21.9576 [")
+    g6_4 = table["g6.12xlarge"]  # a 4-GPU G type: its per-GPU column is a quarter
+    assert g6_4[:5] == ["g6.12xlarge", "NVIDIA L4", "4", "24", "48"]
+    assert g6_4[5].startswith("4.6016 [") and g6_4[6].startswith("1.1504 [") and g6_4[7] == "-"
 
 
 def test_list_in_a_region_without_quotes_shows_no_price_rather_than_another_regions() -> None:
