@@ -23,7 +23,7 @@ def refused(use_stack, config: dict[str, str], mocks=None) -> str:
     ("change", "key", "accepted"),
     [
         ({"instanceType": "g7.mega"}, "rigbench:instanceType", "g6.xlarge"),
-        ({"instanceType": "t3.micro"}, "rigbench:instanceType", "g4dn.xlarge, g5.2xlarge, g5.xlarge, g6.2xlarge"),
+        ({"instanceType": "t3.micro"}, "rigbench:instanceType", "g4dn.xlarge, g5.12xlarge, g5.2xlarge, g5.48xlarge"),
         ({"market": "reserved"}, "rigbench:market", "spot, on-demand"),
         ({"ttlHours": "0"}, "rigbench:ttlHours", "from 1 to 72"),
         ({"ttlHours": "73"}, "rigbench:ttlHours", "from 1 to 72"),
