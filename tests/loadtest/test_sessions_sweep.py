@@ -68,8 +68,10 @@ def test_conversations_resend_their_history_think_on_schedule_and_report_the_tru
             assert after.prompt_tokens > held and after.cached_tokens >= held, name
             think = plan.think_s[before.turn - 1]  # type: ignore[operator]
             assert -0.005 < after.t_start - before.t_end - think < 0.25, (name, after.turn, think)
-    first_turns = sorted((r for r in records if r.turn == 1), key=lambda r: r.t_start)
-    assert all(r.cached_tokens >= 40 for r in first_turns[1:]), "the system prompt is reused across conversations"
+    # only the first conversation the server received (not always the first the client started: users start
+    # together) found no system prompt to reuse
+    first_turns = [r for r in records if r.turn == 1]
+    assert sum(r.cached_tokens < 40 for r in first_turns) <= 1, "the system prompt is reused across conversations"
     last_window = manifest.steps[-1]
     assert max(r.t_start for r in records) < last_window.measure_end, "no turn starts once the last window closed"
 

@@ -128,7 +128,7 @@ def test_long_context_with_load_processes_records_each_step_once(llama_server, t
     # server (the context prefix is cut with /tokenize) must not leave two schedules running
     # (seen on the H200: every long-context step recorded twice).
     settings = LoadSettings(
-        user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.0, max_tokens=4, ignore_eos=True,
+        user_steps=[1, 2], warmup_seconds=1.0, measure_seconds=1.0, max_tokens=4, ignore_eos=True,
         context_tokens=150, processes=2,
     )
     run, result = sweep_tiny_server(llama_server, tmp_path, "ctx-procs", settings)
@@ -137,7 +137,7 @@ def test_long_context_with_load_processes_records_each_step_once(llama_server, t
     assert sorted(boundaries) == sorted(set(boundaries)), boundaries
     # both windows follow one clock (the shape's last reset): step 1 starts where step 0 ends
     first, second = result.steps
-    assert second.started_at == pytest.approx(first.started_at + 0.5 + 1.0, abs=1e-6)
+    assert second.started_at == pytest.approx(first.started_at + 1.0 + 1.0, abs=1e-6)
 
 
 def test_pinned_users_ask_for_slots_zero_to_n_minus_one(llama_server, tmp_path: Path) -> None:
