@@ -13,6 +13,7 @@ the very code the load uses (:func:`loadtest.streaming.stream_chat`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -135,25 +136,23 @@ def check_context(url: str, tokens: int, option: str = "--context-tokens") -> No
     """A sweep that puts a text of so many tokens ahead of its prompts (a long context, a system prompt)
     needs a server that counts tokens (``/tokenize``, ``/detokenize``): the text is cut with them, so
     without them every user would fail on its first request."""
-    try:
-        context_for_tokens(url, tokens)
-    except httpx.HTTPError as error:
-        raise LoadTestError(f"{url}: {option} {tokens} needs /tokenize, which failed: "
-                            f"{describe_http_error(error)}") from None
-    except LoadTestError as error:
-        raise LoadTestError(f"{option} {tokens}: {error}") from None
+    _check_cut(lambda: context_for_tokens(url, tokens), url, f"{option} {tokens}", "/tokenize")
 
 
 def check_prompt_cuts(url: str, tokens: int, option: str) -> None:
     """Drawn or traced prompt lengths are cut from a document by the server's tokens (``/tokenize``
     with pieces): a server that cannot is said before any run exists."""
+    _check_cut(lambda: document_tokens(url, tokens), url, option, "/tokenize with pieces")
+
+
+def _check_cut(cut: Callable[[], object], url: str, asked: str, needs: str) -> None:
+    """Run ``cut`` (text cut by the server's tokens); a failure is one line naming what asked for it."""
     try:
-        document_tokens(url, tokens)
+        cut()
     except httpx.HTTPError as error:
-        raise LoadTestError(f"{url}: {option} needs /tokenize with pieces, which failed: "
-                            f"{describe_http_error(error)}") from None
+        raise LoadTestError(f"{url}: {asked} needs {needs}, which failed: {describe_http_error(error)}") from None
     except LoadTestError as error:
-        raise LoadTestError(f"{option}: {error}") from None
+        raise LoadTestError(f"{asked}: {error}") from None
 
 
 def preflight(url: str, model_name: str = "default") -> str:
