@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from core.rundir import LoadSettings
-from core.rundir.models import LengthDistribution
+from core.rundir.models import LengthDistribution, TraceSource
 from loadtest.long_context import DocumentTokens, document_tokens
 from loadtest.prompts import Prompt
 from loadtest.trace import TraceRow, trace_rows
@@ -101,11 +101,20 @@ def row_lengths(row: TraceRow, seed: int, number: int, repeat: int) -> RequestLe
     return RequestLengths(row.prompt_tokens, row.output_tokens, at, conversation, row.turn)
 
 
+def longest_request(trace: TraceSource | None, prompt_length: LengthDistribution | None,
+                    output_length: LengthDistribution | None) -> tuple[int, int | None]:
+    """(the most tokens a drawn or traced prompt may hold, 0 where the prompt set's prompts are sent; the
+    longest drawn or traced reply, None where replies run to max_tokens)."""
+    if trace is not None:
+        rows = trace_rows(trace)
+        return max(row.prompt_tokens for row in rows), max(row.output_tokens for row in rows)
+    return (prompt_length.maximum if prompt_length is not None else 0,
+            output_length.maximum if output_length is not None else None)
+
+
 def longest_prompt(settings: LoadSettings) -> int:
     """The most tokens a drawn or traced prompt may hold (0: the prompt set's prompts are sent)."""
-    if settings.trace is not None:
-        return max(row.prompt_tokens for row in trace_rows(settings.trace))
-    return settings.prompt_length.maximum if settings.prompt_length is not None else 0
+    return longest_request(settings.trace, settings.prompt_length, settings.output_length)[0]
 
 
 class WorkloadLengths:

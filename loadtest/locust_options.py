@@ -14,6 +14,7 @@ the namespace Locust parsed.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from core.errors import UsageError
@@ -131,14 +132,8 @@ def stages_from(options: Any) -> list[Stage]:
 
 def settings_from(options: Any) -> LoadSettings:
     """The run's load settings from the parsed options (refused, naming the option, when malformed)."""
-    trace = None
-    if options.trace:
-        if options.steps or options.rates:
-            raise UsageError("--trace with --steps or --rates: a trace's arrivals are its own; leave one out")
-        trace = trace_source(options.trace, options.trace_speed)
-        user_steps, rate_steps = [], [trace_rate(trace)]
-    else:
-        user_steps, rate_steps = parse_load_steps(options.steps or None, options.rates or None, DEFAULT_USER_STEPS)
+    trace, user_steps, rate_steps = load_steps(options.steps or None, options.rates or None, options.trace or None,
+                                               options.trace_speed)
     measure = parse_seconds(options.measure, "--measure")
     seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
     if options.arrival_seed < 0:
@@ -185,6 +180,18 @@ def replica_hosts(options: Any) -> list[str]:
     if len(set(hosts)) != len(hosts):
         raise UsageError(f"--replicas: a root is given twice in {text!r}")
     return hosts
+
+
+def load_steps(steps: str | None, rates: str | None, trace: Path | str | None, trace_speed: float,
+               default_steps: str = DEFAULT_USER_STEPS) -> tuple[TraceSource | None, list[int], list[float]]:
+    """(the trace, user steps, rate steps): a trace is one open-loop step at its own mean rate and takes
+    neither --steps nor --rates; else the steps or rates given (``core.lists.parse_load_steps``)."""
+    if trace is None:
+        return None, *parse_load_steps(steps, rates, default_steps)
+    if steps or rates:
+        raise UsageError("--trace with --steps or --rates: a trace's arrivals are its own; leave one out")
+    source = trace_source(trace, trace_speed)
+    return source, [], [trace_rate(source)]
 
 
 def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tokens: int, prompt_length: str,

@@ -28,11 +28,9 @@ from core.lists import (
     SWEEP_DRAIN_SECONDS,
     parse_arrival,
     parse_arrival_shape,
-    parse_load_steps,
 )
 from core.workload import LENGTH_EXAMPLE
-from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, workload_fields
-from loadtest.trace import trace_rate, trace_source
+from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, load_steps, workload_fields
 from rigbench.load_processes import PROCESSES_HELP
 
 RUNS_DIR_HELP = "folder the run directories go in"
@@ -222,17 +220,11 @@ def workload_load(*, steps: str | None, rates: str | None, arrival: str, session
                   default_steps: str | None = None) -> tuple[list[int], list[float], dict[str, Any]]:
     """(user steps, rate steps, the other workload fields of ``LoadSettings``) from a command's options:
     a trace is one open-loop step at its own mean rate; each mistake is refused naming its option."""
-    source = None
-    if trace is not None:
-        if steps or rates:
-            raise UsageError("--trace with --steps or --rates: a trace's arrivals are its own; leave one out")
-        try:
-            source = trace_source(trace, trace_speed)
-            user_steps, rate_steps = [], [trace_rate(source)]
-        except LoadTestError as error:
-            raise UsageError(str(error)) from None
-    else:
-        user_steps, rate_steps = parse_load_steps(steps, rates, default_steps or DEFAULT_USER_STEPS)
+    try:
+        source, user_steps, rate_steps = load_steps(steps, rates, trace, trace_speed,
+                                                    default_steps or DEFAULT_USER_STEPS)
+    except LoadTestError as error:  # a trace that cannot be read: refused as the option it came from
+        raise UsageError(str(error)) from None
     fields = workload_fields(sessions=sessions, turns=turns, think=think, system_prompt_tokens=system_prompt_tokens,
                              prompt_length=prompt_length, output_length=output_length, trace=source,
                              workload_seed=workload_seed, slo=slo, open_loop=bool(rate_steps), arrival=arrival,

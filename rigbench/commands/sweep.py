@@ -33,6 +33,7 @@ from core.profile import RequestDefaults, RigProfile, load_profile
 from core.rundir import LoadSettings, ModelInfo, RigInfo, RunDir, RunManifest, new_manifest, server_at
 from core.rundir.models import RequestOrigins, ServerDescription, SettingOrigin, SlotsFrom
 from core.workload import parse_slo
+from loadtest.lengths import longest_request
 from loadtest.model_list import ModelList, listed_model, read_model_list
 from loadtest.preflight import check_context, check_health, check_prompt_cuts, check_reply, check_url
 from loadtest.prompts import load_prompts
@@ -40,7 +41,6 @@ from loadtest.resume import check_resumable, resume_url, start_resumed_run
 from loadtest.server_description import check_drawn_fit, check_reply_fits, describe_server
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
 from loadtest.telemetry import server_slots
-from loadtest.trace import trace_rows
 from rigbench.capacity_search import (
     FIND_MAX_HELP,
     MAX_LOAD_HELP,
@@ -297,8 +297,7 @@ def sweep(
         for _, arm_url in arms:
             check_context(arm_url, max(contexts))
     system_prompt = workload["sessions"].system_prompt_tokens if workload["sessions"] is not None else 0
-    longest = (max(row.prompt_tokens for row in trace_rows(workload["trace"])) if workload["trace"] is not None
-               else workload["prompt_length"].maximum if workload["prompt_length"] is not None else 0)
+    longest, longest_reply = longest_request(workload["trace"], workload["prompt_length"], workload["output_length"])
     for _, arm_url in arms:  # texts cut by the server's tokens: a server that cannot count them is said now
         if system_prompt:
             check_context(arm_url, system_prompt, "--system-prompt-tokens")
@@ -310,10 +309,8 @@ def sweep(
         typer.echo(note, err=True)
     described = {arm_url: describe_server(arm_url, models=model_lists[arm_url]) for _, arm_url in arms}
     if workload["trace"] is not None or workload["output_length"] is not None or workload["prompt_length"]:
-        rows = trace_rows(workload["trace"]) if workload["trace"] is not None else ()
-        reply = (max(row.output_tokens for row in rows) if rows else workload["output_length"].maximum
-                 if workload["output_length"] is not None else request.max_tokens)
-        drawn = "--trace" if rows else " and ".join(
+        reply = longest_reply if longest_reply is not None else request.max_tokens
+        drawn = "--trace" if workload["trace"] is not None else " and ".join(
             flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
             if workload[key] is not None)
         for _, arm_url in arms:
