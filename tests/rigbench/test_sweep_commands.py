@@ -87,7 +87,7 @@ def test_a_server_that_is_not_llama_server_gets_no_profile_and_no_guessed_slots(
     records = RunDir(path).read_records()
     assert records and not [record for record in records if record.error_kind], "requests name the listed model"
     with GroundTruthServer(GroundTruthConfig(model="default", slots=3), tmp_path / "t2.jsonl") as server:
-        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "0",
+        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "1",
                                           "--measure", "0.5", "--runs-dir", str(tmp_path / "with-slots"),
                                           "--no-progress", "--max-tokens", "4"])
     assert result.exit_code == 0, result.output
@@ -101,7 +101,7 @@ def test_a_sweep_asks_for_the_servers_model_list_once(tmp_path: Path) -> None:
     # the context a request holds: one answer serves all three
     config = GroundTruthConfig(ttft_ms=2, itl_ms=1, model="served-7b", max_model_len=4096)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "0",
+        result = CliRunner().invoke(app, ["sweep", "--url", server.base_url, "--steps", "1", "--warmup", "1",
                                           "--measure", "0.5", "--max-tokens", "4", "--no-progress",
                                           "--runs-dir", str(tmp_path / "runs")])
         asked = parse_metrics(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
@@ -153,7 +153,7 @@ def test_a_reply_longer_than_the_servers_context_is_refused_with_ignore_eos_and_
     tmp_path: Path,
 ) -> None:
     config = GroundTruthConfig(ttft_ms=2, itl_ms=1, model="served-7b", llama_endpoints=False, max_model_len=512)
-    common = ["--steps", "1", "--warmup", "0", "--measure", "0.5", "--no-progress", "--max-tokens", "600"]
+    common = ["--steps", "1", "--warmup", "1", "--measure", "0.5", "--no-progress", "--max-tokens", "600"]
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         refused = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common, "--ignore-eos",
                                            "--runs-dir", str(tmp_path / "refused")])
