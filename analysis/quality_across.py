@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from analysis.quality_compare import format_p, load_eval, paired
+from analysis.quality_compare import SIGNIFICANT_P, format_p, load_eval, paired
 from analysis.quality_grid import write_grid
 from analysis.quality_report import RungResult, best_trade, load_ladder
 from core.errors import AnalysisError
@@ -28,6 +28,15 @@ class Machine:
 
     label: str
     folder: Path
+
+
+@dataclass(frozen=True)
+class AcrossPage:
+    """A page across machines, and its answer in one paragraph: what a reader of the loop's headline needs
+    before any table (each machine's best trade, and whether any pair differs beyond noise)."""
+
+    markdown: str
+    glance: str
 
 
 def _slug(label: str) -> str:
@@ -46,7 +55,7 @@ def same_bytes(ladders: dict[str, list[RungResult]]) -> list[str]:
     return lines
 
 
-def ladders_across(machines: list[Machine], out: Path) -> str:
+def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
     """The page's markdown; every pair's grid is written under ``out/grids/`` (a pair that cannot be compared
     says why in one line instead)."""
     ladders: dict[str, list[RungResult]] = {}
@@ -75,16 +84,19 @@ def ladders_across(machines: list[Machine], out: Path) -> str:
     lines += ["", "### Best trade per machine", "",
               "The fastest rung whose loss against the machine's own top rung is not significant (McNemar, p < 0.05).",
               ""]
+    trades = []
     for label, rungs in ladders.items():
         best = best_trade(rungs)
         if best is None:
             lines.append(f"- {label}: no rung without a significant loss has a decode speed")
+            trades.append(f"{label}: none without a significant loss")
             continue
-        right = sum(a.right for a in best.result.answers.values())
+        right = f"{sum(a.right for a in best.result.answers.values())}/{len(best.result.answers)} right"
         lost = "" if best.pair is None else (f", lost {best.pair.lost} / gained {best.pair.gained}, p = "
                                              f"{format_p(best.pair.p_value)}")
-        lines.append(f"- {label}: **{best.name}**, {right}/{len(best.result.answers)} right{lost}, "
-                     f"{best.speed:.1f} decode tok/s (median per answer)")
+        lines.append(f"- {label}: **{best.name}**, {right}{lost}, {best.speed:.1f} decode tok/s (median per answer)")
+        trades.append(f"{label}: {best.name}, {right} at {best.speed:.1f} decode tok/s")
+    verdicts = []
     lines += ["", "### Machine against machine", ""]
     for (label_a, _), (label_b, _) in combinations(ladders.items(), 2):
         folder_a = next(m.folder for m in machines if m.label == label_a)
@@ -94,11 +106,34 @@ def ladders_across(machines: list[Machine], out: Path) -> str:
             write_grid(folder_a, folder_b, target, leave_out_different_files=True, labels=(label_a, label_b))
         except AnalysisError as error:
             lines += [f"- {label_a} vs {label_b}: no grid ({error})", ""]
+            verdicts.append(f"{label_a} vs {label_b}: no grid")
             continue
         grid_rows = _grid_rows(target)
+        verdicts.append(f"{label_a} vs {label_b}: {_machine_verdict(target)}")
         lines += [f"**{label_a} vs {label_b}** ([grid]({target.relative_to(out)}/grid.md))", "",
                   tabulate(grid_rows, headers="keys", tablefmt="github"), ""]
-    return "\n".join(lines + problems) + "\n"
+    glance = (f"Best trade (the fastest rung that lost nothing beyond noise against the machine's own top rung): "
+              f"{'; '.join(trades) or 'no ladder to read'}.")
+    if verdicts:
+        glance += f" Machine against machine, rung by rung (McNemar): {'; '.join(verdicts)}."
+    different = [line.split("**")[1].split(":")[0] for line in same_bytes(ladders)]
+    if different:
+        glance += f" Not the same file on every machine, left out where they differ: {', '.join(different)}."
+    return AcrossPage("\n".join(lines + problems) + "\n", glance)
+
+
+def _machine_verdict(folder: Path) -> str:
+    """Which rungs the two machines alone grade differently beyond noise, read back from the pair's grid.json."""
+    rows = json.loads((folder / "grid.json").read_text())["rungs"]
+    moved = [f"{row['name']} (p = {format_p(row['machine']['p_value'])})" for row in rows
+             if row["machine"]["p_value"] < SIGNIFICANT_P]
+    if moved:
+        return f"graded differently beyond noise at {', '.join(moved)}"
+    if not rows:
+        return "no rung in common"
+    smallest = min(rows, key=lambda row: row["machine"]["p_value"])
+    return (f"no rung graded differently beyond noise (smallest p = {format_p(smallest['machine']['p_value'])}, "
+            f"at {smallest['name']})")
 
 
 def _grid_rows(folder: Path) -> list[dict[str, object]]:
@@ -117,7 +152,7 @@ def _grid_rows(folder: Path) -> list[dict[str, object]]:
         for name in grid.get("left_out", {})]
 
 
-def evals_across(machines: list[Machine]) -> str:
+def evals_across(machines: list[Machine]) -> AcrossPage:
     """The served model's eval on each machine, and each pair question by question."""
     results = {}
     lines = ["## The served model's answers on each machine", ""]
@@ -130,8 +165,13 @@ def evals_across(machines: list[Machine]) -> str:
              f"{len(r.answers)}", "decode tok/s (median)": r.median_decode_tok_s()} for label, r in results.items()]
     if rows:
         lines += [tabulate(rows, headers="keys", tablefmt="github"), ""]
+    verdicts = []
     for (label_a, a), (label_b, b) in combinations(results.items(), 2):
         pair = paired(a, b)
         lines.append(f"- {label_a} vs {label_b}: right on {label_a} only {pair.lost}, on {label_b} only "
                      f"{pair.gained} of {pair.questions} (p = {format_p(pair.p_value)})")
-    return "\n".join(lines) + "\n"
+        verdict = "differ beyond noise" if pair.p_value < SIGNIFICANT_P else "alike within noise"
+        verdicts.append(f"{label_a} vs {label_b} {verdict} (p = {format_p(pair.p_value)})")
+    right = "; ".join(f"{row['machine']} {row['right (higher is better)']} right" for row in rows)
+    glance = f"The served model: {right or 'no eval to read'}" + (f"; {'; '.join(verdicts)}." if verdicts else ".")
+    return AcrossPage("\n".join(lines) + "\n", glance)

@@ -15,7 +15,7 @@ from rich.text import Text
 from tabulate import tabulate
 
 from analysis.plan import Targets, plan_table, plans_for_sections
-from analysis.quality_across import Machine, evals_across, ladders_across
+from analysis.quality_across import AcrossPage, Machine, evals_across, ladders_across
 from analysis.quality_report import write_ladder_report
 from analysis.report import build_sections, write_files
 from core.errors import RigbenchError, RunDirError
@@ -126,17 +126,35 @@ def write_quality_report(settings: CloudSettings, folder: CloudRunFolder, record
             console.print(Text(f"{machine.label}: no ladder report ({error})"))
     if settings.with_local:
         ladders.append(Machine("this machine", Path(settings.with_local)))
-    parts = [f"# Answers on every rig: {Path(settings.questions or '').name}", ""]
+    pages = []
     if "ladder" in settings.studies:
-        parts.append(ladders_across(ladders, out) if ladders else "No ladder came home.\n")
+        pages.append(ladders_across(ladders, out) if ladders else _none_came_home("ladder"))
     if "eval" in settings.studies:
         evals = quality_folders(folder, record, EVAL_MANIFEST)
-        parts.append(evals_across(evals) if evals else "No eval came home.\n")
-    text = "\n".join(parts)
+        pages.append(evals_across(evals) if evals else _none_came_home("eval"))
+    glance = " ".join(page.glance for page in pages)
+    text = "\n".join([f"# Answers on every rig: {Path(settings.questions or '').name}", "", "## At a glance", "",
+                      glance, "", *(page.markdown for page in pages)])
     (out / ANSWERS_FILE).write_text(text)
     report = out / "report.md"
     if record.report and (folder.root / record.report) == report:
-        report.write_text(report.read_text().rstrip("\n") + "\n\n" + text.replace("# Answers", "## Answers", 1))
+        speed = report.read_text().rstrip("\n")
+        report.write_text(with_answers_glance(speed, glance) + "\n\n" + text.replace("# Answers", "## Answers", 1)
+                          .replace("## At a glance", "### At a glance", 1))
     else:
         record.report = folder.relative(out / ANSWERS_FILE)
-    console.print(Text(f"answers: {out / ANSWERS_FILE}"))
+    console.print(Text(f"answers: {glance}\n{out / ANSWERS_FILE}"))
+
+
+def _none_came_home(study: str) -> AcrossPage:
+    return AcrossPage(f"No {study} came home.\n", f"No {study} came home.")
+
+
+def with_answers_glance(report: str, glance: str) -> str:
+    """The speed report with the answers' paragraph last in its "At a glance" section, so the loop's report
+    answers both questions (how fast, how right) before any table."""
+    start = report.find("## At a glance\n")
+    end = report.find("\n## ", start + 1) if start >= 0 else -1
+    if end < 0:
+        return f"## At a glance\n\nAnswers: {glance}\n\n{report}"
+    return f"{report[:end + 1]}Answers: {glance}\n\n{report[end + 1:]}"

@@ -338,6 +338,9 @@ def test_two_rigs_ladder_and_eval_stopped_mid_ladder_resumed_to_a_grid_with_a_ba
     answers = (folder / record["report"]).read_text()
     assert f"**Q4_0: different files** ({A} (g6.xlarge) " in answers and bad[:12] in answers
     assert "Every rung is the same file" not in answers and "The served model's answers on each machine" in answers
+    glance = answers.split("## At a glance\n\n")[1].split("\n")[0]
+    assert f"{A} (g6.xlarge) vs {B} (g6.2xlarge): " in glance and "The served model: " in glance, glance
+    assert glance.endswith(".") and "left out where they differ: Q4_0." in glance, glance
     grid = (folder / "report" / "grids" / f"{A}-g6.xlarge-vs-{B}-g6.2xlarge" / "grid.md").read_text()
     assert "**Q4_0 left out**" in grid and "| Q8_0 " in grid and "| Q4_0 " not in grid.split("## The machine")[0]
     assert "answers: " in resumed.stdout

@@ -144,3 +144,42 @@ def test_the_answers_page_lines_up_each_rigs_ladder_with_this_machines(tmp_path:
     assert "**g6-xlarge (g6.xlarge) vs this machine**" in page
     assert (folder.root / "report" / "grids" / "g6-xlarge-g6.xlarge-vs-this-machine" / "grid.md").is_file()
     assert "× $0.5000/h (g6.xlarge spot)" in (ladder / "report.md").read_text()
+
+
+def test_a_loop_that_swept_too_answers_both_questions_in_its_reports_glance(tmp_path: Path) -> None:
+    """The speed report's "At a glance" gains the answers' paragraph as its last, before the first table."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from rigbench.cloud.record import CloudRunFolder, CloudRunRecord, RigRecord
+    from rigbench.cloud.results import write_quality_report
+
+    runs = Path(__file__).resolve().parents[3] / "runs"
+    folder = CloudRunFolder(tmp_path / "cloud-x")
+    ladder = shutil.copytree(runs / "quality-h200-gemma3-2026-12-03" / "ladder",
+                             folder.rig_folder("p5en") / "runs" / "ladder-questions")
+    speed = runs / "real-gemma-h200-2026-12-03" / "autotune" / (
+        "20261203T074752Z-gemma3-270m-many-patched-gpu-sampling-ubatch-128-5c94") / "report.md"
+    (folder.root / "report").mkdir(parents=True)
+    shutil.copyfile(speed, folder.root / "report" / "report.md")
+    questions = runs / "quality-cpu-gemma3-2026-12-03" / "questions.jsonl"
+    settings = CloudSettings(stacks=["p5en"], profile="gemma3-270m", studies=["sweep", "ladder"],
+                             **quality_settings(["ladder"], questions, "F16,Q4_K_M", "", "",
+                                                runs / "quality-cpu-gemma3-2026-12-03" / "ladder"))
+    rig = RigRecord(stack="p5en", status="finished", instance_type="p5en.48xlarge", market="spot",
+                    usd_per_hour=8.0, runs=[folder.relative(ladder)])
+    record = CloudRunRecord(id="x", created_at=0.0, settings=settings.model_dump(), rigs={"p5en": rig},
+                            report="report/report.md")
+    console = io.StringIO()
+    write_quality_report(settings, folder, record, Console(file=console, width=400))
+    report = (folder.root / "report" / "report.md").read_text()
+    glance_section = report.split("## At a glance\n\n")[1].split("\n## ")[0]
+    speed_line, answers_line = [line for line in glance_section.split("\n") if line]
+    assert speed_line.startswith("Best aggregate output 2361.4 [1498.4, 3027.6] tok/s at 64 users")
+    assert answers_line.startswith("Answers: Best trade (") and "p5en (p5en.48xlarge): Q8_0, 71/100 right" in (
+        answers_line) and "this machine: Q4_K_M, 74/100 right" in answers_line, answers_line
+    assert report.count("# Answers on every rig") == 1 and "### At a glance" in report
+    assert speed.read_text() in report.replace(f"{answers_line}\n\n", ""), "nothing of the speed report is lost"
+    assert "answers: Best trade" in console.getvalue()
