@@ -50,12 +50,15 @@ class ChatSession:
         is that turn of a conversation (``loadtest.sessions``), ``prompt`` its whole history (which holds the
         run's document already), and the reply's text comes back. ``lengths``: its drawn or traced
         prompt and reply lengths (``loadtest.lengths``: the prompt is cut to that many tokens, the reply
-        asked for with ignore_eos; a trace row's conversation and turn name the record). Returns the
+        asked for with ignore_eos; a trace row's conversation and turn name the record; a turn's prompt
+        is its history, whose new message was cut already). Returns the
         kept record with what the answer said beyond it (a refusal's ``Retry-After``, for the user's backoff)."""
         context = self.context
         options = self.request_options
-        if lengths is not None:
+        if lengths is not None and conversation is None:
             prompt, options = context.lengths.apply(prompt, lengths, options)
+        elif lengths is not None:  # a turn: its new message was cut before it joined the history (loadtest.users)
+            options = context.lengths.reply_options(lengths, options)
         if conversation is None:
             prompt = prompt.with_context(context.context_text)
         if lengths is not None and lengths.conversation is not None:

@@ -157,12 +157,22 @@ class WorkloadLengths:
 
     def apply(self, prompt: Prompt, lengths: RequestLengths, options: dict[str, Any]) -> tuple[Prompt, dict[str, Any]]:
         """The prompt and ``build_payload`` options a request with ``lengths`` is sent with."""
-        if lengths.prompt_tokens is not None:
-            if self.document is None:
-                raise ValueError("a drawn prompt length without the tokenized document")
-            text = self.document.cut(lengths.prompt_tokens, lengths.at)
-            category = TRACE_CATEGORY if self.rows else DRAWN_CATEGORY
-            prompt = Prompt(category, ({"role": "user", "content": text},))
-        if lengths.output_tokens is not None:
-            options = {**options, "max_tokens": lengths.output_tokens, "ignore_eos": True}
-        return prompt, options
+        return self.cut_prompt(prompt, lengths), self.reply_options(lengths, options)
+
+    def cut_prompt(self, prompt: Prompt, lengths: RequestLengths) -> Prompt:
+        """The prompt cut to ``lengths.prompt_tokens`` of the document (``prompt`` itself where none is drawn).
+        A conversation's turn cuts only its new message, before it joins the history it resends."""
+        if lengths.prompt_tokens is None:
+            return prompt
+        if self.document is None:
+            raise ValueError("a drawn prompt length without the tokenized document")
+        text = self.document.cut(lengths.prompt_tokens, lengths.at)
+        category = TRACE_CATEGORY if self.rows else DRAWN_CATEGORY
+        return Prompt(category, ({"role": "user", "content": text},))
+
+    @staticmethod
+    def reply_options(lengths: RequestLengths, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` asking for exactly ``lengths.output_tokens`` (max_tokens with ignore_eos), where drawn."""
+        if lengths.output_tokens is None:
+            return options
+        return {**options, "max_tokens": lengths.output_tokens, "ignore_eos": True}

@@ -221,9 +221,6 @@ def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tok
     if arrival.startswith("gamma") and (not open_loop or trace is not None):
         raise UsageError(f"--arrival {arrival} with {'--trace' if trace is not None else '--steps'}: gamma gaps space "
                          "an open loop's arrivals (--rates); a closed loop's users and a trace's rows keep their own")
-    if sessions and (prompt_length or output_length):
-        raise UsageError("--prompt-length or --output-length with --sessions: a conversation's turns are the prompt "
-                         "set's questions behind their growing history, each reply up to --max-tokens; leave them out")
     if trace is not None and (prompt_length or output_length):
         raise UsageError("--prompt-length or --output-length with --trace: the trace gives each request's lengths")
     if workload_seed < 0:

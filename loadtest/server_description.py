@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import UsageError
-from core.rundir.models import ServerDescription
+from core.rundir.models import ServerDescription, SessionSettings
 from loadtest.model_list import ModelList, read_model_list
 from loadtest.path_answer import ask_path
 
@@ -74,6 +74,33 @@ def check_drawn_fit(url: str, description: ServerDescription, *, prompt_tokens: 
     raise UsageError(f"{options}: the longest request may hold {prompt_tokens} prompt and {reply_tokens} reply "
                      f"tokens, but {url} holds {room} tokens per request ({source}): lower the bounds (max=), or "
                      "serve a longer context")
+
+
+def check_conversation_fits(url: str, description: ServerDescription, *, sessions: SessionSettings,
+                            prompt_tokens: int, reply_tokens: int, context_tokens: int, exact_replies: bool,
+                            options: str) -> str | None:
+    """A conversation resends its history, so the last turn of the longest one holds the system prompt, the
+    document ahead of its first prompt, every turn's prompt and every earlier reply, then makes its own.
+    Where that may pass the context the server holds per request, the turn would fail at the context's edge
+    and end its conversation early. Refused where every reply runs to its length (``exact_replies``: drawn
+    output lengths, or ``--ignore-eos``); else a warning (returned), as replies may end sooner.
+    ``prompt_tokens``: each turn's longest drawn prompt (0 where the prompt set's own prompts are sent: those
+    are not counted, so the figure is a floor)."""
+    room = description.context_tokens
+    turns = sessions.turns_max
+    held = sessions.system_prompt_tokens + context_tokens + turns * (prompt_tokens + reply_tokens)
+    if room is None or held < room:
+        return None
+    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    parts = [f"a {sessions.system_prompt_tokens}-token system prompt"] if sessions.system_prompt_tokens else []
+    parts += [f"--context-tokens {context_tokens}"] if context_tokens else []
+    parts += [f"{turns} prompts of up to {prompt_tokens} tokens" if prompt_tokens else
+              f"{turns} of the prompt set's prompts (not counted)", f"{turns} replies of up to {reply_tokens}"]
+    said = (f"{options}: the last turn of a {turns}-turn conversation may hold {held} tokens ({', '.join(parts)}), "
+            f"but {url} holds {room} tokens per request ({source})")
+    if exact_replies:
+        raise UsageError(f"{said}: lower --turns or the lengths, or serve a longer context")
+    return f"{said}; a conversation that runs that long fails at the context's edge and ends early"
 
 
 def served_model_path(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> str | None:

@@ -72,8 +72,13 @@ class StreamingChatUser(User):
         if self.conversations is None:
             result = self.session.chat(next(self.prompts), slot=self.slot, lengths=next(self.lengths))
         else:
-            turn = self.conversations.next_turn(next(self.prompts))
-            result = self.session.chat(turn.prompt, slot=self.slot, conversation=turn.conversation, turn=turn.number)
+            lengths = next(self.lengths)
+            prompt = next(self.prompts)
+            if lengths is not None:  # the new message cut to its drawn length; the reply drawn too (chat)
+                prompt = self.session.context.lengths.cut_prompt(prompt, lengths)
+            turn = self.conversations.next_turn(prompt)
+            result = self.session.chat(turn.prompt, slot=self.slot, conversation=turn.conversation, turn=turn.number,
+                                       lengths=lengths)
             record = result.record
             self.think_s = self.conversations.turn_ended(
                 result.reply_text if record.ok and not record.interrupted else None)

@@ -38,7 +38,12 @@ from loadtest.model_list import ModelList, listed_model, read_model_list
 from loadtest.preflight import check_context, check_health, check_prompt_cuts, check_reply, check_url
 from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, resume_url, start_resumed_run
-from loadtest.server_description import check_drawn_fit, check_reply_fits, describe_server
+from loadtest.server_description import (
+    check_conversation_fits,
+    check_drawn_fit,
+    check_reply_fits,
+    describe_server,
+)
 from loadtest.sweep import default_interruption_marker, interrupted_error, run_sweep
 from loadtest.telemetry import server_slots
 from rigbench.capacity_search import (
@@ -316,9 +321,18 @@ def sweep(
         for _, arm_url in arms:
             check_drawn_fit(arm_url, described[arm_url], prompt_tokens=longest + max(contexts),
                             reply_tokens=reply, options=drawn)
-    fit_warnings = {(arm_url, context): check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
-                                                         ignore_eos=request.ignore_eos, context_tokens=context)
+    fit_warnings = {(arm_url, context): [check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
+                                                          ignore_eos=request.ignore_eos, context_tokens=context)]
                     for _, arm_url in arms for context in contexts}
+    if (sessions := workload["sessions"]) is not None:  # a turn resends its history: the longest must fit too
+        drawn = [flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
+                 if workload[key] is not None]
+        options = " ".join([f"--sessions --turns {sessions.turns_min}-{sessions.turns_max}", *drawn])
+        for (arm_url, context), said in fit_warnings.items():
+            said.append(check_conversation_fits(
+                arm_url, described[arm_url], sessions=sessions, prompt_tokens=longest, context_tokens=context,
+                reply_tokens=longest_reply if longest_reply is not None else request.max_tokens,
+                exact_replies=longest_reply is not None or request.ignore_eos, options=options))
     if load_processes is None:
         sized_users, sized_rates = user_steps, rate_steps
         if search is not None:  # every probe runs with these processes: size them for the highest one
@@ -366,7 +380,7 @@ def sweep(
                                                      and not request.cache_prompt else {})}),
                                               rig=rig, model=model)
             manifest = with_replicas(manifest, replicas)
-            warnings = [warning for warning in (note, fit_warnings[arm_url, context]) if warning]
+            warnings = [warning for warning in (note, *fit_warnings[arm_url, context]) if warning]
             if warnings:
                 manifest = manifest.model_copy(update={"warnings": warnings})
             if search is not None:  # --find-max: a search folder, one run per probe (rigbench.capacity_search)

@@ -14,7 +14,9 @@ from analysis.load import load_run
 from analysis.report import write_report
 from core.rundir import LoadSettings, RequestRecord, RunDir, new_manifest, server_at
 from core.rundir.models import SessionSettings
+from core.workload import parse_length
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
+from loadtest.lengths import CLOSED_LOOP_KEY, draw_lengths
 from loadtest.long_context import context_for_tokens
 from loadtest.sessions import conversation_plan
 from loadtest.sweep import run_sweep
@@ -85,6 +87,36 @@ def test_conversations_resend_their_history_think_on_schedule_and_report_the_tru
         step.sessions.cached_tokens / sum(r.prompt_tokens for r in measured))  # type: ignore[misc]
     assert [t.turn for t in step.sessions.ttft_by_turn][:2] == [1, 2]
     assert "### Conversations" in write_report([run.path], tmp_path / "report").read_text()
+
+
+def test_drawn_lengths_shape_each_turns_new_message_and_reply(tmp_path: Path) -> None:
+    """With --prompt-length and --output-length a turn's new message is cut to its drawn length and its reply
+    runs to its drawn length, behind the whole history: the draws are the user's, request after request."""
+    sessions = SessionSettings(turns_min=2, turns_max=3, think="constant", think_seconds=0.05)
+    prompt, output = parse_length("uniform:5-30", "--prompt-length"), parse_length("uniform:3-8", "--output-length")
+    settings = LoadSettings(user_steps=[2], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=64, cache_prompt=True,
+                            sessions=sessions, workload_seed=4, prompt_length=prompt, output_length=output,
+                            drain_seconds=5.0)
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", prompt_cache=True, detokenize=True)
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        run = sessions_run(tmp_path, server.base_url, settings, slots=2)
+        manifest = run_sweep(run, server.base_url, progress=False)
+    assert manifest.status == "complete", manifest.status_detail
+    records = [r for r in run.read_records() if not r.interrupted]
+    by_user: dict[int, list[RequestRecord]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: r.t_start):
+        by_user[int(USER.search(record.conversation).group(1))].append(record)  # type: ignore[arg-type, union-attr]
+    assert sorted(by_user) == [0, 1]
+    for user, sent in by_user.items():
+        for number, record in enumerate(sent):  # every request of the user drew once, in order
+            drawn = draw_lengths(prompt, output, 4, (CLOSED_LOOP_KEY, user, number))
+            assert (record.context_tokens, record.completion_tokens) == (drawn.prompt_tokens, drawn.output_tokens)
+            assert record.category == "drawn" and record.ok
+    for turns in by_conversation(records).values():
+        assert turns[0].prompt_tokens == turns[0].context_tokens, "the first turn: its drawn message alone"
+        for before, after in zip(turns, turns[1:], strict=False):  # the server counts words: exact
+            held = before.prompt_tokens + before.completion_tokens  # type: ignore[operator]
+            assert after.prompt_tokens == held + after.context_tokens and after.cached_tokens >= held
 
 
 def test_a_second_turn_reuses_the_first_turns_prompt_and_reply_on_llama_server(smollm2_server, tmp_path: Path) -> None:
