@@ -20,12 +20,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from core.errors import UsageError
+from core.lists import DECIMAL
 from core.rundir.models import LengthDistribution, LoadSettings, slo_keys
 
 LENGTH_EXAMPLE = "256, uniform:64-512, normal:mean=256,sd=64,max=1024 or lognormal:median=256,sigma=0.6,max=4096"
 _RANGE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
 _WHOLE = re.compile(r"\s*[0-9]+\s*")
-_SECONDS = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s)?\s*")
+_SECONDS = re.compile(rf"\s*({DECIMAL})\s*(ms|s)?\s*")
 _LENGTH_KEYS = {"fixed": (), "uniform": (), "normal": ("mean", "sd"), "lognormal": ("median", "sigma")}
 
 

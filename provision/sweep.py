@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 import stat
 import tarfile
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from fabric import Connection
 
+from core.digest import file_sha256
 from core.errors import ProvisionError
 from core.profile import RigProfile
 from core.rundir import RigInfo, RunDir
@@ -42,6 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PARTS = ("pyproject.toml", "README.md", "core", "infra", "provision", "llamacpp", "loadtest", "quality",
                  "analysis", "rigbench")
 SWEEP_TIMEOUT_S = 4 * 3600
+SEARCH_LINE = re.compile(r"^capacity search (\S+): ")  # what `rigbench sweep --find-max` says first
 INSTALL_TIMEOUT_S = 1800
 
 
@@ -95,7 +98,7 @@ def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
 
 
 @rig_step("sweep")
-def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str = "1,2,4,8,16,32,64",
+def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str | None = "1,2,4,8,16,32,64",
           warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
           rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
           stack_outputs: dict | None = None, rates: str | None = None, arrival: str = "poisson",
@@ -103,7 +106,8 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
 
     With ``rates`` the sweep is open loop (``--rates``, ``--arrival``, ``--arrival-seed``) instead of
-    the user ``steps``.
+    the user ``steps``; with neither, ``extra`` names the load (``--trace FILE``: the file here is copied to the
+    rig first; ``--find-max``: the search's folder comes home with its probes' runs).
 
     The copied manifests get the build, model digests and GPU from the rig, the instance,
     market and price from ``stack_outputs`` when given, and the source and terms of a model fetched
@@ -117,10 +121,11 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"sweep: no rigbench at {rigbench} on the rig; run the project step first")
     remote_profile = upload_profile(c, profile, paths)
+    extra = upload_traces(c, extra or [], paths)
     command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
                *sweep_load_options(steps, rates, arrival, arrival_seed), "--warmup", str(warmup),
                "--measure", str(measure), "--runs-dir", paths.runs, "--no-progress",
-               *upload_replicas(c, state, paths), *(extra or [])]
+               *upload_replicas(c, state, paths), *extra]
     exits_before = exit_counts(c, paths, state)
     print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
     result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
@@ -131,12 +136,15 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
             "status came back); the sweep goes on there: once it has ended, `rigbench provision fetch` copies its runs"
         )
     run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
+    run_ids += [Path(found.group(1)).name for line in result.stdout.splitlines()
+                if (found := SEARCH_LINE.match(line))]  # a capacity search's folder, its probes' runs inside
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
-    if copied:
-        annotate_runs(copied, rig_facts(c, profile, paths, provenance), stack_outputs)
-    died = exits_since(c, paths, state, exits_before) + unanswered_replicas(copied, len(state.replicas))
+    runs = [run_dir for path in copied for run_dir in runs_under(path)]
+    if runs:
+        annotate_runs(runs, rig_facts(c, profile, paths, provenance), stack_outputs)
+    died = exits_since(c, paths, state, exits_before) + unanswered_replicas(runs, len(state.replicas))
     if died:
-        fail_runs(c, paths, copied, "; ".join(died))
+        fail_runs(c, paths, runs, "; ".join(died), Path(local_runs))
         where = f" (runs copied to {', '.join(map(str, copied))}, marked failed)" if copied else ""
         raise ProvisionError("sweep: during the sweep " + "; ".join(died) + f"{where}; the load it measured "
                              "was not the served configuration's, so the run failed")
@@ -145,6 +153,32 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
                              f"{' (runs copied to ' + ', '.join(map(str, copied)) + ')' if copied else ''}:\n{tail}")
     return copied
+
+
+def upload_traces(c: Connection, extra: list[str], paths: RigPaths) -> list[str]:
+    """``extra`` with each ``--trace FILE`` (a file here) replaced by its copy on the rig, named by its digest:
+    the rig's sweep replays exactly the file read here, and its manifest names that file's sha256."""
+    out: list[str] = []
+    words = iter(extra)
+    for word in words:
+        if word == "--trace" or word.startswith("--trace="):
+            local = Path(word.split("=", 1)[1] if "=" in word else next(words, ""))
+            if not local.is_file():
+                raise ProvisionError(f"sweep: --trace {local}: no such file here to copy to the rig")
+            remote = f"{paths.root}/traces/{file_sha256(local)[:16]}-{local.name}"
+            run(c, f"mkdir -p {shlex.quote(paths.root)}/traces")
+            c.put(str(local), remote=remote)
+            out += ["--trace", remote]
+        else:
+            out.append(word)
+    return out
+
+
+def runs_under(path: Path) -> list[Path]:
+    """The run directories a fetched folder holds: itself, or a capacity search's probes (none yet: none)."""
+    if (path / RunDir.MANIFEST).is_file():
+        return [path]
+    return sorted(child for child in path.iterdir() if (child / RunDir.MANIFEST).is_file()) if path.is_dir() else []
 
 
 def upload_replicas(c: Connection, state: ServeState, paths: RigPaths) -> list[str]:
@@ -176,7 +210,7 @@ def unanswered_replicas(copied: list[Path], replicas: int) -> list[str]:
     return lines
 
 
-def fail_runs(c: Connection, paths: RigPaths, copied: list[Path], detail: str) -> None:
+def fail_runs(c: Connection, paths: RigPaths, copied: list[Path], detail: str, local_runs: Path) -> None:
     """Mark the copied runs failed with ``detail`` (what the sweep said, if it failed too, kept after it) and put
     each manifest back on the rig, so a later fetch and the rig's copy say the same."""
     for path in copied:
@@ -185,11 +219,14 @@ def fail_runs(c: Connection, paths: RigPaths, copied: list[Path], detail: str) -
         said = detail if manifest.status == "complete" or not manifest.status_detail else (
             f"{detail}; the sweep itself: {manifest.status} ({manifest.status_detail})")
         rundir.update_manifest(status="failed", status_detail=said[:2000])
-        c.put(str(path / RunDir.MANIFEST), remote=f"{paths.runs}/{path.name}/{RunDir.MANIFEST}")
+        c.put(str(path / RunDir.MANIFEST), remote=f"{paths.runs}/{path.relative_to(local_runs)}/{RunDir.MANIFEST}")
 
 
-def sweep_load_options(steps: str, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:
-    """The rig's ``rigbench sweep`` load options: user steps (closed loop) or arrival rates (open loop)."""
+def sweep_load_options(steps: str | None, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:
+    """The rig's ``rigbench sweep`` load options: user steps (closed loop) or arrival rates (open loop); none
+    where the extra options name the load themselves (a trace, a capacity search)."""
+    if not steps and not rates:
+        return []
     if rates:
         return ["--rates", rates, "--arrival", arrival, "--arrival-seed", str(arrival_seed)]
     return ["--steps", steps]
@@ -271,11 +308,12 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
                              f"runs there: {', '.join(sorted(available)) or 'none'}")
     copied = []
     for run_id in wanted:
-        annotated = rig_annotations(local_runs / run_id)
+        annotated = {run_dir: rig_annotations(run_dir) for run_dir in runs_under(local_runs / run_id)}
         kept_rig = quality_rig(local_runs / run_id)
         count = copy_tree(sftp, f"{paths.runs}/{run_id}", local_runs / run_id)
-        if annotated:
-            RunDir(local_runs / run_id).update_manifest(**annotated)
+        for run_dir, fields in annotated.items():
+            if fields:
+                RunDir(run_dir).update_manifest(**fields)
         if kept_rig is not None:
             annotate_quality(local_runs / run_id, kept_rig)
         copied.append(local_runs / run_id)

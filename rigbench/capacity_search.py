@@ -38,6 +38,7 @@ from analysis.goodput_section import targets_text
 from analysis.load import load_run
 from analysis.step import StepFigures
 from core.errors import RigbenchError, UsageError
+from core.lists import DECIMAL
 from core.load_reached import MARK_BELOW
 from core.rundir import LoadSettings, RunDir, RunManifest, new_run_id, utc_now
 from core.rundir.capacity_search import (
@@ -59,7 +60,7 @@ RESOLUTION_HELP = ("with --find-max: stop when the bracket is this narrow: users
 MAX_LOAD_HELP = "with --find-max: probe no more than this load (users or req/s)"
 DEFAULT_FIRST = {"users": 1.0, "rate": 1.0}
 DEFAULT_RATE_RESOLUTION = 0.10
-_NUMBER = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*")
+_NUMBER = re.compile(rf"\s*({DECIMAL})\s*")
 Outcome = Literal["meets", "misses", "failed"]
 
 

@@ -31,6 +31,7 @@ from llamacpp.build import BUILD_SCRIPT, patch_files
 from llamacpp.named_models import model_source
 from llamacpp.quantize import DEFAULT_RUNGS
 from llamacpp.synthetic_models import write_synthetic_model
+from loadtest.trace import trace_source
 from provision.build import build as build_step
 from provision.build_cache import S3BuildCache
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
@@ -270,18 +271,22 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
 
     # read here, so a mistyped list stops the command before anything runs on the rig
     extra = shlex.split(sweep_args)
-    unsupported = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
-    if unsupported:
-        raise UsageError(f"--sweep-args {unsupported[0]}: not run from the rig (a trace file stays here, and a search "
-                         "folder would not be fetched); open the tunnel step and run `rigbench sweep --url "
-                         f"http://127.0.0.1:PORT {unsupported[0]} …` from here against it")
-    user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
-    parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
+    named = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
+    if named and (steps or rates):
+        raise UsageError(f"--sweep-args {named[0]} with --{'steps' if steps else 'rates'}: {named[0]} names the "
+                         "load itself; leave one out")
+    traces = [arg.split("=", 1)[1] if "=" in arg else (extra[index + 1] if index + 1 < len(extra) else "")
+              for index, arg in enumerate(extra) if arg.split("=", 1)[0] == "--trace"]
+    for trace in traces:  # read whole here: a bad line stops the command before anything runs on the rig
+        trace_source(trace)
+    if not named:
+        user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
+        parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     parse_arrival(arrival)
     if arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {arrival_seed}")
-    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=steps or DEFAULT_USER_STEPS, rates=rates or None,
-                        arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
+    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=None if named else steps or DEFAULT_USER_STEPS,
+                        rates=rates or None, arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
                         local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
                         extra=extra, provenance=pypi_provenance(rig.profile))
     for path in copied:
@@ -385,7 +390,8 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("measure", "30", MEASURE_HELP),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
-        StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'"),
+        StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'; "
+                   "--trace FILE (copied to the rig) or --find-max (its folder fetched) instead of --steps/--rates"),
     ), needs_profile=True),
     ProvisionStep("fetch", fetch, (RUNS_OPTION,)),
     ProvisionStep("ladder", ladder, (

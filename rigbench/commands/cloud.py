@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import secrets
+import shlex
 import sys
 import time
 from functools import cache
@@ -132,6 +133,14 @@ def run(
         studies = parse_choices(study, "--study", STUDIES, example="sweep,ladder")
         user_steps = parse_counts(steps, "--steps")
         measure_seconds = parse_windows(measure, user_steps)
+        try:
+            swept = {word.split("=", 1)[0] for word in shlex.split(sweep_args)}
+        except ValueError as error:
+            raise CloudError(f"--sweep-args: cannot split {sweep_args!r} ({error})") from None
+        if named := sorted(swept & {"--trace", "--find-max"}):
+            raise CloudError(f"--sweep-args {named[0]}: the loop steps every rig through --steps, and its estimate "
+                             f"counts them; run {named[0]} on a rig kept up (--keep) with `rigbench provision sweep "
+                             f"--stack NAME --sweep-args '{named[0]} …'`")
 
         for name in fallback_type:
             try:

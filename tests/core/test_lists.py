@@ -84,3 +84,13 @@ def test_choices_are_names_from_the_list_each_once() -> None:
                           ("", "expected values separated by commas"), ("MD", "'MD' is not one of")]:
         with pytest.raises(UsageError, match=re.escape("--format: ") + ".*" + re.escape(message)):
             parse_choices(text, "--format", ("md", "html", "csv"), example="md,html")
+
+
+@pytest.mark.parametrize("value", [1e-05, 0.5, 2.0, 30.0, 123.456, 1e6, 1e-99, 9.5e99])
+def test_a_number_rigbench_writes_back_is_read_again(value: float) -> None:
+    """Values read here are forwarded as text to rigbench's own Locust processes: repr and :g must parse back."""
+    from core.workload import format_slo, parse_slo
+
+    for text in (repr(value), f"{value:g}"):
+        assert parse_seconds(text, "--measure") == pytest.approx(value, rel=1e-5)
+    assert parse_slo(format_slo({"ttft_p90": value})) == {"ttft_p90": value}

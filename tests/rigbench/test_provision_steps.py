@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ProfileError, UsageError
+from core.errors import ProfileError, RigbenchError, UsageError
 from core.profile import load_profile
 from provision.rig_paths import RigPaths
 from rigbench.provision_steps import STEPS, Rig, synthetic_files
@@ -53,8 +53,14 @@ def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
     assert synthetic_files(load_profile("gemma3-270m"), tmp_path)["model"].name == "gemma-3-270m-q4_k_m.gguf"
 
 
-@pytest.mark.parametrize("flag", ["--trace chat.jsonl", "--find-max users --slo ttft_p90=1"])
-def test_a_trace_or_a_capacity_search_is_refused_from_the_rig_before_it_is_reached(flag: str) -> None:
-    with pytest.raises(UsageError, match=f"^--sweep-args {flag.split()[0]}: not run from the rig"):
-        rig_sweep(NoRig(), steps="", rates="", arrival="poisson", arrival_seed=0, warmup=1.0,  # type: ignore[arg-type]
-                  measure="1", runs_dir="runs", rigbench="", sweep_args=flag)
+@pytest.mark.parametrize(("flag", "steps", "message"), [
+    ("--trace tests/loadtest/data/short_trace.jsonl", "1,2", "^--sweep-args --trace with --steps: --trace names the "
+     "load itself; leave one out$"),
+    ("--find-max users --slo ttft_p90=1", "4", "^--sweep-args --find-max with --steps: "),
+    ("--trace=nowhere.jsonl", "", "^--trace nowhere.jsonl: no such file; expected a JSONL trace"),
+])
+def test_a_trace_or_a_capacity_search_that_cannot_run_is_refused_before_the_rig_is_reached(
+        flag: str, steps: str, message: str) -> None:
+    with pytest.raises(RigbenchError, match=message):
+        rig_sweep(NoRig(), steps=steps, rates="", arrival="poisson", arrival_seed=0,  # type: ignore[arg-type]
+                  warmup=1.0, measure="1", runs_dir="runs", rigbench="", sweep_args=flag)

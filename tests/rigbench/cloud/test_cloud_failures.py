@@ -172,6 +172,10 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
         ("--stack", A, "--yes", "--fallback-market", "spot"): "--fallback-market: expected on-demand",
         ("--stack", A, "--yes", "--steps", "1,2", "--measure", "1,2,3"): "--measure: 3 measured windows for 2",
         ("--yes",): "--stack: none given",
+        ("--stack", A, "--yes", "--sweep-args", "--find-max users --slo ttft_p90=1"): "--sweep-args --find-max: the "
+                                                                                    "loop steps every rig through",
+        ("--stack", A, "--yes", "--sweep-args", "--trace=chat.jsonl"): "--sweep-args --trace: the loop steps",
+        ("--stack", A, "--yes", "--sweep-args", "--max-tokens '8"): "--sweep-args: cannot split",
         ("--resume", "cloud-gone", "--yes"): "--resume: no cloud-run.json in ",
     }
     for arguments, message in cases.items():
