@@ -43,16 +43,20 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", label).strip("-")
 
 
-def same_bytes(ladders: dict[str, list[RungResult]]) -> list[str]:
-    """One line per rung whose file is not the same on every machine, naming who has which digest."""
-    lines = []
-    names = dict.fromkeys(rung.name for rungs in ladders.values() for rung in rungs)
-    for name in names:
+def different_files(ladders: dict[str, list[RungResult]]) -> dict[str, dict[str, str]]:
+    """Each rung whose file is not the same on every machine: which machine holds which digest."""
+    found = {}
+    for name in dict.fromkeys(rung.name for rungs in ladders.values() for rung in rungs):
         digests = {label: rung.sha256 for label, rungs in ladders.items() for rung in rungs if rung.name == name}
         if len(set(digests.values())) > 1:
-            held = "; ".join(f"{label} {digest[:12]}" for label, digest in digests.items())
-            lines.append(f"- **{name}: different files** ({held}): left out of the grids of the pairs that differ.")
-    return lines
+            found[name] = digests
+    return found
+
+
+def same_bytes(ladders: dict[str, list[RungResult]]) -> list[str]:
+    """One line per rung whose file is not the same on every machine, naming who has which digest."""
+    return [f"- **{name}: different files** ({'; '.join(f'{label} {digest[:12]}' for label, digest in held.items())}"
+            "): left out of the grids of the pairs that differ." for name, held in different_files(ladders).items()]
 
 
 def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
@@ -115,8 +119,9 @@ def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
     glance = (f"Best trade (the fastest rung that lost nothing beyond noise against the machine's own top rung): "
               f"{'; '.join(trades) or 'no ladder to read'}.")
     if verdicts:
-        glance += f" Machine against machine, rung by rung (McNemar): {'; '.join(verdicts)}."
-    different = [line.split("**")[1].split(":")[0] for line in same_bytes(ladders)]
+        glance += (" Machine against machine, rung by rung (McNemar, each rung's own p, not corrected for the rungs "
+                   f"compared): {'; '.join(verdicts)}.")
+    different = list(different_files(ladders))
     if different:
         glance += f" Not the same file on every machine, left out where they differ: {', '.join(different)}."
     return AcrossPage("\n".join(lines + problems) + "\n", glance)
@@ -170,7 +175,7 @@ def evals_across(machines: list[Machine]) -> AcrossPage:
         pair = paired(a, b)
         lines.append(f"- {label_a} vs {label_b}: right on {label_a} only {pair.lost}, on {label_b} only "
                      f"{pair.gained} of {pair.questions} (p = {format_p(pair.p_value)})")
-        verdict = "differ beyond noise" if pair.p_value < SIGNIFICANT_P else "alike within noise"
+        verdict = "differ beyond noise" if pair.p_value < SIGNIFICANT_P else "no difference beyond noise"
         verdicts.append(f"{label_a} vs {label_b} {verdict} (p = {format_p(pair.p_value)})")
     right = "; ".join(f"{row['machine']} {row['right (higher is better)']} right" for row in rows)
     glance = f"The served model: {right or 'no eval to read'}" + (f"; {'; '.join(verdicts)}." if verdicts else ".")

@@ -66,7 +66,8 @@ LOAD_FLAGS = {
 }
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 # A decimal number >= 0 as a user types it or Python writes it back (repr, :g): 0.5, .5, 2, 1e-05, 1e+06. The
-# exponent matters where rigbench forwards a value it read to a process of its own (Locust's options).
+# exponent matters where rigbench forwards a value it read to a process of its own (Locust's options); two
+# digits of it hold every value from 1e-99 to below 1e100, and no infinity.
 DECIMAL = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,2})?"
 NUMBER = re.compile(DECIMAL)
 

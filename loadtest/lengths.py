@@ -19,7 +19,10 @@ per load process), from a drawn place, so prompts differ from their first token.
 or two where a piece merges at the cut's edges. The record keeps N in ``context_tokens`` (the
 document's tokens the request carried, with ``--context-tokens``' document ahead of it if any)
 and the server's count in ``prompt_tokens``. Turns of one trace conversation start at the same
-place, so a later, longer turn begins with an earlier turn's prompt, as a resent history does.
+place, so a later, longer turn begins with an earlier turn's prompt, as a resent history does. A
+``--sessions`` turn cuts only its new message (``cut_prompt``) and its record counts only that one
+(and the ``--context-tokens`` document): the earlier turns' messages are in its history, in
+``prompt_tokens``.
 """
 
 from __future__ import annotations

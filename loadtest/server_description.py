@@ -77,30 +77,39 @@ def check_drawn_fit(url: str, description: ServerDescription, *, prompt_tokens: 
 
 
 def check_conversation_fits(url: str, description: ServerDescription, *, sessions: SessionSettings,
-                            prompt_tokens: int, reply_tokens: int, context_tokens: int, exact_replies: bool,
+                            prompt_tokens: tuple[int, int], reply_tokens: tuple[int, int], context_tokens: int,
                             options: str) -> str | None:
-    """A conversation resends its history, so the last turn of the longest one holds the system prompt, the
-    document ahead of its first prompt, every turn's prompt and every earlier reply, then makes its own.
-    Where that may pass the context the server holds per request, the turn would fail at the context's edge
-    and end its conversation early. Refused where every reply runs to its length (``exact_replies``: drawn
-    output lengths, or ``--ignore-eos``); else a warning (returned), as replies may end sooner.
-    ``prompt_tokens``: each turn's longest drawn prompt (0 where the prompt set's own prompts are sent: those
-    are not counted, so the figure is a floor)."""
+    """A conversation resends its history, so the last turn of a conversation of ``--turns``' upper bound holds
+    the system prompt, the document ahead of its first prompt, every turn's prompt and every earlier reply, then
+    makes its own; where that passes the context the server holds per request, the turn fails at the context's
+    edge and ends its conversation early. ``prompt_tokens`` and ``reply_tokens``: each turn's (fewest, most):
+    drawn bounds; a reply asked for with ``--ignore-eos`` is ``max_tokens`` either way, one that may end sooner
+    at least 0; the prompt set's own prompts count 0 (not counted: the figures are floors), as do the chat
+    template's tokens. Refused where even the fewest pass the context (every such conversation would end
+    early); a warning (returned) where only the most do."""
     room = description.context_tokens
     turns = sessions.turns_max
-    held = sessions.system_prompt_tokens + context_tokens + turns * (prompt_tokens + reply_tokens)
-    if room is None or held < room:
+    ahead = sessions.system_prompt_tokens + context_tokens
+    least = ahead + turns * (prompt_tokens[0] + reply_tokens[0])
+    most = ahead + turns * (prompt_tokens[1] + reply_tokens[1])
+    if room is None or most < room:
         return None
     source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
     parts = [f"a {sessions.system_prompt_tokens}-token system prompt"] if sessions.system_prompt_tokens else []
     parts += [f"--context-tokens {context_tokens}"] if context_tokens else []
-    parts += [f"{turns} prompts of up to {prompt_tokens} tokens" if prompt_tokens else
-              f"{turns} of the prompt set's prompts (not counted)", f"{turns} replies of up to {reply_tokens}"]
-    said = (f"{options}: the last turn of a {turns}-turn conversation may hold {held} tokens ({', '.join(parts)}), "
+    parts += [f"{turns} prompts of {_span(prompt_tokens)} tokens" if prompt_tokens[1] else
+              f"{turns} of the prompt set's prompts (not counted)", f"{turns} replies of {_span(reply_tokens)}"]
+    held = f"{least}" if least == most else f"{least} to {most}"
+    said = (f"{options}: the last turn of a {turns}-turn conversation holds {held} tokens ({', '.join(parts)}), "
             f"but {url} holds {room} tokens per request ({source})")
-    if exact_replies:
-        raise UsageError(f"{said}: lower --turns or the lengths, or serve a longer context")
+    if least >= room:
+        raise UsageError(f"{said}: every conversation that long would end at the context's edge; lower --turns or "
+                         "the lengths, or serve a longer context")
     return f"{said}; a conversation that runs that long fails at the context's edge and ends early"
+
+
+def _span(bounds: tuple[int, int]) -> str:
+    return f"{bounds[0]}" if bounds[0] == bounds[1] else f"{bounds[0]}-{bounds[1]}"
 
 
 def served_model_path(url: str, timeout: float = DESCRIBE_TIMEOUT_S) -> str | None:

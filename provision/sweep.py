@@ -31,6 +31,7 @@ from core.digest import file_sha256
 from core.errors import ProvisionError
 from core.profile import RigProfile
 from core.rundir import RigInfo, RunDir
+from core.rundir.capacity_search import SearchResult, is_search, read_search, write_search
 from core.rundir.columns import parse_shards
 from core.rundir.quality import EvalManifest, LadderManifest
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST, EvalDir, LadderDir
@@ -145,6 +146,9 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     died = exits_since(c, paths, state, exits_before) + unanswered_replicas(runs, len(state.replicas))
     if died:
         fail_runs(c, paths, runs, "; ".join(died), Path(local_runs))
+        for path in copied:
+            if is_search(path):
+                fail_search(c, paths, path, "; ".join(died))
         where = f" (runs copied to {', '.join(map(str, copied))}, marked failed)" if copied else ""
         raise ProvisionError("sweep: during the sweep " + "; ".join(died) + f"{where}; the load it measured "
                              "was not the served configuration's, so the run failed")
@@ -162,8 +166,9 @@ def upload_traces(c: Connection, extra: list[str], paths: RigPaths) -> list[str]
     words = iter(extra)
     for word in words:
         if word == "--trace" or word.startswith("--trace="):
-            local = Path(word.split("=", 1)[1] if "=" in word else next(words, ""))
-            if not local.is_file():
+            given = word.split("=", 1)[1] if "=" in word else next(words, "")
+            local = Path(given)
+            if not given or not local.is_file():
                 raise ProvisionError(f"sweep: --trace {local}: no such file here to copy to the rig")
             remote = f"{paths.root}/traces/{file_sha256(local)[:16]}-{local.name}"
             run(c, f"mkdir -p {shlex.quote(paths.root)}/traces")
@@ -194,19 +199,25 @@ def upload_replicas(c: Connection, state: ServeState, paths: RigPaths) -> list[s
 
 
 def unanswered_replicas(copied: list[Path], replicas: int) -> list[str]:
-    """One line per complete run in which a replica answered no request (its records name their replica): a
-    sweep that spread its users must not pass for complete without one of its servers."""
+    """One line per complete run in which a replica was sent requests and answered none (records name their
+    replica): a sweep that spread its users must not pass for complete without one of its servers. A replica
+    sent nothing (a run of fewer users than replicas, as a capacity search's first probes) is not one."""
     lines = []
     for path in copied if replicas > 1 else []:
         if RunDir(path).read_manifest().status != "complete":
             continue
         table = parse_shards(RunDir(path)).table
-        answered = {replica for replica, kind, cut in zip(table.column("replica").to_pylist(),
-                                                           table.column("error_kind").to_pylist(),
-                                                           table.column("interrupted").to_pylist(), strict=True)
-                    if kind is None and not cut}
-        lines += [f"replica {index} answered no request of {path.name}" for index in range(replicas)
-                  if index not in answered]
+        sent: dict[int, int] = {}
+        answered = set()
+        for replica, kind, cut in zip(table.column("replica").to_pylist(), table.column("error_kind").to_pylist(),
+                                      table.column("interrupted").to_pylist(), strict=True):
+            if replica is None:
+                continue
+            sent[int(replica)] = sent.get(int(replica), 0) + 1  # a column of numbers read back as floats
+            if kind is None and not cut:
+                answered.add(int(replica))
+        lines += [f"replica {index} answered none of the {count} request(s) of {path.name} sent to it"
+                  for index, count in sorted(sent.items()) if index not in answered]
     return lines
 
 
@@ -222,11 +233,23 @@ def fail_runs(c: Connection, paths: RigPaths, copied: list[Path], detail: str, l
         c.put(str(path / RunDir.MANIFEST), remote=f"{paths.runs}/{path.relative_to(local_runs)}/{RunDir.MANIFEST}")
 
 
+def fail_search(c: Connection, paths: RigPaths, folder: Path, detail: str) -> None:
+    """A search whose server failed under it found nothing to plan from: every probe failed, the result says
+    why, here and on the rig (``rigbench plan`` reads the result, not the probes' manifests)."""
+    search = read_search(folder)
+    probes = [probe.model_copy(update={"status": "failed", "meets": False}) for probe in search.probes]
+    result = SearchResult(largest_meeting=None, smallest_missing=None, reason="probe_failed",
+                          detail=f"the server failed under the search: {detail}"[:2000])
+    written = write_search(folder, search.model_copy(update={"probes": probes, "result": result}))
+    c.put(str(written), remote=f"{paths.runs}/{folder.name}/{written.name}")
+
+
 def sweep_load_options(steps: str | None, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:
     """The rig's ``rigbench sweep`` load options: user steps (closed loop) or arrival rates (open loop); none
     where the extra options name the load themselves (a trace, a capacity search)."""
-    if not steps and not rates:
-        return []
+    if not steps and not rates:  # a capacity search by rate takes the arrivals' options; a trace keeps its own
+        return [] if (arrival, arrival_seed) == ("poisson", 0) else ["--arrival", arrival, "--arrival-seed",
+                                                                     str(arrival_seed)]
     if rates:
         return ["--rates", rates, "--arrival", arrival, "--arrival-seed", str(arrival_seed)]
     return ["--steps", steps]

@@ -271,15 +271,8 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
 
     # read here, so a mistyped list stops the command before anything runs on the rig
     extra = shlex.split(sweep_args)
-    named = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
-    if named and (steps or rates):
-        raise UsageError(f"--sweep-args {named[0]} with --{'steps' if steps else 'rates'}: {named[0]} names the "
-                         "load itself; leave one out")
-    traces = [arg.split("=", 1)[1] if "=" in arg else (extra[index + 1] if index + 1 < len(extra) else "")
-              for index, arg in enumerate(extra) if arg.split("=", 1)[0] == "--trace"]
-    for trace in traces:  # read whole here: a bad line stops the command before anything runs on the rig
-        trace_source(trace)
-    if not named:
+    named = load_named_by(extra, steps=steps, rates=rates, arrival=arrival, arrival_seed=arrival_seed)
+    if named is None:
         user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
         parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
     parse_arrival(arrival)
@@ -292,6 +285,32 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     for path in copied:
         print(path, flush=True)
     return copied
+
+
+def load_named_by(extra: list[str], *, steps: str, rates: str, arrival: str, arrival_seed: int) -> str | None:
+    """``--trace`` or ``--find-max`` where the rig's ``--sweep-args`` name the load themselves (None where they
+    do not), refused in one line where it cannot run as asked; the trace is read whole here, so a bad line stops
+    the command before anything runs on the rig."""
+    named = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
+    if not named:
+        return None
+    flag = named[0]
+    if steps or rates:
+        raise UsageError(f"--sweep-args {flag} with --{'steps' if steps else 'rates'}: {flag} names the load "
+                         "itself; leave one out")
+    if flag != "--trace":
+        return flag
+    traces = [arg.split("=", 1)[1] if "=" in arg else (extra[index + 1] if index + 1 < len(extra) else "")
+              for index, arg in enumerate(extra) if arg.split("=", 1)[0] == "--trace"]
+    if len(traces) > 1:
+        raise UsageError(f"--sweep-args: --trace given {len(traces)} times; a sweep replays one trace")
+    if not traces[0] or traces[0].startswith("-"):
+        raise UsageError("--sweep-args --trace: expected a trace file after it")
+    if arrival != "poisson" or arrival_seed:
+        raise UsageError("--arrival or --arrival-seed with --sweep-args --trace: a trace's rows keep their own "
+                         "arrival times; leave them out")
+    trace_source(traces[0])
+    return flag
 
 
 def fetch(rig: Rig, runs_dir: str) -> list[Path]:

@@ -153,8 +153,14 @@ def _none_came_home(study: str) -> AcrossPage:
 def with_answers_glance(report: str, glance: str) -> str:
     """The speed report with the answers' paragraph last in its "At a glance" section, so the loop's report
     answers both questions (how fast, how right) before any table."""
+    paragraph = f"Answers: {glance}"
     start = report.find("## At a glance\n")
-    end = report.find("\n## ", start + 1) if start >= 0 else -1
-    if end < 0:
-        return f"## At a glance\n\nAnswers: {glance}\n\n{report}"
-    return f"{report[:end + 1]}Answers: {glance}\n\n{report[end + 1:]}"
+    if start < 0:  # a report without one: the section goes under its title
+        title, _, rest = report.partition("\n")
+        if not title.startswith("# "):
+            return f"## At a glance\n\n{paragraph}\n\n{report}"
+        return f"{title}\n\n## At a glance\n\n{paragraph}\n\n{rest.lstrip(chr(10))}"
+    end = report.find("\n## ", start + 1)
+    if end < 0:  # the section runs to the end
+        return f"{report.rstrip(chr(10))}\n\n{paragraph}"
+    return f"{report[:end + 1]}{paragraph}\n\n{report[end + 1:]}"

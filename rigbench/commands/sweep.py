@@ -328,11 +328,14 @@ def sweep(
         drawn = [flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
                  if workload[key] is not None]
         options = " ".join([f"--sessions --turns {sessions.turns_min}-{sessions.turns_max}", *drawn])
+        prompts, replies = workload["prompt_length"], workload["output_length"]
+        prompt_tokens = (prompts.minimum, prompts.maximum) if prompts is not None else (0, 0)
+        reply_tokens = ((replies.minimum, replies.maximum) if replies is not None else
+                        (request.max_tokens if request.ignore_eos else 0, request.max_tokens))
         for (arm_url, context), said in fit_warnings.items():
-            said.append(check_conversation_fits(
-                arm_url, described[arm_url], sessions=sessions, prompt_tokens=longest, context_tokens=context,
-                reply_tokens=longest_reply if longest_reply is not None else request.max_tokens,
-                exact_replies=longest_reply is not None or request.ignore_eos, options=options))
+            said.append(check_conversation_fits(arm_url, described[arm_url], sessions=sessions, context_tokens=context,
+                                                prompt_tokens=prompt_tokens, reply_tokens=reply_tokens,
+                                                options=options))
     if load_processes is None:
         sized_users, sized_rates = user_steps, rate_steps
         if search is not None:  # every probe runs with these processes: size them for the highest one

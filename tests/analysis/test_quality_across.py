@@ -29,5 +29,5 @@ def test_two_machines_ladders_in_the_articles_tables(tmp_path: Path) -> None:
     assert across.glance == (
         "Best trade (the fastest rung that lost nothing beyond noise against the machine's own top rung): "
         "cpu (2 cores): Q4_K_M, 74/100 right at 26.5 decode tok/s; h200: Q8_0, 71/100 right at 523.2 decode tok/s. "
-        "Machine against machine, rung by rung (McNemar): cpu (2 cores) vs h200: no rung graded differently beyond "
-        "noise (smallest p = 0.267, at Q5_K_M).")
+        "Machine against machine, rung by rung (McNemar, each rung's own p, not corrected for the rungs compared): "
+        "cpu (2 cores) vs h200: no rung graded differently beyond noise (smallest p = 0.267, at Q5_K_M).")

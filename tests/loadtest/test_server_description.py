@@ -46,23 +46,26 @@ def test_a_reply_that_fits_says_nothing() -> None:
 
 
 def test_a_conversation_whose_history_may_outgrow_the_context_is_refused_or_warned() -> None:
-    """The last turn of the longest conversation holds the system prompt, the document, every prompt and reply."""
+    """The last turn of the longest conversation holds the system prompt, the document, every prompt and reply:
+    refused where even the fewest tokens pass the context, warned where only the most do."""
     described = ServerDescription(described_by=["/props"], context_tokens=1024)
     sessions = SessionSettings(turns_min=2, turns_max=4, system_prompt_tokens=100)
 
-    def fits(prompt: int, reply: int, context: int = 0, exact: bool = True) -> str | None:
+    def fits(prompt: tuple[int, int], reply: tuple[int, int], context: int = 0) -> str | None:
         return check_conversation_fits("http://h:1", described, sessions=sessions, prompt_tokens=prompt,
-                                       reply_tokens=reply, context_tokens=context, exact_replies=exact,
+                                       reply_tokens=reply, context_tokens=context,
                                        options="--sessions --turns 2-4 --output-length")
 
-    assert fits(100, 130) is None  # 100 + 4 x 230 = 1020
-    assert fits(100, 130, context=10, exact=False) == (
-        "--sessions --turns 2-4 --output-length: the last turn of a 4-turn conversation may hold 1030 tokens (a "
-        "100-token system prompt, --context-tokens 10, 4 prompts of up to 100 tokens, 4 replies of up to 130), but "
+    assert fits((10, 100), (1, 130)) is None  # 100 + 4 x 230 = 1020
+    assert fits((10, 100), (1, 130), context=10) == (
+        "--sessions --turns 2-4 --output-length: the last turn of a 4-turn conversation holds 154 to 1030 tokens (a "
+        "100-token system prompt, --context-tokens 10, 4 prompts of 10-100 tokens, 4 replies of 1-130), but "
         "http://h:1 holds 1024 tokens per request (its /props n_ctx); a conversation that runs that long fails at "
         "the context's edge and ends early")
-    with pytest.raises(UsageError, match=r"4 of the prompt set's prompts \(not counted\), 4 replies of up to 250\), "
-                                         r"but .*: lower --turns or the lengths, or serve a longer context$"):
-        fits(0, 250)
-    assert check_conversation_fits("http://h:1", ServerDescription(), sessions=sessions, prompt_tokens=10**6,
-                                   reply_tokens=1, context_tokens=0, exact_replies=True, options="x") is None
+    with pytest.raises(UsageError, match=r"holds 1100 tokens \(a 100-token system prompt, 4 of the prompt set's "
+                                         r"prompts \(not counted\), 4 replies of 250\), but .*: every conversation "
+                                         r"that long would end at the context's edge; lower --turns or the lengths"):
+        fits((0, 0), (250, 250))  # --ignore-eos: every reply is max_tokens
+    assert fits((0, 0), (0, 250)) is not None, "replies that may end sooner: a warning"
+    assert check_conversation_fits("http://h:1", ServerDescription(), sessions=sessions, prompt_tokens=(1, 10**6),
+                                   reply_tokens=(1, 1), context_tokens=0, options="x") is None

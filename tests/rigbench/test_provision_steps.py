@@ -58,9 +58,19 @@ def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
      "load itself; leave one out$"),
     ("--find-max users --slo ttft_p90=1", "4", "^--sweep-args --find-max with --steps: "),
     ("--trace=nowhere.jsonl", "", "^--trace nowhere.jsonl: no such file; expected a JSONL trace"),
+    ("--max-tokens 8 --trace", "", "^--sweep-args --trace: expected a trace file after it$"),
+    ("--trace= --max-tokens 8", "", "^--sweep-args --trace: expected a trace file after it$"),
+    ("--trace a.jsonl --trace=b.jsonl", "", "^--sweep-args: --trace given 2 times; a sweep replays one trace$"),
 ])
 def test_a_trace_or_a_capacity_search_that_cannot_run_is_refused_before_the_rig_is_reached(
         flag: str, steps: str, message: str) -> None:
     with pytest.raises(RigbenchError, match=message):
         rig_sweep(NoRig(), steps=steps, rates="", arrival="poisson", arrival_seed=0,  # type: ignore[arg-type]
                   warmup=1.0, measure="1", runs_dir="runs", rigbench="", sweep_args=flag)
+
+
+def test_a_trace_keeps_its_own_arrivals() -> None:
+    with pytest.raises(UsageError, match="^--arrival or --arrival-seed with --sweep-args --trace: a trace's rows"):
+        rig_sweep(NoRig(), steps="", rates="", arrival="constant", arrival_seed=0,  # type: ignore[arg-type]
+                  warmup=1.0, measure="1", runs_dir="runs", rigbench="",
+                  sweep_args="--trace tests/loadtest/data/short_trace.jsonl")

@@ -180,13 +180,14 @@ def test_drawn_lengths_that_may_not_fit_the_servers_context_are_refused_before_a
         drawn = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common,
                                          "--prompt-length", "uniform:10-300", "--output-length", "uniform:8-300"])
         sessions = CliRunner().invoke(app, ["sweep", "--url", server.base_url, *common, "--sessions", "--turns", "2-3",
-                                            "--prompt-length", "uniform:10-40", "--output-length", "uniform:8-140"])
+                                            "--prompt-length", "uniform:100-150", "--output-length", "uniform:80-100"])
     assert str(drawn.exception) == (
         f"--prompt-length and --output-length: the longest request may hold 300 prompt and 300 reply tokens, but "
         f"{server.base_url} holds 512 tokens per request (its /v1/models max_model_len): lower the bounds (max=), or "
         "serve a longer context")
     assert str(sessions.exception) == (
-        "--sessions --turns 2-3 --prompt-length --output-length: the last turn of a 3-turn conversation may hold "
-        f"540 tokens (3 prompts of up to 40 tokens, 3 replies of up to 140), but {server.base_url} holds 512 tokens "
-        "per request (its /v1/models max_model_len): lower --turns or the lengths, or serve a longer context")
+        "--sessions --turns 2-3 --prompt-length --output-length: the last turn of a 3-turn conversation holds 540 to "
+        f"750 tokens (3 prompts of 100-150 tokens, 3 replies of 80-100), but {server.base_url} holds 512 tokens per "
+        "request (its /v1/models max_model_len): every conversation that long would end at the context's edge; "
+        "lower --turns or the lengths, or serve a longer context")
     assert not (tmp_path / "r").exists()

@@ -183,3 +183,15 @@ def test_a_loop_that_swept_too_answers_both_questions_in_its_reports_glance(tmp_
     assert report.count("# Answers on every rig") == 1 and "### At a glance" in report
     assert speed.read_text() in report.replace(f"{answers_line}\n\n", ""), "nothing of the speed report is lost"
     assert "answers: Best trade" in console.getvalue()
+
+
+def test_the_answers_paragraph_finds_its_place_in_any_report() -> None:
+    from rigbench.cloud.results import with_answers_glance
+
+    assert with_answers_glance("# T\n\n## At a glance\n\nFast.\n\n## Run\n\nrows", "Right.") == (
+        "# T\n\n## At a glance\n\nFast.\n\nAnswers: Right.\n\n## Run\n\nrows")
+    assert with_answers_glance("# T\n\n## At a glance\n\nFast.", "Right.") == (
+        "# T\n\n## At a glance\n\nFast.\n\nAnswers: Right.")
+    assert with_answers_glance("# T\n\n## Run\n\nrows", "Right.") == (
+        "# T\n\n## At a glance\n\nAnswers: Right.\n\n## Run\n\nrows")
+    assert with_answers_glance("rows", "Right.") == "## At a glance\n\nAnswers: Right.\n\nrows"
