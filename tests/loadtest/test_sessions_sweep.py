@@ -94,7 +94,7 @@ def test_drawn_lengths_shape_each_turns_new_message_and_reply(tmp_path: Path) ->
     runs to its drawn length, behind the whole history: the draws are the user's, request after request."""
     sessions = SessionSettings(turns_min=2, turns_max=3, think="constant", think_seconds=0.05)
     prompt, output = parse_length("uniform:5-30", "--prompt-length"), parse_length("uniform:3-8", "--output-length")
-    settings = LoadSettings(user_steps=[2], warmup_seconds=0.5, measure_seconds=1.5, max_tokens=64, cache_prompt=True,
+    settings = LoadSettings(user_steps=[2], warmup_seconds=0.5, measure_seconds=1.0, max_tokens=64, cache_prompt=True,
                             sessions=sessions, workload_seed=4, prompt_length=prompt, output_length=output,
                             drain_seconds=5.0)
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", prompt_cache=True, detokenize=True)

@@ -16,7 +16,7 @@ from core.rundir import RunDir
 from core.rundir.capacity_search import read_search
 from provision.llama_bench import bench
 from provision.serve import serve, stop
-from provision.sweep import fetch, runs_under, sweep
+from provision.sweep import fetch, runs_under, sweep, upload_traces
 
 pytestmark = pytest.mark.integration
 
@@ -72,33 +72,33 @@ def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Pat
 
 
 def test_a_trace_goes_to_the_rig_and_a_capacity_search_comes_home_with_its_probes(built_rig, tmp_path: Path) -> None:
-    """The trace read here is the one the rig replays (copied there, named by its digest); a search's folder is
-    fetched whole, each probe's run annotated like a sweep's, and a second fetch keeps the annotations."""
+    """The trace read here is the one the rig's sweep replays (copied there, named by its digest, the option
+    rewritten to the copy); a search's folder is fetched whole, each probe's run annotated like a sweep's, and a
+    second fetch keeps the annotations."""
     rig, paths, profile, _ = built_rig
     local_runs, rigbench = tmp_path / "runs", str(Path(sys.executable).parent / "rigbench")
     trace = shutil.copyfile(Path(__file__).parents[1] / "loadtest" / "data" / "short_trace.jsonl",
                             tmp_path / "chat.jsonl")
+    extra = upload_traces(rig, ["--max-tokens", "8", f"--trace={trace}", "--trace-speed", "2"], paths)
+    copy = Path(extra[3])
+    assert extra == ["--max-tokens", "8", "--trace", str(copy), "--trace-speed", "2"]
+    assert copy.parent == Path(paths.root) / "traces" and copy.name == f"{file_sha256(trace)[:16]}-chat.jsonl"
+    assert copy.read_bytes() == trace.read_bytes()
     serve(rig, profile, paths, port=free_port(), health_timeout=120)
     try:
-        (traced,) = sweep(rig, profile, paths, steps=None, warmup=1.0, measure=1.0, local_runs=local_runs,
-                          rigbench=rigbench, extra=["--trace", str(trace)])
-        (searched,) = sweep(rig, profile, paths, steps=None, warmup=1.0, measure=1.0, local_runs=local_runs,
+        (searched,) = sweep(rig, profile, paths, steps=None, warmup=0.5, measure=1.0, local_runs=local_runs,
                             rigbench=rigbench, extra=["--find-max", "users:2", "--max-load", "4", "--slo",
                                                       "ttft_p90=0.01ms", "--max-tokens", "4", "--drain", "1"])
     finally:
         stop(rig, paths)
-    manifest = RunDir(traced).read_manifest()
-    assert manifest.status == "complete", manifest.status_detail
-    assert manifest.load.trace.sha256 == file_sha256(trace) and manifest.load.trace.path.startswith(
-        f"{paths.root}/traces/")
-    assert manifest.load.rate_steps == [manifest.load.trace.rows / 1.0] and manifest.build.backend == "cpu"
     search = read_search(searched)
     probes = runs_under(searched)
     # a target no server meets: the first probe misses and ends the search, whatever the rig's speed
     assert search.result is not None and search.result.reason == "first_missed", search
     assert [probe.load for probe in search.probes] == [2] and len(probes) == 1
+    model_file = Path(paths.models, profile.model.local_name)
     for probe in probes:
         probe_manifest = RunDir(probe).read_manifest()
-        assert probe_manifest.build is not None and probe_manifest.model.sha256 == manifest.model.sha256
-    assert fetch(rig, paths, local_runs) == sorted([traced, searched])
+        assert probe_manifest.build is not None and probe_manifest.model.sha256 == file_sha256(model_file)
+    assert fetch(rig, paths, local_runs) == [searched]
     assert all(RunDir(probe).read_manifest().build is not None for probe in probes), "a re-fetch keeps them"
