@@ -313,20 +313,17 @@ def sweep(
     if note:
         typer.echo(note, err=True)
     described = {arm_url: describe_server(arm_url, models=model_lists[arm_url]) for _, arm_url in arms}
-    if workload["trace"] is not None or workload["output_length"] is not None or workload["prompt_length"]:
+    drawn = [flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
+             if workload[key] is not None]
+    if workload["trace"] is not None or drawn:
         reply = longest_reply if longest_reply is not None else request.max_tokens
-        drawn = "--trace" if workload["trace"] is not None else " and ".join(
-            flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
-            if workload[key] is not None)
         for _, arm_url in arms:
-            check_drawn_fit(arm_url, described[arm_url], prompt_tokens=longest + max(contexts),
-                            reply_tokens=reply, options=drawn)
+            check_drawn_fit(arm_url, described[arm_url], prompt_tokens=longest + max(contexts), reply_tokens=reply,
+                            options="--trace" if workload["trace"] is not None else " and ".join(drawn))
     fit_warnings = {(arm_url, context): [check_reply_fits(arm_url, described[arm_url], max_tokens=request.max_tokens,
                                                           ignore_eos=request.ignore_eos, context_tokens=context)]
                     for _, arm_url in arms for context in contexts}
     if (sessions := workload["sessions"]) is not None:  # a turn resends its history: the longest must fit too
-        drawn = [flag for flag, key in (("--prompt-length", "prompt_length"), ("--output-length", "output_length"))
-                 if workload[key] is not None]
         options = " ".join([f"--sessions --turns {sessions.turns_min}-{sessions.turns_max}", *drawn])
         prompts, replies = workload["prompt_length"], workload["output_length"]
         prompt_tokens = (prompts.minimum, prompts.maximum) if prompts is not None else (0, 0)
