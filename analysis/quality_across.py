@@ -53,10 +53,11 @@ def different_files(ladders: dict[str, list[RungResult]]) -> dict[str, dict[str,
     return found
 
 
-def same_bytes(ladders: dict[str, list[RungResult]]) -> list[str]:
-    """One line per rung whose file is not the same on every machine, naming who has which digest."""
+def same_bytes(different: dict[str, dict[str, str]]) -> list[str]:
+    """One line per rung whose file is not the same on every machine (``different_files``), naming who has which
+    digest."""
     return [f"- **{name}: different files** ({'; '.join(f'{label} {digest[:12]}' for label, digest in held.items())}"
-            "): left out of the grids of the pairs that differ." for name, held in different_files(ladders).items()]
+            "): left out of the grids of the pairs that differ." for name, held in different.items()]
 
 
 def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
@@ -84,7 +85,8 @@ def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
         rows.append(row)
     if rows:
         lines += [tabulate(rows, headers="keys", tablefmt="github"), ""]
-    lines += same_bytes(ladders) or ["Every rung is the same file (sha256) on every machine."]
+    different = different_files(ladders)
+    lines += same_bytes(different) or ["Every rung is the same file (sha256) on every machine."]
     lines += ["", "### Best trade per machine", "",
               "The fastest rung whose loss against the machine's own top rung is not significant (McNemar, p < 0.05).",
               ""]
@@ -112,8 +114,9 @@ def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
             lines += [f"- {label_a} vs {label_b}: no grid ({error})", ""]
             verdicts.append(f"{label_a} vs {label_b}: no grid")
             continue
-        grid_rows = _grid_rows(target)
-        verdicts.append(f"{label_a} vs {label_b}: {_machine_verdict(target)}")
+        grid = json.loads((target / "grid.json").read_text())
+        grid_rows = _grid_rows(grid)
+        verdicts.append(f"{label_a} vs {label_b}: {_machine_verdict(grid)}")
         lines += [f"**{label_a} vs {label_b}** ([grid]({target.relative_to(out)}/grid.md))", "",
                   tabulate(grid_rows, headers="keys", tablefmt="github"), ""]
     glance = (f"Best trade (the fastest rung that lost nothing beyond noise against the machine's own top rung): "
@@ -121,15 +124,14 @@ def ladders_across(machines: list[Machine], out: Path) -> AcrossPage:
     if verdicts:
         glance += (" Machine against machine, rung by rung (McNemar, each rung's own p, not corrected for the rungs "
                    f"compared): {'; '.join(verdicts)}.")
-    different = list(different_files(ladders))
     if different:
         glance += f" Not the same file on every machine, left out where they differ: {', '.join(different)}."
     return AcrossPage("\n".join(lines + problems) + "\n", glance)
 
 
-def _machine_verdict(folder: Path) -> str:
-    """Which rungs the two machines alone grade differently beyond noise, read back from the pair's grid.json."""
-    rows = json.loads((folder / "grid.json").read_text())["rungs"]
+def _machine_verdict(grid: dict) -> str:
+    """Which rungs the two machines alone grade differently beyond noise, from the pair's grid.json."""
+    rows = grid["rungs"]
     moved = [f"{row['name']} (p = {format_p(row['machine']['p_value'])})" for row in rows
              if row["machine"]["p_value"] < SIGNIFICANT_P]
     if moved:
@@ -141,10 +143,9 @@ def _machine_verdict(folder: Path) -> str:
             f"at {smallest['name']})")
 
 
-def _grid_rows(folder: Path) -> list[dict[str, object]]:
-    """The pair's counts per rung, read back from the grid.json just written; "first lost on both here": the
-    questions both machines first lose at that rung."""
-    grid = json.loads((folder / "grid.json").read_text())
+def _grid_rows(grid: dict) -> list[dict[str, object]]:
+    """The pair's counts per rung, from the grid.json just written; "first lost on both here": the questions both
+    machines first lose at that rung."""
     first = {name: 0 for name in [row["name"] for row in grid["rungs"]]}
     for where in grid["first_lost"].values():
         if where["a"] is not None and where["a"] == where["b"]:

@@ -41,6 +41,11 @@ def describe_server(url: str, timeout: float = DESCRIBE_TIMEOUT_S,
     return ServerDescription(described_by=described_by, context_tokens=context_tokens)
 
 
+def _context_source(description: ServerDescription) -> str:
+    """Where the context per request was read, for the lines that quote it."""
+    return "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+
+
 def _positive(value: Any) -> int | None:
     return value if type(value) is int and value > 0 else None
 
@@ -53,7 +58,7 @@ def check_reply_fits(url: str, description: ServerDescription, *, max_tokens: in
     room = description.context_tokens
     if room is None or max_tokens + context_tokens < room:
         return None
-    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    source = _context_source(description)
     asked = f"--max-tokens {max_tokens}" + (f" after --context-tokens {context_tokens}" if context_tokens else "")
     said = f"{asked}: {url} holds {room} tokens per request ({source}), prompt included"
     if ignore_eos:
@@ -70,7 +75,7 @@ def check_drawn_fit(url: str, description: ServerDescription, *, prompt_tokens: 
     room = description.context_tokens
     if room is None or prompt_tokens + reply_tokens < room:
         return
-    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    source = _context_source(description)
     raise UsageError(f"{options}: the longest request may hold {prompt_tokens} prompt and {reply_tokens} reply "
                      f"tokens, but {url} holds {room} tokens per request ({source}): lower the bounds (max=), or "
                      "serve a longer context")
@@ -94,7 +99,7 @@ def check_conversation_fits(url: str, description: ServerDescription, *, session
     most = ahead + turns * (prompt_tokens[1] + reply_tokens[1])
     if room is None or most < room:
         return None
-    source = "its /props n_ctx" if "/props" in description.described_by else "its /v1/models max_model_len"
+    source = _context_source(description)
     parts = [f"a {sessions.system_prompt_tokens}-token system prompt"] if sessions.system_prompt_tokens else []
     parts += [f"--context-tokens {context_tokens}"] if context_tokens else []
     parts += [f"{turns} prompts of {_span(prompt_tokens)} tokens" if prompt_tokens[1] else

@@ -145,13 +145,14 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
         annotate_runs(runs, rig_facts(c, profile, paths, provenance), stack_outputs)
     died = exits_since(c, paths, state, exits_before) + unanswered_replicas(runs, len(state.replicas))
     if died:
-        fail_runs(c, paths, runs, "; ".join(died), Path(local_runs))
+        detail = "; ".join(died)
+        fail_runs(c, paths, runs, detail, Path(local_runs))
         for path in copied:
             if is_search(path):
-                fail_search(c, paths, path, "; ".join(died))
+                fail_search(c, paths, path, detail)
         where = f" (runs copied to {', '.join(map(str, copied))}, marked failed)" if copied else ""
-        raise ProvisionError("sweep: during the sweep " + "; ".join(died) + f"{where}; the load it measured "
-                             "was not the served configuration's, so the run failed")
+        raise ProvisionError(f"sweep: during the sweep {detail}{where}; the load it measured was not the served "
+                             "configuration's, so the run failed")
     if not result.ok:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
         raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
@@ -159,23 +160,34 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     return copied
 
 
+def trace_options(extra: list[str]) -> list[tuple[str, str | None]]:
+    """``extra`` word by word, in order: ``(word, None)``, or ``("--trace", its value)`` for a ``--trace FILE`` or
+    ``--trace=FILE`` (the value "" where none follows)."""
+    found: list[tuple[str, str | None]] = []
+    words = iter(extra)
+    for word in words:
+        if word == "--trace" or word.startswith("--trace="):
+            found.append(("--trace", word.split("=", 1)[1] if "=" in word else next(words, "")))
+        else:
+            found.append((word, None))
+    return found
+
+
 def upload_traces(c: Connection, extra: list[str], paths: RigPaths) -> list[str]:
     """``extra`` with each ``--trace FILE`` (a file here) replaced by its copy on the rig, named by its digest:
     the rig's sweep replays exactly the file read here, and its manifest names that file's sha256."""
     out: list[str] = []
-    words = iter(extra)
-    for word in words:
-        if word == "--trace" or word.startswith("--trace="):
-            given = word.split("=", 1)[1] if "=" in word else next(words, "")
-            local = Path(given)
-            if not given or not local.is_file():
-                raise ProvisionError(f"sweep: --trace {local}: no such file here to copy to the rig")
-            remote = f"{paths.root}/traces/{file_sha256(local)[:16]}-{local.name}"
-            run(c, f"mkdir -p {shlex.quote(paths.root)}/traces")
-            c.put(str(local), remote=remote)
-            out += ["--trace", remote]
-        else:
+    for word, given in trace_options(extra):
+        if given is None:
             out.append(word)
+            continue
+        local = Path(given)
+        if not given or not local.is_file():
+            raise ProvisionError(f"sweep: --trace {local}: no such file here to copy to the rig")
+        remote = f"{paths.root}/traces/{file_sha256(local)[:16]}-{local.name}"
+        run(c, f"mkdir -p {shlex.quote(paths.root)}/traces")
+        c.put(str(local), remote=remote)
+        out += ["--trace", remote]
     return out
 
 

@@ -50,7 +50,7 @@ from provision.serve import status as status_step
 from provision.serve import stop as stop_step
 from provision.setup_marker import DEFAULT_SETUP_MARKER, wait_for_setup
 from provision.sweep import fetch as fetch_step
-from provision.sweep import install_project
+from provision.sweep import install_project, trace_options
 from provision.sweep import sweep as sweep_step
 from provision.toolkit import toolkit as toolkit_step
 from provision.tunnel import hold_tunnel
@@ -300,8 +300,7 @@ def load_named_by(extra: list[str], *, steps: str, rates: str, arrival: str, arr
                          "itself; leave one out")
     if flag != "--trace":
         return flag
-    traces = [arg.split("=", 1)[1] if "=" in arg else (extra[index + 1] if index + 1 < len(extra) else "")
-              for index, arg in enumerate(extra) if arg.split("=", 1)[0] == "--trace"]
+    traces = [value for _, value in trace_options(extra) if value is not None]
     if len(traces) > 1:
         raise UsageError(f"--sweep-args: --trace given {len(traces)} times; a sweep replays one trace")
     if not traces[0] or traces[0].startswith("-"):
