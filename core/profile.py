@@ -152,12 +152,15 @@ def _check_chat_template(args: list[str]) -> None:
 
 class ServerSettings(StrictModel):
     """llama-server's arguments, as a list or as one shell-quoted line; ``replicas`` servers share them (their
-    slots and context divided: ``core.replicas``), all on one GPU or one GPU each."""
+    slots and context divided: ``core.replicas``), all on one GPU or one GPU each, under MPS where they share one."""
 
     args: list[str] = Field(default_factory=list)
     replicas: int = Field(1, ge=1, description="llama-server processes sharing the slots, each on its own port")
     replica_gpus: Literal["each", "shared"] = Field(
         "each", description="each: replica i on GPU i mod the GPUs; shared: all on the first")
+    mps: Literal["auto"] | bool = Field(
+        "auto", description="CUDA's Multi-Process Service for the replicas (core.mps): auto (on when two or more "
+        "share a GPU and the control program is found), true or false")
 
     @field_validator("args", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ProfileError
+from core.mps import client_environment
 from core.profile import flag_value, parallel_slots, split_flags
 
 GpuPlacement = Literal["shared", "each"]
@@ -37,11 +38,18 @@ class ReplicaPlan(BaseModel):
     slots: int
     gpu: int | None = Field(None, description="the GPU it runs on (CUDA_VISIBLE_DEVICES), None without one")
     cpus: list[int] = Field(default_factory=list, description="the CPUs it may run on; empty: any")
+    mps_pipe: str | None = Field(None, description="the MPS daemon's pipe folder it is a client of (core.mps); None: "
+                                 "no MPS")
 
     @property
     def environment(self) -> dict[str, str]:
         # the GPU by nvidia-smi's index, which is PCI bus order; CUDA's own order is fastest first unless told
-        return {} if self.gpu is None else {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(self.gpu)}
+        found = {} if self.gpu is None else {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(self.gpu)}
+        return found | (client_environment(self.mps_pipe) if self.mps_pipe else {})
+
+    def under_mps(self, pipe_dir: str | None) -> ReplicaPlan:
+        """This plan as a client of the MPS daemon at ``pipe_dir`` (None: not under MPS)."""
+        return self.model_copy(update={"mps_pipe": pipe_dir})
 
 
 def replace_flag(args: list[str], names: tuple[str, ...], value: str | None) -> list[str]:

@@ -1,8 +1,8 @@
 """Several llama-server replicas on one machine, started, watched and stopped as one server.
 
 Each replica is a :class:`LocalServer` started from its plan (``core.replicas``): its own port, log,
-GPU and CPUs. They start one after another, each waiting for its health check, so a replica that
-never becomes healthy stops the start with its own log's tail and the ones already up are stopped;
+GPU and CPUs. They are all launched, then each one's health check is awaited, so they load side by side and a
+replica that never becomes healthy stops the start with its own log's tail and the others are stopped;
 stopping stops all and waits for each. ``dead()`` names any that ended on its own, which fails a
 run the way a single server that died does.
 """
@@ -35,16 +35,20 @@ class ReplicaSet:
     def start(self) -> ReplicaSet:
         for server in self.servers:  # every port first: a busy one starts nothing
             server.check_port()
-        started: list[LocalServer] = []
+        launched: list[LocalServer] = []
         try:
             for plan, server in zip(self.plans, self.servers, strict=True):
                 try:
-                    server.start()
+                    launched.append(server.launch())  # all load side by side: 16 replicas start in one's time
                 except LlamaCppError as error:
                     raise LlamaCppError(f"replica {plan.index} of {len(self.plans)}: {error}") from None
-                started.append(server)
+            for plan, server in zip(self.plans, self.servers, strict=True):
+                try:
+                    server.wait_started()
+                except LlamaCppError as error:
+                    raise LlamaCppError(f"replica {plan.index} of {len(self.plans)}: {error}") from None
         except BaseException:
-            for server in reversed(started):
+            for server in reversed(launched):
                 server.stop()
             raise
         return self

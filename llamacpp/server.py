@@ -103,6 +103,12 @@ class LocalServer:
             return "".join(deque(handle, maxlen=lines))
 
     def start(self) -> LocalServer:
+        self.launch()
+        return self.wait_started()
+
+    def launch(self) -> LocalServer:
+        """Start the process without waiting for it to answer (``wait_started`` does): several servers load their
+        models side by side."""
         self.check_port()  # before the log is opened: a busy port starts nothing and writes over nothing
         if self.log_path is None:
             self.log_path = new_log_path(self.port)
@@ -116,6 +122,10 @@ class LocalServer:
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,  # noqa: PLW1509 - before exec
         )
         log.close()
+        return self
+
+    def wait_started(self) -> LocalServer:
+        """Wait for a launched server's health check; one that does not answer is stopped."""
         try:
             self.wait_healthy()
         except BaseException:  # Ctrl-C or SIGTERM while it loads too: ``with`` calls no __exit__ for a failed __enter__

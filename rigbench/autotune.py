@@ -19,7 +19,7 @@ from tabulate import tabulate
 from analysis.summary import read_summary
 from core.errors import RigbenchError, RunInterrupted
 from core.profile import load_profile
-from core.rundir import utc_now
+from core.rundir import RunDir, utc_now
 from rigbench.local_rig import run_local_rig
 
 # Settings worth a trial on a GPU serving many users; each is added to the profile's line. Why
@@ -54,6 +54,20 @@ class TrialResult(BaseModel):
     scaling_vs_one_user: float | None = None
     bench_tg: float | None = Field(None, description="llama-bench tg128 of the same model and build")
     replicas: int = Field(1, ge=1, description="llama-server processes sharing the trial's slots (and the cores)")
+    mps: bool | None = Field(None, description="whether the trial's servers ran under CUDA MPS, as its run's "
+                             "manifest says (None: not recorded, or the trial did not run)")
+    mps_asked: bool | None = Field(None, description="the arm's own MPS setting (None: the profile's)")
+
+
+class ReplicaArm(BaseModel):
+    """One replica trial: the best flags again as ``count`` servers sharing the slots, under MPS or not."""
+
+    count: int = Field(ge=2)
+    mps: bool | None = Field(None, description="True: under MPS; False: without; None: as the profile says")
+
+    def name(self, flags_name: str) -> str:
+        suffix = "" if self.mps is None else "+mps" if self.mps else "+no-mps"
+        return f"{flags_name}@{self.count}-replicas{suffix}"
 
 
 def headline_figures(summary_path: Path) -> dict[str, float | int | None]:
@@ -100,10 +114,25 @@ def baseline_trial(results: list[TrialResult]) -> TrialResult | None:
     return next((r for r in results if r.status == "complete" and not r.overrides and r.replicas == 1), None)
 
 
+# A replica trial splits the cores (and under MPS the card) between servers, which one user, on one of them,
+# can feel: it is kept only while its one user keeps this share of the one server's.
+REPLICA_ONE_USER_FLOOR = 0.9
+
+
+def keeps_one_user(trial: TrialResult, baseline: TrialResult | None) -> bool:
+    """Whether a replica trial's one user keeps :data:`REPLICA_ONE_USER_FLOOR` of the profile's one server's (true
+    for one server, and where either figure is missing: nothing to judge by)."""
+    if trial.replicas == 1 or baseline is None:
+        return True
+    mine, theirs = trial.one_user_server_tok_s, baseline.one_user_server_tok_s
+    return mine is None or not theirs or mine >= REPLICA_ONE_USER_FLOOR * theirs
+
+
 def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
     """The highest aggregate at the largest step among trials whose one user keeps at least
     ``min_one_user_vs_bench`` of llama-bench (all complete trials when no bench figure), leaving
-    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`). A trial that
+    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`) and replica trials whose one
+    user falls below :data:`REPLICA_ONE_USER_FLOOR` of the one server's. A trial that
     is higher than the profile's own line only within the noise does not replace it: short windows
     at many users give wide intervals, and a flag kept on noise is a wrong default that looks measured."""
     complete = [
@@ -116,15 +145,28 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
         or (r.one_user_vs_bench is not None and r.one_user_vs_bench >= min_one_user_vs_bench)
     ]
     pool = eligible or complete
-    best = max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
     baseline = baseline_trial(pool)
+    pool = [r for r in pool if keeps_one_user(r, baseline)] or pool
+    best = max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
     if best is not None and baseline is not None and best is not baseline and not beyond_noise(best, baseline):
         return baseline
     return best
 
 
-def replica_trial_name(name: str, replicas: int) -> str:
-    return f"{name}@{replicas}-replicas"
+def replica_arms(counts: list[int], mps: str, mps_possible: bool) -> list[ReplicaArm]:
+    """The replica trials for totals ``counts`` (each above 1): ``mps`` ``both`` tries each count without MPS and,
+    where ``mps_possible`` (the control program is found and the replicas share a GPU), under it; ``on`` and
+    ``off`` one of the two; ``profile`` as the profile says."""
+    modes: list[bool | None] = {"both": [False, True] if mps_possible else [False], "on": [True], "off": [False],
+                                "profile": [None]}[mps]
+    return [ReplicaArm(count=count, mps=mode) for count in counts if count > 1 for mode in modes]
+
+
+def read_trials(log: Path) -> list[TrialResult]:
+    """The trials an earlier tuning in this folder recorded (none when it has no log)."""
+    if not log.exists():
+        return []
+    return [TrialResult.model_validate_json(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def run_autotune(
@@ -133,39 +175,50 @@ def run_autotune(
     out_dir: Path,
     bench_tg: float | None = None,
     replica_counts: list[int] | None = None,
+    arms: list[ReplicaArm] | None = None,
+    resume: bool = False,
 ) -> list[TrialResult]:
     """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``.
 
-    ``replica_counts`` (totals, each above 1): then the best flags so far are tried again as that
-    many servers sharing the same slots and dividing the cores (``core.replicas``), since one
-    llama-server's decode loop, not the card, can be what limits a small model at many users."""
+    ``replica_counts`` (totals, each above 1; each as the profile says of MPS) or ``arms`` (counts with MPS on
+    or off): then the best flags so far are tried again as that many servers sharing the same slots and dividing
+    the cores (``core.replicas``), since one llama-server's decode loop, not the card, can be what limits a small
+    model at many users, and under MPS or not, since replicas sharing a GPU without it take turns on the card.
+    ``resume``: a trial this folder's log already has complete is kept, not run again (a tuning cut short by a
+    lost machine redoes only what is missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "autotune.jsonl"
+    done = {result.name: result for result in read_trials(log) if result.status == "complete"} if resume else {}
     results: list[TrialResult] = []
     for name, overrides in trials.items():
-        results.append(_trial(base_options, name, overrides, 1, out_dir, log, bench_tg))
-    if replica_counts:
+        results.append(done.get(name) or _trial(base_options, name, overrides, ReplicaArm(count=2), out_dir, log,
+                                                bench_tg, one_server=True))
+    arms = list(arms or []) + [ReplicaArm(count=count) for count in replica_counts or []]
+    if arms:
         best = best_trial(results)
         name, overrides = (best.name, best.overrides) if best is not None else ("profile", [])
-        for count in replica_counts:
-            results.append(_trial(base_options, replica_trial_name(name, count), overrides, count, out_dir, log,
-                                  bench_tg))
+        for arm in arms:
+            results.append(done.get(arm.name(name)) or _trial(base_options, arm.name(name), overrides, arm, out_dir,
+                                                                log, bench_tg))
     return results
 
 
-def _trial(base_options, name: str, overrides: list[str], replicas: int, out_dir: Path, log: Path,
-           bench_tg: float | None) -> TrialResult:
-    """One trial as a local-rig sweep, its result appended to the log as soon as it ends."""
+def _trial(base_options, name: str, overrides: list[str], arm: ReplicaArm, out_dir: Path, log: Path,
+           bench_tg: float | None, one_server: bool = False) -> TrialResult:
+    """One trial as a local-rig sweep, its result appended to the log as soon as it ends; ``one_server``: a flag
+    trial, served as the run's options or the profile say (``arm`` is then not used)."""
     started = utc_now()
     options = replace(
         base_options,
         runs_root=out_dir,
         server_overrides=[*base_options.server_overrides, *overrides],
         label=name.replace("+", "-").replace("@", "-"),
-        replicas=replicas if replicas > 1 else base_options.replicas,
+        replicas=base_options.replicas if one_server else arm.count,
+        mps=base_options.mps if one_server or arm.mps is None else arm.mps,
     )
     # what the trial serves: its replica arm's count, else the run's own (--replicas) or the profile's
     replicas = options.replicas or load_profile(options.profile).server.replicas
+    asked = None if one_server else arm.mps
     try:
         report = run_local_rig(options)
         figures = headline_figures(report.parent / "summary.json")
@@ -177,6 +230,8 @@ def _trial(base_options, name: str, overrides: list[str], replicas: int, out_dir
             started_at=started,
             bench_tg=bench_tg,
             replicas=replicas,
+            mps=ran_under_mps(report.parent),
+            mps_asked=asked,
             **figures,
         )
         if bench_tg and result.one_user_server_tok_s:
@@ -191,12 +246,19 @@ def _trial(base_options, name: str, overrides: list[str], replicas: int, out_dir
             started_at=started,
             bench_tg=bench_tg,
             replicas=replicas,
+            mps_asked=asked,
         )
         if stopped:
             _append(log, result)
             raise
     _append(log, result)
     return result
+
+
+def ran_under_mps(run_path: Path) -> bool | None:
+    """Whether the run's servers ran under MPS, as its manifest recorded it (None: not recorded)."""
+    server = RunDir(run_path).read_manifest().server
+    return None if server is None or server.mps is None else server.mps.ran
 
 
 def _append(log: Path, result: TrialResult) -> None:
@@ -210,7 +272,8 @@ def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:
         return "best: none (no trial completed)"
     line = f"best: {best.name}: {' '.join(best.overrides) or '(profile as is)'}"
     if best.replicas > 1:
-        line += f" as {best.replicas} replicas ([server] replicas = {best.replicas})"
+        under = "" if best.mps is None else " under MPS" if best.mps else " without MPS"
+        line += f" as {best.replicas} replicas{under} ({profile_setting(best)})"
     higher = [r.name for r in results if r.status == "complete" and r is not best
               and (r.aggregate_tok_s_at_max_users or 0.0) > (best.aggregate_tok_s_at_max_users or 0.0)
               and not changes_sampling(r.overrides)]
@@ -218,6 +281,21 @@ def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:
         line += (f" ({', '.join(higher)} measured higher at the largest step, but within the 95% intervals: "
                  "not beyond noise)")
     return line
+
+
+def profile_setting(trial: TrialResult) -> str:
+    """The profile's lines that serve as ``trial`` did: its replica count and whether under MPS."""
+    words = [f"[server] replicas = {trial.replicas}"]
+    if trial.mps is not None:
+        words.append(f"mps = {'true' if trial.mps else 'false'}")
+    return ", ".join(words)
+
+
+def mps_cell(trial: TrialResult) -> str:
+    """'on' or 'off' as the run recorded it; what was asked where the trial did not run; '-' for neither."""
+    if trial.mps is not None:
+        return "on" if trial.mps else "off"
+    return "-" if trial.mps_asked is None else f"{'on' if trial.mps_asked else 'off'} (asked)"
 
 
 def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
@@ -230,6 +308,7 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
             ("**" + r.name + "**") if best is not None and r.name == best.name else r.name,
             " ".join(r.overrides) or "(profile as is)",
             r.replicas,
+            mps_cell(r),
             r.status,
             fmt(r.one_user_server_tok_s),
             fmt(r.one_user_client_tok_s),
@@ -245,6 +324,7 @@ def autotune_table(results: list[TrialResult], best: TrialResult | None) -> str:
         "trial",
         "flags added",
         "replicas",
+        "MPS",
         "status",
         "1 user server tok/s",
         "1 user client tok/s",

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,10 @@ from core.cache import cache_root
 from core.errors import ProfileError, RigbenchError, RunIncomplete
 from core.lists import DEFAULT_USER_STEPS, SWEEP_DRAIN_SECONDS, parse_counts
 from core.machine import server_rig
+from core.mps import MpsDecision, MpsSetting, client_environment, decide_mps, find_control_program
 from core.network import free_port
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
-from core.replicas import plan_replicas
+from core.replicas import THREAD_FLAGS, plan_replicas, replace_flag
 from core.rundir import (
     LoadSettings,
     ModelInfo,
@@ -37,6 +39,7 @@ from core.rundir import (
 from core.rundir.models import (
     Arrival,
     LengthDistribution,
+    MpsInfo,
     ReplicaInfo,
     ServerInfo,
     SessionSettings,
@@ -45,6 +48,7 @@ from core.rundir.models import (
 from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import build_llama_cpp
 from llamacpp.model_facts import model_facts
+from llamacpp.mps import daemon_for
 from llamacpp.named_models import fetch_named_model, model_source, named_model
 from llamacpp.replica_set import ReplicaSet
 from llamacpp.server import LocalServer
@@ -79,6 +83,8 @@ class LocalRigOptions:
     pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
     drain_seconds: float = SWEEP_DRAIN_SECONDS  # the last window's requests run to their end (LoadSettings)
     replicas: int | None = None  # llama-server processes sharing the slots (None: the profile's [server] replicas)
+    mps: MpsSetting | None = None  # CUDA MPS for them: "auto", True or False (None: the profile's [server] mps)
+    server_cpus: list[int] | None = None  # the CPUs the server(s) may run on (None: this process's, unpinned)
     arrival_shape: float | None = None  # gamma arrivals' shape (LoadSettings)
     sessions: SessionSettings | None = None  # conversations instead of one-shot prompts (LoadSettings)
     prompt_length: LengthDistribution | None = None
@@ -151,6 +157,11 @@ class PreparedServer:
     server: LocalServer
     server_args: list[str]
     replicas: ReplicaSet | None = None  # several servers from the profile's [server] replicas (the first is server)
+    mps: MpsDecision | None = None  # whether they run under CUDA MPS, and why
+
+    @property
+    def servers(self) -> list[LocalServer]:
+        return self.replicas.servers if self.replicas is not None else [self.server]
 
 
 def prepare_server(
@@ -163,6 +174,7 @@ def prepare_server(
     source = "--replicas" if options.replicas else f"profile {profile.name!r}: [server] replicas"
     if count > 1:  # a plan that cannot be kept is refused before anything is built or started
         plan_replicas(merge_server_args(profile.server.args, options.server_overrides), count, 1, source=source)
+    mps = mps_decision(profile, options, count)
     cache = cache_root()
     console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
     built = build_llama_cpp(
@@ -178,12 +190,55 @@ def prepare_server(
         server_args = merge_server_args(server_args, options.server_overrides)
     if count > 1:
         plans = plan_replicas(server_args, count, port or free_port(), gpus=gpu_indices(),
-                              placement=profile.server.replica_gpus, cores=sorted(os.sched_getaffinity(0)),
-                              source=source)
+                              placement=profile.server.replica_gpus,
+                              cores=options.server_cpus or sorted(os.sched_getaffinity(0)), source=source)
         replicas = ReplicaSet(built.binary("llama-server"), plans, port_source=port_source)
-        return PreparedServer(profile, built, model, drafter, replicas.servers[0], server_args, replicas)
-    server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source)
-    return PreparedServer(profile, built, model, drafter, server, server_args)
+        return PreparedServer(profile, built, model, drafter, replicas.servers[0], server_args, replicas, mps)
+    if options.server_cpus:  # held to these cores: as many threads as it has cores, unless the line says
+        server_args = held_to_cores(server_args, options.server_cpus)
+    server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source,
+                         cpus=options.server_cpus)
+    return PreparedServer(profile, built, model, drafter, server, server_args, mps=mps)
+
+
+def held_to_cores(server_args: list[str], cpus: list[int]) -> list[str]:
+    """One server's line on ``cpus`` alone: llama-server's default threads count every core of the machine."""
+    if any(flag in server_args for flag in THREAD_FLAGS):
+        return server_args
+    line = replace_flag(server_args, ("-t", "--threads"), str(len(cpus)))
+    return replace_flag(line, ("-tb", "--threads-batch"), str(len(cpus)))
+
+
+def mps_decision(profile: RigProfile, options: LocalRigOptions, count: int) -> MpsDecision:
+    """Whether the servers run under CUDA MPS: refused here (before the build) when asked for and missing."""
+    setting = profile.server.mps if options.mps is None else options.mps
+    source = f"profile {profile.name!r}: [server] mps" if options.mps is None else "--mps"
+    gpus = gpu_indices()
+    placed: list[int | None] = [None]
+    if count > 1 and gpus:
+        placed = [gpus[index % len(gpus)] if profile.server.replica_gpus == "each" else gpus[0]
+                  for index in range(count)]
+    return decide_mps(setting, placed, find_control_program(), source)
+
+
+@contextlib.contextmanager
+def served_under_mps(prepared: PreparedServer, log_dir: Path | None, console: Console) -> Iterator[MpsInfo | None]:
+    """The MPS control daemon around the servers when the decision runs it: started (or found answering) and
+    checked before they start, every server made its client, and quit after the last has stopped, only when
+    started here. Yields what the manifest records (None without a decision)."""
+    decision = prepared.mps
+    daemon = daemon_for(decision, log_dir) if decision is not None else None
+    if daemon is None:
+        yield MpsInfo(ran=False, reason=decision.reason, control=decision.control) if decision else None
+        return
+    for server in prepared.servers:
+        server.environment |= client_environment(str(daemon.pipe_dir))
+    if prepared.replicas is not None:
+        prepared.replicas.plans = [plan.under_mps(str(daemon.pipe_dir)) for plan in prepared.replicas.plans]
+    with daemon:
+        how = "started" if daemon.started_here else "already running, used as it is"
+        console.print(f"MPS control daemon {how} at {daemon.pipe_dir} ({decision.reason})")
+        yield daemon.info()
 
 
 def gpu_indices() -> list[int]:
@@ -303,7 +358,9 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
             for index, each in enumerate(replicas.servers):
                 each.log_path = run.path / f"llama-server-{index}.log"
         try:
-            with replicas if replicas is not None else server:
+            with served_under_mps(prepared, run.path / "mps", console) as mps, \
+                    replicas if replicas is not None else server:
+                run.update_manifest(server=served_at(prepared, mps))
                 for url in replicas.urls if replicas is not None else [server.base_url]:
                     console.print(f"llama-server healthy at {url}")
                     check_reply(url)  # one streamed reply before the load
@@ -334,11 +391,12 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         return report
 
 
-def served_at(prepared: PreparedServer) -> ServerInfo:
+def served_at(prepared: PreparedServer, mps: MpsInfo | None = None) -> ServerInfo:
     """The manifest's server: the one server, or the first replica with every replica listed (the sweep sends
-    user i to replica i mod N)."""
+    user i to replica i mod N), and whether MPS ran for them."""
     server, replicas = prepared.server, prepared.replicas
     info = server_at(server.base_url, server.args, parallel_slots(prepared.server_args), "flags")
+    info = info.model_copy(update={"mps": mps})
     if replicas is None:
         return info
     listed = [ReplicaInfo(index=plan.index, url=url, slots=plan.slots, gpu=plan.gpu, cpus=plan.cpus)

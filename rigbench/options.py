@@ -111,6 +111,13 @@ def server_arg_option() -> Any:
     )
 
 
+def mps_option() -> Any:
+    return typer.Option(
+        None, "--mps", metavar="auto|on|off", help="CUDA's Multi-Process Service for the replicas: auto (on when two "
+        "or more share a GPU and nvidia-cuda-mps-control is found), on (refused where it is missing) or off "
+        "(default: the profile's [server] mps)")
+
+
 def server_overrides(items: list[str]) -> list[str]:
     """``--server-arg`` values, each shell-split (one item may hold a flag and its value)."""
     return [token for item in items for token in shlex.split(item)]

@@ -128,6 +128,19 @@ class ReplicaInfo(Strict):
     cpus: list[int] = Field(default_factory=list)
 
 
+class MpsInfo(Strict):
+    """CUDA's Multi-Process Service for the run's replicas (``core.mps``): whether it ran and why, and which daemon."""
+
+    ran: bool
+    reason: str = Field(description="the setting and what decided it, one line")
+    started_here: bool = Field(False, description="rigbench started the daemon (and stopped it after); false: "
+                               "it was already answering at these folders, or did not run")
+    control: str | None = Field(None, description="the control program's path")
+    version: str | None = Field(None, description="the control program's version: the driver's, which ships it")
+    pipe_dir: str | None = Field(None, description="CUDA_MPS_PIPE_DIRECTORY every replica was given")
+    log_dir: str | None = Field(None, description="CUDA_MPS_LOG_DIRECTORY")
+
+
 class ServerInfo(Strict):
     """The server a run's load went to. Its slot count is read, not guessed: from the server's own
     ``/slots``, else from the llama-server flags rigbench served it with or the profile that names
@@ -143,6 +156,8 @@ class ServerInfo(Strict):
     description: ServerDescription | None = None
     replicas: list[ReplicaInfo] = Field(default_factory=list, description="the replicas user i goes to (i mod N); "
                                         "empty for one server")
+    mps: MpsInfo | None = Field(None, description="CUDA's Multi-Process Service for the replicas; None: not "
+                                "recorded (a server given by URL, or a run from before it was)")
 
 
 # Where a request setting came from: its flag, the rig profile, the server (the model it lists), or

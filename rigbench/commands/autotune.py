@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
+from core.errors import ProfileError, UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
+from core.mps import decide_mps, find_control_program
 from core.profile import load_profile
 from core.replicas import plan_replicas
-from rigbench.autotune import DEFAULT_TRIALS, autotune_table, best_trial, kept_sentence, run_autotune
+from rigbench.autotune import (
+    DEFAULT_TRIALS,
+    autotune_table,
+    best_trial,
+    kept_sentence,
+    replica_arms,
+    run_autotune,
+)
 from rigbench.local_rig import LocalRigOptions, gpu_indices
 from rigbench.options import (
     backend_option,
@@ -24,16 +34,47 @@ from rigbench.options import (
 app = typer.Typer()
 
 
-def replica_totals(profile_name: str, per_gpu: list[int]) -> list[int]:
+AUTO_REPLICAS = (1, 2, 4, 8, 16)  # per GPU, where a GPU is found: at the same total slots, as the cores allow
+MPS_MODES = ("both", "on", "off", "profile")
+
+
+def replica_totals(profile_name: str, per_gpu: list[int], skip_unfit: bool = False) -> list[int]:
     """The replica trials' server counts: each count per GPU times the GPUs the profile spreads replicas
-    over (one GPU, or none, when they share one), those above 1 only; a count the profile's slots or
-    context cannot be divided by is refused here, before any trial runs."""
+    over (one GPU, or none, when they share one), those above 1 only; a count the profile's slots, context
+    or this machine's cores cannot be divided by is refused here, before any trial runs (``skip_unfit``: left
+    out with a line saying why, as ``--replicas auto`` does)."""
     profile = load_profile(profile_name)
     gpus = max(1, len(gpu_indices())) if profile.server.replica_gpus == "each" else 1
     totals = [count * gpus for count in per_gpu if count * gpus > 1]
+    kept = []
     for total in totals:
-        plan_replicas(profile.server.args, total, 1, source=f"--replicas ({total} servers)")
-    return totals
+        try:
+            plan_replicas(profile.server.args, total, 1, cores=sorted(os.sched_getaffinity(0)),
+                          source=f"--replicas ({total} servers)")
+        except ProfileError as error:
+            if not skip_unfit:
+                raise
+            typer.echo(f"{total} replicas left out: {error}", err=True)
+            continue
+        kept.append(total)
+    return kept
+
+
+def replica_counts(profile_name: str, text: str) -> list[int]:
+    """``--replicas``: ``auto`` (1, 2, 4, 8, 16 per GPU where this machine has a GPU, those that fit; none
+    without one) or the counts given (each must fit)."""
+    if text.strip().lower() == "auto":
+        return replica_totals(profile_name, list(AUTO_REPLICAS), skip_unfit=True) if gpu_indices() else []
+    return replica_totals(profile_name, parse_counts(text, "--replicas"))
+
+
+def mps_possible(profile_name: str) -> bool:
+    """Whether replica trials can run under MPS here: the control program is found and replicas would share a
+    GPU (the profile puts them all on one, or there are fewer GPUs than the smallest replica count)."""
+    profile = load_profile(profile_name)
+    gpus = gpu_indices()
+    return find_control_program() is not None and bool(gpus) and (
+        profile.server.replica_gpus == "shared" or len(gpus) == 1)
 
 
 @app.command("autotune", epilog="Exit codes: 0 a best trial was found; 1 no trial completed; 2 a bad option.")
@@ -54,14 +95,27 @@ def autotune(
     bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
     backend: str = backend_option(),
     replicas: str = typer.Option(
-        "1", "--replicas", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best flags "
+        "auto", "--replicas", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best flags "
         "again as that many llama-servers sharing the profile's slots and dividing the cores (a count whose total "
-        "is one server adds no trial)"),
+        "is one server adds no trial); auto: 1,2,4,8,16 where a GPU is found (those the slots, context and cores "
+        "allow), none without one"),
+    mps: str = typer.Option(
+        "both", "--mps", metavar="both|on|off|profile", help="replica trials under CUDA MPS or not: both (each "
+        "count without, and under it where nvidia-cuda-mps-control is found and replicas share a GPU), on, off, or "
+        "as the profile's [server] mps says"),
+    resume: bool = typer.Option(False, "--resume", help="keep the trials RUNS_DIR/autotune.jsonl already has "
+                                "complete; run only the others"),
 ) -> None:
-    """Run each trial as a short sweep; print the table and the best flags (and replica count)."""
+    """Run each trial as a short sweep; print the table and the best flags (and replica count, MPS or not)."""
     trials = dict(parse_named_flags(trial, "--trial")) if trial else dict(DEFAULT_TRIALS)
     user_steps = parse_counts(steps, "--steps")
-    replica_counts = replica_totals(profile, parse_counts(replicas, "--replicas"))
+    if mps not in MPS_MODES:
+        raise UsageError(f"--mps {mps!r}: give one of {', '.join(MPS_MODES)}")
+    mode = mps
+    counts = replica_counts(profile, replicas)
+    if mode == "on":  # asked for: refused in one line before any trial where the control program is missing
+        decide_mps(True, [], find_control_program(), "--mps")
+    arms = replica_arms(counts, mode, mps_possible(profile))
 
     options = LocalRigOptions(
         profile=profile,
@@ -74,7 +128,7 @@ def autotune(
         no_drafter=no_drafter,
         processes=processes,
     )
-    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, replica_counts=replica_counts)
+    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, arms=arms, resume=resume)
     best = best_trial(results)
     table = autotune_table(results, best)
     (runs_dir / "autotune.md").write_text(f"# autotune: {profile}\n\n{table}\n")

@@ -10,6 +10,7 @@ from core.lists import (
     check_pin_slots,
     parse_windows,
 )
+from core.mps import parse_mps
 from llamacpp.build import BACKENDS
 from rigbench.load_processes import parse_processes
 from rigbench.local_rig import LocalRigOptions, run_local_rig
@@ -21,6 +22,7 @@ from rigbench.options import (
     drain_option,
     measure_option,
     model_file_option,
+    mps_option,
     no_drafter_option,
     output_length_option,
     pin_slots_option,
@@ -91,6 +93,7 @@ def local(
     replicas: int | None = typer.Option(
         None, "--replicas", min=1, help="llama-server processes sharing the profile's slots, user i on replica i "
         "mod N (default: the profile's [server] replicas)"),
+    mps: str | None = mps_option(),
 ) -> None:
     """Build or reuse llama-server, serve the profile's model, sweep 1..64 users, write the report."""
     if backend not in BACKENDS:
@@ -123,6 +126,7 @@ def local(
             pin_slots=pin_slots,
             drain_seconds=drain,
             replicas=replicas,
+            mps=None if mps is None else parse_mps(mps),
             **workload,
         )
     )

@@ -18,14 +18,16 @@ import typer
 from rich.console import Console
 
 from core.errors import LlamaCppError
+from core.mps import parse_mps
 from core.signals import exit_status, signal_name, stop_signals_as_keyboard_interrupt
 from llamacpp.replica_set import ReplicaSet
 from llamacpp.server import LOOPBACK, check_port
-from rigbench.local_rig import LocalRigOptions, prepare_server
+from rigbench.local_rig import LocalRigOptions, PreparedServer, prepare_server, served_under_mps
 from rigbench.options import (
     backend_option,
     drafter_option,
     model_file_option,
+    mps_option,
     no_drafter_option,
     profile_option,
     server_arg_option,
@@ -54,6 +56,7 @@ def serve(
     replicas: int | None = typer.Option(
         None, "--replicas", min=1, help="llama-server processes sharing the profile's slots, on PORT, PORT+1, …; "
         "one URL each on stdout (default: the profile's [server] replicas)"),
+    mps: str | None = mps_option(),
 ) -> None:
     """Serve the profile's model with llama-server on 127.0.0.1:PORT until Ctrl-C; print its URL and its log."""
     # Before the build, which may take minutes: a busy port is refused at once. LocalServer checks
@@ -63,6 +66,7 @@ def serve(
     options = LocalRigOptions(
         profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
         server_overrides=server_overrides(server_arg), replicas=replicas,
+        mps=None if mps is None else parse_mps(mps),
     )
     with stop_signals_as_keyboard_interrupt():
         try:
@@ -76,8 +80,14 @@ def serve_until_stopped(options: LocalRigOptions, port: int, console: Console) -
     """Start the server, print its URL on stdout once it is healthy, and wait; it returns only by
     raising: a stop signal, or the server ending on its own."""
     prepared = prepare_server(options, console, port=port, port_source="--port")
-    if prepared.replicas is not None:
-        serve_replicas(prepared.replicas, prepared.profile.name, console)
+    with served_under_mps(prepared, None, console):
+        if prepared.replicas is not None:
+            serve_replicas(prepared.replicas, prepared.profile.name, console)
+        serve_one(prepared, console)
+
+
+def serve_one(prepared: PreparedServer, console: Console) -> None:
+    """The one server: healthy, its URL on stdout, then wait until it ends or a signal stops it."""
     with prepared.server as server:
         console.print(f"llama-server for {prepared.profile.name} at {server.base_url} (log {server.log_path}); "
                       "Ctrl-C stops it")

