@@ -17,6 +17,8 @@ terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
 - *what limited it* at the best step is, where the report has the data, the reading of where a
   decode call's time goes (``analysis.time_budget``), else the share of the card's batched ceiling
   (``analysis.ceiling``), else the bandwidth roofline's reading (``analysis.roofline``);
+- *what limits the card*, where the run's telemetry shows it, is one sentence per finding of
+  ``analysis.card_limits`` (replicas taking turns on a GPU without MPS, or one server limited by its own loop);
 - $/Mtok is given at the best step for the prices the run is priced at (its own instance type, or
   the type ``--price-as`` names); a run that is not priced gets no $ figure here either;
 - across runs, the run with the highest best aggregate is said to serve more than another only
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analysis.card_limits import card_limits, glance_sentence
 from analysis.intervals import Estimate, ratio_of_estimates
 from analysis.report_model import RunSection
 from analysis.roofline import reading
@@ -178,8 +181,8 @@ def limit_sentence(section: RunSection, best: StepFigures) -> str:
             if said else "")
 
 
-def run_headline(section: RunSection) -> str:
-    """One run's paragraph."""
+def run_headline(section: RunSection, sections: Sequence[RunSection] = ()) -> str:
+    """One run's paragraph; ``sections``: the report's runs, which what limits the card reads across."""
     steps = by_load(section)
     best = best_step(section)
     if best is None:
@@ -187,7 +190,7 @@ def run_headline(section: RunSection) -> str:
     opening = (f"Best aggregate output {figure(best.aggregate_tok_s)} tok/s at {at(best)} "
                "(95% intervals in brackets).")
     parts = [opening, knee_sentence(steps), floor_sentence(steps), cost_sentence(section, best),
-             limit_sentence(section, best)]
+             limit_sentence(section, best), glance_sentence(card_limits(section, sections))]
     return " ".join(part for part in parts if part)
 
 
@@ -237,10 +240,11 @@ def headline(sections: Sequence[RunSection]) -> list[str]:
     """The report's paragraphs at a glance: across runs first, then each run's, a list item named by its run when
     there are several (so no line of it on a terminal starts like another line a script reads there)."""
     if len(sections) == 1:
-        return [run_headline(sections[0])]
+        return [run_headline(sections[0], sections)]
     _, names = short_names([section.figures.run.manifest for section in sections])
     paragraphs = [comparison_headline(sections)]
-    paragraphs += [f"- {name}: {run_headline(section)}" for name, section in zip(names, sections, strict=True)]
+    paragraphs += [f"- {name}: {run_headline(section, sections)}"
+                   for name, section in zip(names, sections, strict=True)]
     return [paragraph for paragraph in paragraphs if paragraph]
 
 

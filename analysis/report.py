@@ -26,6 +26,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from analysis.budget_section import attach_budgets, budget_section
+from analysis.card_limits import card_limits_section
 from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison
 from analysis.cost import gpu_description
@@ -381,6 +382,7 @@ def render(report: Report) -> str:
         lines += ["", *roofline_section(section.roofline, load_header(section.figures.open_loop))]
         lines += ceiling_section(section.figures, section.ceiling, load_header(section.figures.open_loop))
         lines += budget_section(section.budget)
+        lines += card_limits_section(section, report.sections)
         lines += energy_section(section, report.energy_prices)
         lines += goodput_section(section)
         lines += replicas_section(section)

@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from analysis.card_limits import FindingKind, card_limits
 from analysis.compare import StepComparison
 from analysis.cost import PriceBasis, price_label
 from analysis.intervals import Estimate
@@ -69,6 +70,13 @@ class RunCostSummary(Strict):
     basis: str
 
 
+class CardLimit(Strict):
+    """A finding of what limits the card (``analysis.card_limits``): its kind, and the line the report gives."""
+
+    kind: FindingKind
+    line: str
+
+
 class RunSummary(Strict):
     run_id: str
     path: str
@@ -80,6 +88,8 @@ class RunSummary(Strict):
     run_cost: list[RunCostSummary]
     warnings: list[str]
     not_priced: str | None = Field(None, description="why the run has no price: it ran on no known instance type")
+    card_limits: list[CardLimit] | None = Field(None, description="what limits the card, where the run's telemetry "
+                                                "shows it (analysis.card_limits); None: no finding, or an older file")
 
     def cost(self, step: int, label: str) -> Estimate | None:
         """$/Mtok of the ``step``-th step at the price labelled ``label``, if the run was priced at it."""
@@ -102,9 +112,11 @@ class Summary(Strict):
         None, description="the capacity searches the runs are probes of (their capacity_search.json); None: none")
 
 
-def run_summary(section: RunSection) -> RunSummary:
-    """One run's figures, prices and costs, validated."""
+def run_summary(section: RunSection, sections: list[RunSection] | None = None) -> RunSummary:
+    """One run's figures, prices and costs, validated; ``sections``: the report's runs, which what limits the
+    card reads across."""
     run = section.figures.run
+    limits = [{"kind": finding.kind, "line": finding.line} for finding in card_limits(section, sections or [])]
     return RunSummary.model_validate(
         {
             "run_id": run.manifest.run_id,
@@ -124,6 +136,7 @@ def run_summary(section: RunSection) -> RunSummary:
             ],
             "warnings": section.warnings,
             "not_priced": section.not_priced,
+            "card_limits": limits or None,
         }
     )
 
@@ -132,7 +145,7 @@ def build_summary(report: Report) -> Summary:
     """summary.json's content, validated against its models before it is written."""
     return Summary(
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        runs=[run_summary(section) for section in report.sections],
+        runs=[run_summary(section, report.sections) for section in report.sections],
         comparisons=[ComparisonSummary(a=c.a, b=c.b, steps=c.steps) for c in report.comparisons],
         plots=[str(plot) for plot in report.plots],
         capacity_searches=[search for _, search in searches_of(report.sections)] or None,
