@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from tabulate import tabulate
 
 from analysis.summary import read_summary
-from core.errors import RigbenchError, RunInterrupted
+from core.errors import RigbenchError, RunInterrupted, UsageError
 from core.profile import load_profile
 from core.rundir import RunDir, utc_now
 from rigbench.local_rig import run_local_rig
@@ -162,11 +162,51 @@ def replica_arms(counts: list[int], mps: str, mps_possible: bool) -> list[Replic
     return [ReplicaArm(count=count, mps=mode) for count in counts if count > 1 for mode in modes]
 
 
+LOG_NAME = "autotune.jsonl"
+
+
 def read_trials(log: Path) -> list[TrialResult]:
     """The trials an earlier tuning in this folder recorded (none when it has no log)."""
     if not log.exists():
         return []
     return [TrialResult.model_validate_json(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def is_tuning(path: Path) -> bool:
+    """Whether ``path`` is an autotune folder (it holds the trials' log)."""
+    return (Path(path) / LOG_NAME).is_file()
+
+
+def trial_run(folder: Path, trial: TrialResult) -> Path | None:
+    """Where a trial's run is now: as recorded, else the run of that name in the tuning's folder (a folder copied
+    from the machine that tuned, as a study's is)."""
+    if trial.run_path is None:
+        return None
+    recorded = Path(trial.run_path)
+    return recorded if recorded.is_dir() else Path(folder) / recorded.name
+
+
+def tuning_runs(folder: Path) -> list[Path]:
+    """Every complete trial's run of an autotune folder, in the order they ran (the profile's line first): what
+    ``rigbench report`` compares."""
+    trials = read_trials(Path(folder) / LOG_NAME)
+    runs = [trial_run(folder, trial) for trial in trials if trial.status == "complete"]
+    found = [run for run in runs if run is not None and run.is_dir()]
+    if not found:
+        raise UsageError(f"{folder}: the autotune folder has no complete trial whose run is there")
+    return found
+
+
+def kept_run(folder: Path) -> tuple[Path, TrialResult]:
+    """The run of the trial autotune kept in ``folder`` (:func:`best_trial`): a card's best measured configuration,
+    which ``rigbench plan`` prices."""
+    trials = read_trials(Path(folder) / LOG_NAME)
+    best = best_trial(trials)
+    run = trial_run(folder, best) if best is not None else None
+    if best is None or run is None or not run.is_dir():
+        raise UsageError(f"{folder}: the autotune folder has no kept trial whose run is there "
+                         f"({len(trials)} trial(s) recorded)")
+    return run, best
 
 
 def run_autotune(
@@ -187,7 +227,7 @@ def run_autotune(
     ``resume``: a trial this folder's log already has complete is kept, not run again (a tuning cut short by a
     lost machine redoes only what is missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    log = out_dir / "autotune.jsonl"
+    log = out_dir / LOG_NAME
     done = {result.name: result for result in read_trials(log) if result.status == "complete"} if resume else {}
     results: list[TrialResult] = []
     for name, overrides in trials.items():

@@ -18,8 +18,10 @@ from core.errors import RunDirError
 from core.rundir import RunDir
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 
-# Files gzipped in place (name -> name + ".gz"); records shards are matched separately.
+# Files gzipped in place (name -> name + ".gz"); records shards are matched separately. Replicas log one file
+# each, and the MPS control daemon its own in the run's mps/ folder.
 LOG_FILES = ("llama-server.log", "locust.log")
+LOG_PATTERNS = ("llama-server-*.log", "mps/*.log")
 QUALITY_FILES = ("answers.jsonl", "server.log")  # in each eval folder
 
 
@@ -59,6 +61,7 @@ def compact_run(path: Path | str) -> list[Path]:
         raise RunDirError(f"{run.path}: status is 'running'; compact a run only after it has ended")
     sources = sorted((run.path / "records").glob("*.jsonl"))
     sources += [run.path / name for name in LOG_FILES if (run.path / name).exists()]
+    sources += sorted(path for pattern in LOG_PATTERNS for path in run.path.glob(pattern))
     clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
     if clashes:  # checked before anything is written, so a refused run is left exactly as it was
         raise RunDirError(f"{run.path}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")

@@ -1,6 +1,7 @@
 """``rigbench plan``: instances needed per measured rig to serve N users (closed-loop sweeps) or
 R requests per second (open-loop sweeps, ``--rates``) at the targets; or from a capacity search's folder
-(``rigbench sweep --find-max``), whose largest load meeting its own service-level targets is the capacity.
+(``rigbench sweep --find-max``), whose largest load meeting its own service-level targets is the capacity; or from
+an autotune folder (``rigbench autotune``), whose kept trial is the card's best measured configuration.
 
 Only priced rigs are ranked: a run on a known instance type, or one whose machine ``--price-as``
 names a type for. Other types enter only when ``--hypothetical`` names them, labelled so: a
@@ -21,6 +22,7 @@ from analysis.report_model import build_section
 from core.errors import UsageError
 from core.instance_types import known_types
 from core.rundir.capacity_search import CapacitySearch, is_search, read_search
+from rigbench.autotune import is_tuning, kept_run
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 NO_PLAN_EXIT_CODE = 3
@@ -47,7 +49,8 @@ app = typer.Typer()
 
 @app.command("plan", epilog=EXIT_CODES)
 def plan(
-    runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration"),
+    runs: list[Path] = typer.Argument(..., help="run directories, one per rig configuration; a capacity search's "
+                                      "folder, or an autotune folder (its kept trial: the card's best configuration)"),
     users: int = typer.Option(None, "--users", min=1, help="concurrent users to serve (closed-loop runs)"),
     rate: float = typer.Option(
         None, "--rate", min=0.0, help="requests per second to serve (open-loop runs, swept with --rates)"
@@ -81,7 +84,9 @@ def plan(
     price_as = known_types(price_as, "--price-as")
     hypothetical = known_types(hypothetical, "--hypothetical")
     book = PriceBook.default()
-    paths = [best_probe(path, searches[path]) if path in searches else path for path in runs]
+    tunings = {path: kept_run(path) for path in runs if path not in searches and is_tuning(path)}
+    paths = [best_probe(path, searches[path]) if path in searches else tunings[path][0] if path in tunings else path
+             for path in runs]
     known = decode_bytes_for_runs(paths, gguf)
     sections = [build_section(path, book, price_as, known, hypothetical=hypothetical) for path in paths]
     by_run = {section.figures.run.path: searches[path] for path, section in zip(runs, sections, strict=True)
@@ -98,6 +103,9 @@ def plan(
     if sweeps:
         typer.echo(f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
                    f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors")
+    for path, (run, trial) in tunings.items():
+        typer.echo(f"autotune folder {path}: planned from the trial it kept, {trial.name} ({run.name}), the card's "
+                   "best measured configuration")
     for path, search in searches.items():
         typer.echo(f"{demand}; capacity search {path.name}: its largest load meeting {targets_text(search.targets)} "
                    "(every target's 95% interval within it), no errors")

@@ -11,8 +11,9 @@ from analysis.energy import EnergyPrices
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
 from analysis.report_model import compare_sections
 from core.instance_types import known_types
-from core.rundir.capacity_search import expand_searches
+from core.rundir.capacity_search import expand_searches, is_search
 from core.workload import parse_slo
+from rigbench.autotune import is_tuning, tuning_runs
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
@@ -31,7 +32,8 @@ app = typer.Typer()
 @app.command("report", epilog=EXIT_CODES)
 def report(
     runs: list[Path] = typer.Argument(
-        ..., help="run directories (runs/<run-id>); several give a cross-run report, each compared with the first"
+        ..., help="run directories (runs/<run-id>); several give a cross-run report, each compared with the first; "
+        "an autotune folder stands for its trials' runs, a capacity search's folder for its probes"
     ),
     out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),
     price_as: list[str] = typer.Option(
@@ -63,11 +65,12 @@ def report(
     chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
     price_as = known_types(price_as, "--price-as")  # and an unknown type
     targets = parse_slo(slo) if slo else None  # and a target it cannot read
-    probes = expand_searches(runs)  # a capacity search's folder stands for its probes
+    # an autotune folder stands for its trials' runs (the profile's line first), a capacity search's for its probes
+    probes = expand_searches([run for path in runs for run in (tuning_runs(path) if is_tuning(path) else [path])])
     sections = build_sections(probes, price_as, decode_bytes=decode_bytes_for_runs(probes, gguf), ceilings=ceiling,
                               slo=targets)
     # a pair that cannot be compared: the report says why; a search's probes differ in load by design
-    comparisons = compare_sections(sections) if probes == [Path(run) for run in runs] else []
+    comparisons = [] if any(map(is_search, runs)) else compare_sections(sections)
     for comparison in comparisons:
         typer.echo(f"A = {comparison.a}\nB = {comparison.b}\n\n{comparison_table(comparison.steps)}\n")
     prices = EnergyPrices(usd_per_kwh=kwh_price, card_usd=card_usd, card_years=card_years)

@@ -16,7 +16,7 @@ from tabulate import tabulate
 from analysis.intervals import Estimate
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
-from rigbench.autotune import TrialResult, autotune_table, best_trial, kept_sentence, read_trials
+from rigbench.autotune import TrialResult, autotune_table, best_trial, kept_sentence, read_trials, trial_run
 from rigbench.studies.mps_study import ARMS_FOLDER, SMALL_HOST_FOLDER
 
 TARGET_SHARE = 0.6  # the best arm's served ÷ ceiling the study aims for at 32 users and more
@@ -35,13 +35,14 @@ def arm_label(trial: TrialResult, section: RunSection) -> str:
     return f"{trial.replicas}x{each}" + ("" if trial.replicas == 1 else " MPS" if trial.mps else " no MPS")
 
 
-def sections_of(trials: list[TrialResult], price_as: list[str]) -> dict[str, RunSection]:
+def sections_of(folder: Path, trials: list[TrialResult], price_as: list[str]) -> dict[str, RunSection]:
     """Each complete trial's run as the report reads it, by its arm's label."""
     book = PriceBook.default()
     sections = {}
     for trial in trials:
-        if trial.status == "complete" and trial.run_path:
-            section = build_section(Path(trial.run_path), book, price_as)
+        run = trial_run(folder, trial)
+        if trial.status == "complete" and run is not None:
+            section = build_section(run, book, price_as)
             sections[arm_label(trial, section)] = section
     return sections
 
@@ -128,9 +129,10 @@ def cost_table(sections: dict[str, RunSection]) -> str | None:
                     disable_numparse=True)
 
 
-def target_line(sections: dict[str, RunSection], best: TrialResult | None) -> str:
+def target_line(folder: Path, sections: dict[str, RunSection], best: TrialResult | None) -> str:
     """Whether the arm autotune kept serves :data:`TARGET_SHARE` of the ceiling at 32 users and more."""
-    wanted = Path(best.run_path).resolve() if best is not None and best.run_path else None
+    run = trial_run(folder, best) if best is not None else None
+    wanted = run.resolve() if run is not None else None
     section = next((s for s in sections.values() if s.figures.run.path.resolve() == wanted), None)
     if best is None or section is None:
         return "No arm completed: the target cannot be judged."
@@ -155,7 +157,7 @@ def study_tables(out: Path, price_as: list[str] | None = None) -> str:
         trials = trials_of(out, folder)
         if not trials:
             continue
-        sections = sections_of(trials, price_as or [])
+        sections = sections_of(out / folder, trials, price_as or [])
         best = best_trial(trials)
         lines += [f"## {title} ({folder}/)", ""]
         lines += ["### Served aggregate tok/s [95% interval] (÷ the card's batched ceiling)", "",
@@ -169,5 +171,5 @@ def study_tables(out: Path, price_as: list[str] | None = None) -> str:
             lines += ["### $ per million output tokens at the largest step", "", costs, ""]
         lines += ["### Autotune's trials", "", autotune_table(trials, best), "", kept_sentence(trials, best), ""]
         if folder == ARMS_FOLDER:
-            lines += [target_line(sections, best), ""]
+            lines += [target_line(out / folder, sections, best), ""]
     return "\n".join(lines)

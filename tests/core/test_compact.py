@@ -17,12 +17,16 @@ def test_compacted_run_has_the_same_records_and_figures(kit) -> None:
     records = [kit.record(f"r{i}", t_start=kit.T0 + 100 + i, tokens=20 + i) for i in range(5)]
     path = kit.make_run("c1", [kit.window()], {"p0": records[:3], "p1": records[3:]})
     (path / "llama-server.log").write_text("server says hello\n")
+    (path / "llama-server-1.log").write_text("a replica says hello\n")
+    (path / "mps").mkdir()
+    (path / "mps" / "control.log").write_text("the MPS control daemon says hello\n")
     before = RunDir(path).read_records()
     figures_before = run_figures(load_run(path)).steps
 
     written = compact_run(path)
 
-    assert sorted(p.name for p in written) == ["llama-server.log.gz", "p0.jsonl.gz", "p1.jsonl.gz"]
+    assert sorted(p.name for p in written) == ["control.log.gz", "llama-server-1.log.gz", "llama-server.log.gz",
+                                               "p0.jsonl.gz", "p1.jsonl.gz"]
     assert not list(path.glob("records/*.jsonl")) and not (path / ".space-reserve").exists()
     assert RunDir(path).read_records() == before
     assert run_figures(load_run(path)).steps == figures_before
