@@ -66,8 +66,9 @@ class MpsStudy(GpuStudy):
         super().__init__(out, [ONE_USER], scale, processes, backend, deadline_seconds)
         self.steps = steps
         self.reply_tokens = reply_tokens
-        self.arms = [ReplicaArm(count=n, mps=False) for n in replicas] + [
-            ReplicaArm(count=n, mps=True) for n in mps_replicas]
+        # by count, each without MPS then under it: arms that are compared run next to each other
+        self.arms = sorted([ReplicaArm(count=n, mps=False) for n in replicas]
+                           + [ReplicaArm(count=n, mps=True) for n in mps_replicas], key=lambda a: (a.count, a.mps))
         self.small_host_cores = small_host_cores
 
     def target(self, preset: str = ONE_USER, favoured: bool = True) -> Path:
