@@ -114,25 +114,10 @@ def baseline_trial(results: list[TrialResult]) -> TrialResult | None:
     return next((r for r in results if r.status == "complete" and not r.overrides and r.replicas == 1), None)
 
 
-# A replica trial splits the cores (and under MPS the card) between servers, which one user, on one of them,
-# can feel: it is kept only while its one user keeps this share of the one server's.
-REPLICA_ONE_USER_FLOOR = 0.9
-
-
-def keeps_one_user(trial: TrialResult, baseline: TrialResult | None) -> bool:
-    """Whether a replica trial's one user keeps :data:`REPLICA_ONE_USER_FLOOR` of the profile's one server's (true
-    for one server, and where either figure is missing: nothing to judge by)."""
-    if trial.replicas == 1 or baseline is None:
-        return True
-    mine, theirs = trial.one_user_server_tok_s, baseline.one_user_server_tok_s
-    return mine is None or not theirs or mine >= REPLICA_ONE_USER_FLOOR * theirs
-
-
 def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -> TrialResult | None:
     """The highest aggregate at the largest step among trials whose one user keeps at least
     ``min_one_user_vs_bench`` of llama-bench (all complete trials when no bench figure), leaving
-    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`) and replica trials whose one
-    user falls below :data:`REPLICA_ONE_USER_FLOOR` of the one server's. A trial that
+    out trials that change every request's sampling (:data:`SAMPLING_CHAIN_FLAGS`). A trial that
     is higher than the profile's own line only within the noise does not replace it: short windows
     at many users give wide intervals, and a flag kept on noise is a wrong default that looks measured."""
     complete = [
@@ -146,7 +131,6 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
     ]
     pool = eligible or complete
     baseline = baseline_trial(pool)
-    pool = [r for r in pool if keeps_one_user(r, baseline)] or pool
     best = max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
     if best is not None and baseline is not None and best is not baseline and not beyond_noise(best, baseline):
         return baseline
@@ -314,6 +298,10 @@ def kept_sentence(results: list[TrialResult], best: TrialResult | None) -> str:
     if best.replicas > 1:
         under = "" if best.mps is None else " under MPS" if best.mps else " without MPS"
         line += f" as {best.replicas} replicas{under} ({profile_setting(best)})"
+        one = baseline_trial(results)
+        if one is not None and one.one_user_server_tok_s and best.one_user_server_tok_s:
+            line += (f"; one user gets {best.one_user_server_tok_s / one.one_user_server_tok_s:.2f} of the one "
+                     f"server's {one.one_user_server_tok_s:.1f} tok/s")
     higher = [r.name for r in results if r.status == "complete" and r is not best
               and (r.aggregate_tok_s_at_max_users or 0.0) > (best.aggregate_tok_s_at_max_users or 0.0)
               and not changes_sampling(r.overrides)]
