@@ -12,6 +12,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from analysis.arms import arm_of
+from analysis.ceiling import served_slots
 from analysis.report_model import RunSection
 from analysis.time_budget import NEAR_CEILING, PARTS, ArmRun, Pair, RunBudget, arm_run, run_budgets
 
@@ -31,7 +32,7 @@ def _arm_run(section: RunSection) -> ArmRun | None:
         return None
     rates = figures.decode_calls_per_s
     calls = {step.users: rates[step.index] for step in figures.steps if step.index in rates}
-    return arm_run(arm, figures.steps, calls, section.ceiling)
+    return arm_run(arm, figures.steps, calls, section.ceiling, served_slots(figures.run))
 
 
 def attach_budgets(sections: list[RunSection]) -> None:

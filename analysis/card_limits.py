@@ -208,8 +208,9 @@ def server_loop(section: RunSection) -> Finding | None:
     if not found:
         return None
     spent, sm, over = found[-1]
+    sequences = spent.sequences or spent.users  # the users, up to the slots: what one call can carry
     line = (f"{ADVICE['server_loop']} — one server at {_users(spent.users)}: SM {sm:.0f}%, a decode call "
-            f"{spent.call_ms:,.1f} ms against the card's {spent.ceiling_ms:,.1f} ms for {spent.users} sequences "
+            f"{spent.call_ms:,.1f} ms against the card's {spent.ceiling_ms:,.1f} ms for {sequences} sequences "
             f"({over:.1f}x){_also([hit[0].users for hit in found[:-1]])}")
     glance = (f"Its own loop limits the server (SM {sm:.0f}% at {_users(spent.users)}, a decode call {over:.1f}x the "
               "card's batched step): add replicas")

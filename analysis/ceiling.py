@@ -29,6 +29,12 @@ UNIFIED_FLAGS = ("-kvu", "--kv-unified")
 SEARCH_DEPTH = 3  # the run's folder, its parent and the one above (OUT/runs/<run> in a study)
 
 
+def sequences_at(users: int, slots: int | None) -> int:
+    """The sequences a server can decode together at a step of ``users`` users: every user, up to its slots (a user
+    past them waits, and adds nothing to a decode call)."""
+    return min(users, slots) if slots else users
+
+
 @dataclass
 class BatchedCeiling:
     path: Path
@@ -36,6 +42,17 @@ class BatchedCeiling:
     unified: bool
     decode_tok_s: dict[int, float]  # sequences -> llama-batched-bench's decode tok/s
     command: list[str]  # how llama-batched-bench was run (prompt and generated tokens, flags)
+
+    def at(self, users: int, slots: int | None) -> float | None:
+        """The decode tok/s for the sequences a step of ``users`` users decodes together (``sequences_at``); None
+        where the bench did not measure that count."""
+        return self.decode_tok_s.get(sequences_at(users, slots))
+
+
+def served_slots(run: LoadedRun) -> int | None:
+    """The slots the run's server (every replica together) had, as its manifest read them; None: unknown."""
+    server = run.manifest.server
+    return None if server is None else server.parallel_slots
 
 
 def _model_file(command: list[str]) -> str | None:
@@ -91,20 +108,27 @@ def ceiling_section(figures: RunFigures, ceiling: BatchedCeiling | None, header:
     if ceiling is None or figures.open_loop:
         return []
     rows = []
+    slots = served_slots(figures.run)
+    capped = False
     for step in figures.steps:
-        batched = ceiling.decode_tok_s.get(step.users)
+        batched = ceiling.at(step.users, slots)
         served = step.aggregate_tok_s.value
         if batched is None or served is None:
             continue
-        rows.append([step.users, f"{served:,.1f}", f"{batched:,.1f}", f"{served / batched:.2f}"])
+        sequences = sequences_at(step.users, slots)
+        capped = capped or sequences < step.users
+        rows.append([step.users, f"{served:,.1f}", f"{batched:,.1f}" + (f" ({sequences})" if sequences < step.users
+                                                                       else ""), f"{served / batched:.2f}"])
     if not rows:
         return []
     layout = "unified KV" if ceiling.unified else "one KV stream per slot"
+    note = (f" Past the server's {slots} slots the users beyond them wait, so a step is set against as many "
+            "sequences as slots (in brackets)." if capped else "")
     return [
         "### Served against the card's batched ceiling",
         "",
         f"llama-batched-bench on the same model file and KV layout ({layout}), from `{ceiling.path.name}`: "
-        "N sequences decoding together with no server in the way.",
+        f"N sequences decoding together with no server in the way.{note}",
         "",
         tabulate(rows, headers=[header, "served aggregate tok/s", "batched decode tok/s", "served ÷ batched"],
                  tablefmt="github", disable_numparse=True),

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analysis.card_limits import card_limits, glance_sentence
+from analysis.ceiling import served_slots
 from analysis.intervals import Estimate, ratio_of_estimates
 from analysis.report_model import RunSection
 from analysis.roofline import reading
@@ -155,7 +156,7 @@ def _limit_reading(section: RunSection, step: StepFigures) -> str:
                     f"{found.reading} (see where one decode call's time goes)")
     ceiling = section.ceiling
     if ceiling is not None and not step.open_loop and step.aggregate_tok_s.value is not None:
-        batched = ceiling.decode_tok_s.get(step.users)
+        batched = ceiling.at(step.users, served_slots(section.figures.run))
         if batched:
             return (f"it served {step.aggregate_tok_s.value / batched:.2f} of the card's batched ceiling "
                     "(llama-batched-bench with as many sequences)")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from analysis.arms import Arm
-from analysis.ceiling import BatchedCeiling
+from analysis.ceiling import BatchedCeiling, sequences_at
 from analysis.step import StepFigures
 
 NEAR_CEILING = 0.8  # served ÷ ceiling at or above this reads "near the card's ceiling"
@@ -32,6 +32,7 @@ class ArmStep:
     served_tok_s: float
     call_ms: float | None  # the server's ms per decode call over the window (None: no counter)
     ceiling_tok_s: float | None  # llama-batched-bench's decode tok/s with as many sequences (None: not measured)
+    sequences: int = 0  # the sequences one call can carry: the users, up to the slots (0: the users)
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,13 @@ class StepBudget:
     arm: str
     users: int
     served_share: float  # served ÷ ceiling
-    ceiling_ms: float  # the card's time for one step of ``users`` sequences
+    ceiling_ms: float  # the card's time for one step of ``sequences`` sequences
     call_ms: float | None
     sampling_ms: float | None  # None: no pair of runs shows it
     slots_ms: float | None
     rest_ms: float | None
     reading: str
+    sequences: int = 0  # what one call can carry at ``users``: the users, up to the slots (0: the users)
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,13 @@ class RunBudget:
 
 
 def arm_run(arm: Arm, steps: Iterable[StepFigures], calls_per_s: Mapping[int, float],
-            ceiling: BatchedCeiling | None) -> ArmRun:
-    """``calls_per_s``: users -> the server's decode calls per second at that step."""
-    decode = ceiling.decode_tok_s if ceiling is not None else {}
+            ceiling: BatchedCeiling | None, slots: int | None = None) -> ArmRun:
+    """``calls_per_s``: users -> the server's decode calls per second at that step; ``slots``: the server's, which
+    cap the sequences one call carries (``analysis.ceiling.sequences_at``)."""
     return ArmRun(arm, [
         ArmStep(step.users, step.aggregate_tok_s.value or 0.0,
-                1000 / calls_per_s[step.users] if calls_per_s.get(step.users) else None, decode.get(step.users))
+                1000 / calls_per_s[step.users] if calls_per_s.get(step.users) else None,
+                ceiling.at(step.users, slots) if ceiling is not None else None, sequences_at(step.users, slots))
         for step in steps
     ])
 
@@ -140,14 +143,14 @@ def step_budget(run: ArmRun, step: ArmStep, pairs: list[Pair]) -> StepBudget | N
     if not step.ceiling_tok_s:
         return None
     share = step.served_tok_s / step.ceiling_tok_s
-    ceiling_ms = step.users / step.ceiling_tok_s * 1000
+    ceiling_ms = (step.sequences or step.users) / step.ceiling_tok_s * 1000
     sampling = slots = rest = None
     if step.call_ms is not None:
         sampling = part_ms(run, step.users, SAMPLING, pairs)
         slots = part_ms(run, step.users, SLOTS, pairs)
         rest = step.call_ms - ceiling_ms - (sampling or 0.0) - (slots or 0.0)
     return StepBudget(run.arm.label, step.users, share, ceiling_ms, step.call_ms, sampling, slots, rest,
-                      reading(share, sampling, slots, rest))
+                      reading(share, sampling, slots, rest), step.sequences or step.users)
 
 
 def run_budgets(runs: list[ArmRun]) -> tuple[list[Pair], list[list[StepBudget]]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from analysis.ceiling import served_slots
 from analysis.intervals import Estimate
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
@@ -48,17 +49,12 @@ def sections_of(folder: Path, trials: list[TrialResult], price_as: list[str]) ->
 
 
 def slots_of(section: RunSection) -> int | None:
-    server = section.figures.run.manifest.server
-    return None if server is None else server.parallel_slots
+    return served_slots(section.figures.run)
 
 
 def ceiling_at(section: RunSection, users: int) -> float | None:
-    """The card's batched decode tok/s for the sequences this step could decode at once (users, at most the
-    slots)."""
-    if section.ceiling is None:
-        return None
-    slots = slots_of(section) or users
-    return section.ceiling.decode_tok_s.get(min(users, slots))
+    """The card's batched decode tok/s for the sequences this step could decode at once (the report's own rule)."""
+    return None if section.ceiling is None else section.ceiling.at(users, slots_of(section))
 
 
 def _range(estimate: Estimate, digits: int = 0) -> str:

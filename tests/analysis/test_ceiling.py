@@ -48,3 +48,22 @@ def test_a_named_file_must_be_a_batched_bench_result() -> None:
     with pytest.raises(AnalysisError, match=r"^--ceiling .*bench-e2b.json: not a llama-batched-bench report"):
         explicit_ceiling(STUDY / "bench-e2b.json")
     assert explicit_ceiling(STUDY / "batched-bench-e2b-unified-kv.json").decode_tok_s[64] > 0
+
+
+def test_past_the_slots_a_step_reads_against_as_many_sequences_as_the_server_has_slots(tmp_path: Path) -> None:
+    """128 users on 64 slots decode 64 at a time: their ceiling is llama-batched-bench's at 64, not at 128."""
+    study = tmp_path / "study"
+    shutil.copytree(RUN, study / "runs" / RUN.name, ignore=shutil.ignore_patterns("plots", "*.html", "*.csv"))
+    bench = json.loads((STUDY / "batched-bench-e2b-per-slot-kv.json").read_text())
+    manifest_path = study / "runs" / RUN.name / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["server"]["parallel_slots"] = 32  # as if the server had half the slots: 64 users wait for 32
+    manifest_path.write_text(json.dumps(manifest))
+    (study / "batched-bench-e2b-per-slot-kv.json").write_text(json.dumps(bench))
+    run = load_run(study / "runs" / RUN.name)
+    ceiling = ceiling_for(run)
+    assert ceiling.at(64, 32) == ceiling.decode_tok_s[32] and ceiling.at(16, 32) == ceiling.decode_tok_s[16]
+    text = "\n".join(ceiling_section(run_figures(run), ceiling, "users"))
+    thirty_two = f"{ceiling.decode_tok_s[32]:,.1f} (32)"
+    assert f"| 64      | 1,654.3                  | {thirty_two}" in text
+    assert "Past the server's 32 slots the users beyond them wait" in text

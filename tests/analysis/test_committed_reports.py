@@ -4,7 +4,8 @@
 that moves a figure of a committed run shows here. The runs cover each kind committed in the
 repository: one user, a drafter, 1 and 64 users, a run with a failed request, a 120,000-token
 context, nine steps from one load process with pinned slots, a patched build's run from four
-processes, and a cross-run report of five runs with its comparisons (no committed run is
+processes, one server past its slots and replicas under MPS with GPU samples (each report says what
+limits the card), and a cross-run report of five runs with its comparisons (no committed run is
 open-loop).
 report.md must be the same byte for byte; summary.json the same but for when and where it was
 written (``generated_at``, the run's path) and the last digits of floats, which differ between
@@ -32,6 +33,10 @@ COMMITTED = [
     "gpu-h200-study-2026-11-30/runs/20261130T063558Z-gemma4-e2b-e2b-ctx120000-d9bb",  # long context
     "gpu-h200-slots-2026-12-01/runs/20261201T193445Z-gemma4-e2b-many-e2b-per-slot-kv-pinned-7ee4",  # one process
     "gpu-h200-slots-2026-12-01/runs/20261201T193954Z-gemma4-e2b-many-patched-e2b-unified-kv-patched-0e8f",
+    # one server of 64 slots at up to 128 users, limited by its own loop (What limits the card), and 8 replicas
+    # under MPS with their GPU samples
+    "mps-h200-2026-12-04/autotune/20261204T145026Z-gemma3-270m-many-profile-cede",
+    "mps-h200-2026-12-04/autotune/20261204T145723Z-gemma3-270m-many-profile-8-replicas-mps-2712",
 ]
 CROSS = RUNS / "gpu-h200-slots-2026-12-01"  # report/ is `rigbench report runs/* --out report`
 WHERE_AND_WHEN = {"generated_at", "path", "plots"}
