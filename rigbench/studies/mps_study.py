@@ -34,7 +34,6 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from core.digest import file_sha256
 from core.errors import StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile
@@ -42,10 +41,10 @@ from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
 from llamacpp.llama_bench import run_llama_bench
-from llamacpp.named_models import fetch_named_model, model_source
 from loadtest.schedule import make_stages, total_duration
 from rigbench.autotune import ReplicaArm, TrialResult, best_trial, read_trials, run_autotune
 from rigbench.studies.gpu_study import RUN_OVERHEAD_SECONDS, GpuStudy, run_phases
+from rigbench.studies.real_gemma import checked_model
 
 PHASES = ("model", "bench", "arms", "small-host")
 PROFILE = "gemma3-270m-many"
@@ -122,15 +121,7 @@ class MpsStudy(GpuStudy):
 
 def model(study: MpsStudy) -> None:
     """The model fetched (its digest recomputed here) and the slot-patched build."""
-    path = fetch_named_model(GEMMA3_270M.name)
-    digest = file_sha256(path)
-    facts = {"file": path.name, "size": path.stat().st_size, "sha256": digest, "expected": GEMMA3_270M.sha256,
-             "matches": digest == GEMMA3_270M.sha256, "source": model_source(GEMMA3_270M.name),
-             "terms": GEMMA3_270M.licence}
-    (study.out / "model.json").write_text(json.dumps(facts, indent=1))
-    study.log(f"model {path.name}: {facts['size']} bytes, sha256 {digest}")
-    if not facts["matches"]:
-        raise StudyError(f"{path}: sha256 {digest}, expected {GEMMA3_270M.sha256}")
+    checked_model(study)
     built(study)
 
 

@@ -132,8 +132,9 @@ class RealGemmaStudy(GpuStudy):
         return path
 
 
-def model(study: RealGemmaStudy) -> None:
-    """The model fetched (its digest recomputed here), both builds, and the drafter rung."""
+def checked_model(study: GpuStudy) -> Path:
+    """The real model fetched, its digest recomputed here and written to ``model.json`` with its source and terms;
+    one that differs from the pin stops the study."""
     path = fetch_named_model(GEMMA3_270M.name)
     digest = file_sha256(path)
     facts = {"file": path.name, "size": path.stat().st_size, "sha256": digest, "expected": GEMMA3_270M.sha256,
@@ -144,6 +145,12 @@ def model(study: RealGemmaStudy) -> None:
     study.log(f"model {path.name}: {facts['size']} bytes, sha256 {digest} ({said})")
     if not facts["matches"]:
         raise StudyError(f"{path}: sha256 {digest}, expected {GEMMA3_270M.sha256}")
+    return path
+
+
+def model(study: RealGemmaStudy) -> None:
+    """The model fetched (its digest recomputed here), both builds, and the drafter rung."""
+    path = checked_model(study)
     study.build = build_llama_cpp(backend=study.backend, patches=load_profile(MANY_USERS).llama_cpp.patches)
     (study.out / "build_manifest_patched.json").write_text(study.build.model_dump_json(indent=1))
     study.log(f"patched build {study.build.key} ({study.build.backend} {study.build.cuda_arch}) in "

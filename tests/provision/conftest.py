@@ -16,11 +16,13 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from core.cache import cache_root
-from core.network import free_port
+from core.network import bind_error, free_port
 from provision.connection import connect
 from provision.rig_paths import RigPaths
 
@@ -121,3 +123,28 @@ def built_rig(rig, rig_paths, llama_build, build_cache, tmp_path):
     manifest = build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
     download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))
     return rig, rig_paths, profile, manifest
+
+
+def free_ports(count: int) -> int:
+    """A base port with ``count`` ports from it that a server could bind now (as the serve step checks them)."""
+    for _ in range(50):
+        base = free_port()
+        if base + count < 65536 and all(bind_error("127.0.0.1", base + i) is None for i in range(count)):
+            return base
+    raise AssertionError("no run of free ports")
+
+
+def server_on(port: int) -> psutil.Process | None:
+    """The llama-server process serving ``port`` (not its supervisor)."""
+    for process in psutil.process_iter(["name", "cmdline"]):
+        command = process.info["cmdline"] or []
+        if process.info["name"] == "llama-server" and "--port" in command and \
+                command[command.index("--port") + 1] == str(port):
+            return process
+    return None
+
+
+@pytest.fixture
+def replica_ports() -> SimpleNamespace:
+    """Ports for replicas and the llama-server on one (test modules cannot import conftest in importlib mode)."""
+    return SimpleNamespace(free_ports=free_ports, server_on=server_on)

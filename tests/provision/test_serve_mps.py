@@ -13,7 +13,6 @@ import pytest
 
 import core.mps
 from core.errors import ProvisionError
-from core.network import bind_error, free_port
 from core.profile import RigProfile, load_profile
 from core.rundir import RunDir
 from provision import mps as rig_mps
@@ -50,22 +49,6 @@ def driver_folder(rig, tmp_path, monkeypatch) -> Path:
     return folder
 
 
-def free_ports(count: int) -> int:
-    """A base port with ``count`` ports from it that a server could bind now (as the serve step checks them)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count < 65536 and all(bind_error("127.0.0.1", base + i) is None for i in range(count)):
-            return base
-    raise AssertionError("no run of free ports")
-
-
-def server_on(port: int) -> psutil.Process | None:
-    for process in psutil.process_iter(["name", "cmdline"]):
-        command = process.info["cmdline"] or []
-        if process.info["name"] == "llama-server" and "--port" in command and \
-                command[command.index("--port") + 1] == str(port):
-            return process
-    return None
 
 
 def gone(pid: int) -> bool:
@@ -85,11 +68,11 @@ def daemon_pids(record: Path) -> list[int]:
     return [int(line.split(" ", 1)[0]) for line in record.read_text().splitlines() if line.endswith(" invoked -f")]
 
 
-def test_replicas_serve_under_a_supervised_mps_daemon_swept_and_stopped(built_rig, driver_folder, tmp_path,
-                                                                          capsys) -> None:
+def test_replicas_serve_under_a_supervised_mps_daemon_swept_and_stopped(built_rig, driver_folder, replica_ports,
+                                                                          tmp_path, capsys) -> None:
     rig, paths, _, _ = built_rig
     profile = mps_profile(tmp_path)
-    base = free_ports(2)
+    base = replica_ports.free_ports(2)
     record = Path(paths.serve) / "mps" / "standin-commands.log"  # the stand-in's record, in the daemon's log folder
     pids: list[int] = []
     mps = None
@@ -114,7 +97,7 @@ def test_replicas_serve_under_a_supervised_mps_daemon_swept_and_stopped(built_ri
         pids += [supervisor.pid, daemon.pid]
         for replica in state.replicas:
             assert replica.command[:2] == ["/usr/bin/env", f"CUDA_MPS_PIPE_DIRECTORY={mps.pipe_dir}"]
-            server = server_on(replica.port)
+            server = replica_ports.server_on(replica.port)
             assert server.environ()["CUDA_MPS_PIPE_DIRECTORY"] == mps.pipe_dir
             assert daemon.create_time() < server.create_time(), "the daemon starts before any replica"
             pids.append(server.pid)

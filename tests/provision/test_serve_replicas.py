@@ -15,7 +15,6 @@ import psutil
 import pytest
 
 from core.errors import ProvisionError
-from core.network import bind_error, free_port
 from core.profile import RigProfile, load_profile
 from core.rundir import RunDir
 from provision.serve import logs, serve, status, stop
@@ -39,28 +38,11 @@ def replicas_profile(folder: Path, replicas: int) -> RigProfile:
     return load_profile(path)
 
 
-def free_ports(count: int) -> int:
-    """A base port with ``count`` ports from it that a server could bind now (as the serve step checks them)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count < 65536 and all(bind_error("127.0.0.1", base + i) is None for i in range(count)):
-            return base
-    raise AssertionError("no run of free ports")
-
 
 def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
-
-def server_on(port: int) -> psutil.Process | None:
-    """The llama-server process serving ``port`` (not its supervisor)."""
-    for process in psutil.process_iter(["name", "cmdline"]):
-        command = process.info["cmdline"] or []
-        if process.info["name"] == "llama-server" and "--port" in command and \
-                command[command.index("--port") + 1] == str(port):
-            return process
-    return None
 
 
 def record_replicas(run: Path) -> dict[int, int]:
@@ -74,10 +56,11 @@ def record_replicas(run: Path) -> dict[int, int]:
     return counts
 
 
-def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, tmp_path: Path, capsys) -> None:
+def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, replica_ports, tmp_path: Path,
+                                                                    capsys) -> None:
     rig, paths, _, manifest = built_rig
     profile = replicas_profile(tmp_path, 2)
-    base = free_ports(2)
+    base = replica_ports.free_ports(2)
     local_runs = tmp_path / "runs"
     try:
         state = serve(rig, profile, paths, port=base, health_timeout=120)
@@ -118,7 +101,7 @@ def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, 
         assert run.server.parallel_slots == 4 and set(record_replicas(copied[0])) == {0, 1}
 
         # replica 1's llama-server killed mid-sweep: its supervisor restarts it, the run fails naming it
-        first_pid = server_on(base + 1).pid
+        first_pid = replica_ports.server_on(base + 1).pid
         known = set(Path(paths.runs).iterdir())
 
         def kill_replica_once_loaded() -> None:
@@ -147,14 +130,15 @@ def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, 
         stopped = stop(rig, paths)
     assert stopped and "llama-server stopped (2 replicas)" in capsys.readouterr().out
     assert not listening(base) and not listening(base + 1)
-    assert server_on(base) is None and server_on(base + 1) is None
+    assert replica_ports.server_on(base) is None and replica_ports.server_on(base + 1) is None
     assert not list(Path(paths.serve).glob("supervisor*.pid"))
     assert status(rig, paths)["service"] == "stopped"
 
 
-def test_replica_inputs_are_refused_in_one_line_before_anything_starts(built_rig, sshd, tmp_path: Path) -> None:
+def test_replica_inputs_are_refused_in_one_line_before_anything_starts(built_rig, sshd, replica_ports,
+                                                                       tmp_path: Path) -> None:
     rig, paths, _, _ = built_rig
-    base = free_ports(2)
+    base = replica_ports.free_ports(2)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", base + 1))
         squatter.listen()
