@@ -296,8 +296,8 @@ CASES = [
         lambda ws, url: refusal(lambda: load_profile("nosuch")),
         (
             "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-4gpu-replicas, "
-            "gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny, or give the "
-            "path of a .toml file"
+            "gemma3-270m-4gpu-split, gemma3-270m-h200, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, "
+            "tiny, or give the path of a .toml file"
         ),
     ),
     Case(
@@ -371,8 +371,8 @@ CASES = [
         lambda ws, url: cli("local", "--profile", "nosuch"),
         (
             "ProfileError: unknown profile 'nosuch'; bundled profiles: gemma3-270m, gemma3-270m-4gpu-replicas, "
-            "gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny, or give the "
-            "path of a .toml file (exit 2)"
+            "gemma3-270m-4gpu-split, gemma3-270m-h200, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, gemma4-e4b, "
+            "tiny, or give the path of a .toml file (exit 2)"
         ),
     ),
     Case(
@@ -587,15 +587,15 @@ CASES = [
         "cli: sweep a run folder as the profile",
         lambda ws, url: cli("sweep", "--url", url, "--profile", f"runs/{RUN_ID}"),
         f"ProfileError: profile runs/{RUN_ID} is a run directory, not a profile; give a bundled profile "
-        "(gemma3-270m, gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, "
-        "gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "(gemma3-270m, gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-h200, gemma3-270m-many, "
+        "gemma4-e2b, gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: local a folder as the profile",
         lambda ws, url: cli("local", "--profile", "notes"),
         "ProfileError: profile notes is a folder, not a profile; give a bundled profile (gemma3-270m, "
-        "gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-many, gemma4-e2b, gemma4-e2b-many, "
-        "gemma4-e4b, tiny) or a .toml file (exit 2)",
+        "gemma3-270m-4gpu-replicas, gemma3-270m-4gpu-split, gemma3-270m-h200, gemma3-270m-many, gemma4-e2b, "
+        "gemma4-e2b-many, gemma4-e4b, tiny) or a .toml file (exit 2)",
     ),
     Case(
         "cli: sweep an empty prompt file",

@@ -104,7 +104,7 @@ def test_mps_asked_for_without_the_control_program_is_one_line_before_the_build(
 @pytest.mark.integration
 def test_autotune_tries_replicas_with_and_without_mps_records_which_ran_and_resumes(tmp_path, driver,
                                                                                      llama_build) -> None:
-    base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    base = LocalRigOptions(user_steps=[2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
     arms = replica_arms([2], "both", mps_possible=True)
     results = run_autotune(base, {"profile": []}, tmp_path, arms=arms)
     assert [(r.name, r.replicas, r.mps, r.status) for r in results] == [
