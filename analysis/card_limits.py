@@ -58,11 +58,6 @@ class Finding:
     glance: str
 
 
-def _figure(estimate: Estimate) -> str:
-    """``value [low, high]`` as the tables and the glance write it (without n)."""
-    return estimate.format(1).rsplit(" n=", 1)[0]
-
-
 def _has_interval(estimate: Estimate) -> bool:
     return estimate.value is not None and estimate.low is not None and estimate.high is not None
 
@@ -175,12 +170,12 @@ def taking_turns(section: RunSection, sections: Sequence[RunSection] = ()) -> Fi
     gpus = ("GPU " if len(shared) == 1 else "GPUs ") + _listed([str(gpu) for gpu in shared])
     evidence = []
     if named.earlier is not None:
-        evidence.append(f"the aggregate fell to {_figure(step.aggregate_tok_s)} tok/s from "
-                        f"{_figure(named.earlier.aggregate_tok_s)} at {_users(named.earlier.users)}")
+        evidence.append(f"the aggregate fell to {step.aggregate_tok_s.short()} tok/s from "
+                        f"{named.earlier.aggregate_tok_s.short()} at {_users(named.earlier.users)}")
     if named.alone is not None:
         other, theirs = named.alone
-        subject = "below" if evidence else f"the aggregate, {_figure(step.aggregate_tok_s)} tok/s, is below"
-        evidence.append(f"{subject} one server's {_figure(theirs.aggregate_tok_s)} at the same load (`{other.label}`)")
+        subject = "below" if evidence else f"the aggregate, {step.aggregate_tok_s.short()} tok/s, is below"
+        evidence.append(f"{subject} one server's {theirs.aggregate_tok_s.short()} at the same load (`{other.label}`)")
     busy = f"{_sm(named.sm)} at {_users(step.users)}"
     line = (f"{ADVICE['taking_turns']} — {replicas} replicas share {gpus} without MPS; {busy} while "
             f"{' and '.join(evidence)}{_also([hit.step.users for hit in found[:-1]])}")

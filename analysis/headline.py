@@ -52,7 +52,7 @@ DEFINITIONS = (
 
 def figure(estimate: Estimate, digits: int = 1) -> str:
     """``value [low, high]`` as the tables write it (without n)."""
-    return estimate.format(digits).rsplit(" n=", 1)[0]
+    return estimate.short(digits)
 
 
 def at(step: StepFigures) -> str:

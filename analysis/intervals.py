@@ -46,6 +46,10 @@ class Estimate:
             text += f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
         return text + f" n={self.n}"
 
+    def short(self, digits: int = 1) -> str:
+        """``value [low, high]`` without n, as tables and sentences write a figure whose n is said elsewhere."""
+        return self.format(digits).rsplit(" n=", 1)[0]
+
 
 def empty(n: int = 0) -> Estimate:
     return Estimate(None, None, None, n, "none")

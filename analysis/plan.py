@@ -357,5 +357,5 @@ def plan_table(plans: list[Plan]) -> str:
     if any(plan.j_per_token is not None for plan in plans):  # a column only where some run sampled energy
         headers.insert(7, "J per output token at capacity (lower is better)")
         for row, plan in zip(rows, plans, strict=True):
-            row.insert(7, "-" if plan.j_per_token is None else plan.j_per_token.format(4).rsplit(" n=", 1)[0])
+            row.insert(7, "-" if plan.j_per_token is None else plan.j_per_token.short(4))
     return tabulate(rows, headers=headers, tablefmt="github")

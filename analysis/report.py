@@ -83,8 +83,7 @@ def _s(estimate: Estimate) -> str:
 
 def _short(estimate: Estimate, digits: int = 1) -> str:
     """value [low, high] without n (n is in its own column)."""
-    text = estimate.format(digits)
-    return text.rsplit(" n=", 1)[0]
+    return estimate.short(digits)
 
 
 def load_header(open_loop: bool) -> str:

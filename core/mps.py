@@ -46,10 +46,6 @@ def parse_mps(text: str, option: str = "--mps") -> MpsSetting:
         raise UsageError(f"{option} {text!r}: give auto, on or off") from None
 
 
-def describe_setting(setting: MpsSetting) -> str:
-    return "auto" if setting == "auto" else "on" if setting else "off"
-
-
 def find_control_program(path: str | None = None) -> str | None:
     """The control program: on the PATH (``path``: another search path, as a rig's), else where drivers put it."""
     found = shutil.which(CONTROL_PROGRAM, path=path)

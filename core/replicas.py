@@ -59,6 +59,25 @@ def replace_flag(args: list[str], names: tuple[str, ...], value: str | None) -> 
     return flat + ([names[0], value] if value is not None else [])
 
 
+def with_threads(args: list[str], threads: int) -> list[str]:
+    """``args`` running ``threads`` threads (``-t`` and ``-tb``): a server's share of the cores, since llama-server's
+    default counts every core of the machine."""
+    line = replace_flag(args, ("-t", "--threads"), str(threads))
+    return replace_flag(line, ("-tb", "--threads-batch"), str(threads))
+
+
+def pins_threads(args: list[str]) -> bool:
+    """Whether the line sets its threads itself (then a share of the cores is not given it)."""
+    return any(flag in args for flag in THREAD_FLAGS)
+
+
+def replica_gpu(index: int, gpus: list[int] | None, placement: GpuPlacement) -> int | None:
+    """Replica ``index``'s GPU: ``each``, GPU index mod the GPUs; ``shared``, the first; None without a GPU."""
+    if not gpus:
+        return None
+    return gpus[index % len(gpus)] if placement == "each" else gpus[0]
+
+
 def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[int] | None = None,
                   placement: GpuPlacement = "each", cores: list[int] | None = None,
                   source: str = "[server] replicas") -> list[ReplicaPlan]:
@@ -84,7 +103,7 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
         raise ProfileError(f"{source} = {replicas} does not divide -c {context} evenly (each slot keeps its context)")
     if replicas == 1:  # the server as the profile says, seeing every GPU and core as it always did
         return [ReplicaPlan(index=0, port=base_port, args=list(args), slots=slots)]
-    pinned_threads = any(flag in args for flag in THREAD_FLAGS)
+    pinned_threads = pins_threads(args)
     share = len(cores) // replicas if cores else 0
     if cores and not pinned_threads and share < 1:
         raise ProfileError(f"{source} = {replicas}: more replicas than the {len(cores)} CPU core(s) to share; give "
@@ -97,13 +116,9 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
         cpus: list[int] = []
         if cores and not pinned_threads:
             cpus = cores[index * share:(index + 1) * share]
-            line = replace_flag(line, ("-t", "--threads"), str(share))
-            line = replace_flag(line, ("-tb", "--threads-batch"), str(share))
-        gpu = None
-        if gpus:
-            gpu = gpus[index % len(gpus)] if placement == "each" else gpus[0]
-        plans.append(ReplicaPlan(index=index, port=base_port + index, args=line, slots=slots // replicas, gpu=gpu,
-                                 cpus=cpus))
+            line = with_threads(line, share)
+        plans.append(ReplicaPlan(index=index, port=base_port + index, args=line, slots=slots // replicas,
+                                 gpu=replica_gpu(index, gpus, placement), cpus=cpus))
     return plans
 
 

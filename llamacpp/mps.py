@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from core.errors import LlamaCppError
+from core.machine import nvidia_gpu
 from core.mps import CONTROL_PROGRAM, LOG_VARIABLE, PIPE_VARIABLE, MpsDecision, daemon_environment
 from core.rundir.models import MpsInfo
 
@@ -25,17 +26,10 @@ START_TIMEOUT_S = 15.0
 
 
 def driver_version() -> str | None:
-    """The NVIDIA driver's version (which the control program ships with), from nvidia-smi; None without one."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        found = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                               text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = [line.strip() for line in found.stdout.splitlines() if line.strip()]
-    return f"driver {lines[0]}" if found.returncode == 0 and lines else None
+    """The NVIDIA driver's version (which the control program ships with), as the manifest's machine reads it;
+    None without one."""
+    driver = nvidia_gpu().get("driver")
+    return f"driver {driver}" if driver else None
 
 
 def daemon_for(decision: MpsDecision, log_dir: Path | None = None) -> MpsDaemon | None:

@@ -20,7 +20,7 @@ import hashlib
 import shlex
 
 from fabric import Connection
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 import core.mps
 from core.errors import ProfileError, ProvisionError
@@ -46,27 +46,18 @@ START_TIMEOUT_S = 15.0
 ANSWER_TIMEOUT_S = 10  # one question to the daemon; a hung one must not hang the step
 
 
-class ServedMps(BaseModel):
-    """The MPS part of what is served, kept in the rig's ``serve.json``: whether it runs and why, and which daemon
-    (its folders, the control program and the driver it ships with, whether this serve started it and under which
-    names it is supervised)."""
+class ServedMps(MpsInfo):
+    """The MPS part of what is served, kept in the rig's ``serve.json``: what a run's manifest records of it
+    (:class:`core.rundir.models.MpsInfo`: whether it runs and why, the control program and the driver it ships with,
+    the folders, whether this serve started it) and the names it is supervised under."""
 
-    ran: bool
-    reason: str
-    control: str | None = None
-    version: str | None = Field(None, description="the driver's version, as 'driver X': the control program ships "
-                                "with the driver")
-    pipe_dir: str | None = None
-    log_dir: str | None = None
-    started_here: bool = Field(False, description="this serve started the daemon, so its stop stops it")
     unit: str | None = Field(None, description="its systemd unit, when this serve started it under systemd")
     script: str | None = Field(None, description="its restart loop, when this serve started it without systemd")
     pid_file: str | None = None
 
     def info(self) -> MpsInfo:
         """What a run's manifest records of it."""
-        return MpsInfo(ran=self.ran, reason=self.reason, started_here=self.started_here, control=self.control,
-                       version=self.version, pipe_dir=self.pipe_dir, log_dir=self.log_dir)
+        return MpsInfo.model_validate(self.model_dump(include=set(MpsInfo.model_fields)))
 
     @property
     def control_log(self) -> str:

@@ -254,13 +254,18 @@ def rig_cores(c: Connection) -> list[int]:
     return list(range(int(count))) if count.isdigit() else []
 
 
+def env_prefix(environment: dict[str, str]) -> list[str]:
+    """``env NAME=value …``: a supervised command's own environment, on its command line."""
+    return [ENV, *(f"{name}={value}" for name, value in environment.items())]
+
+
 def replica_command(plan: ReplicaPlan, server_binary: str, host: str, api_key_file: str | None,
                     taskset: str | None) -> list[str]:
     """A replica's whole command line: its GPU, its CPUs (where the rig has ``taskset``), then llama-server with
     its share of the line on its own port."""
     prefix: list[str] = []
     if plan.environment:  # its GPU, and the MPS daemon it is a client of
-        prefix += [ENV, *(f"{name}={value}" for name, value in plan.environment.items())]
+        prefix += env_prefix(plan.environment)
     if plan.cpus and taskset:
         prefix += [taskset, "-c", ",".join(str(cpu) for cpu in plan.cpus)]
     command = [*prefix, server_binary, *plan.args, "--host", host, "--port", str(plan.port)]
@@ -560,7 +565,7 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
     replicas = served_replicas(c, plans, binary, paths, host, key_file, mps.pipe_dir)
     command = server_command(profile, binary, paths, host, port, key_file)
     if mps.pipe_dir and not replicas:  # one server under MPS (asked for): its client too
-        command = [ENV, *(f"{name}={value}" for name, value in client_environment(mps.pipe_dir).items()), *command]
+        command = [*env_prefix(client_environment(mps.pipe_dir)), *command]
     state = ServeState(profile=profile.name, supervisor=pick_supervisor(c, supervisor), port=port, host=host,
                        command=command, log=replicas[0].log if replicas else f"{paths.serve}/{LOG_NAME}",
                        api_key_sha256=hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,

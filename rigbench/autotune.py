@@ -130,8 +130,8 @@ def best_trial(results: list[TrialResult], min_one_user_vs_bench: float = 0.9) -
         or (r.one_user_vs_bench is not None and r.one_user_vs_bench >= min_one_user_vs_bench)
     ]
     pool = eligible or complete
-    baseline = baseline_trial(pool)
     best = max(pool, key=lambda r: r.aggregate_tok_s_at_max_users or 0.0, default=None)
+    baseline = baseline_trial(pool)
     if best is not None and baseline is not None and best is not baseline and not beyond_noise(best, baseline):
         return baseline
     return best
@@ -198,14 +198,13 @@ def run_autotune(
     trials: dict[str, list[str]],
     out_dir: Path,
     bench_tg: float | None = None,
-    replica_counts: list[int] | None = None,
     arms: list[ReplicaArm] | None = None,
     resume: bool = False,
 ) -> list[TrialResult]:
     """Run each trial as a local-rig sweep; append its result to ``out_dir/autotune.jsonl``.
 
-    ``replica_counts`` (totals, each above 1; each as the profile says of MPS) or ``arms`` (counts with MPS on
-    or off): then the best flags so far are tried again as that many servers sharing the same slots and dividing
+    ``arms`` (replica totals, each above 1, with MPS on, off or as the profile says): then the best flags so far
+    are tried again as that many servers sharing the same slots and dividing
     the cores (``core.replicas``), since one llama-server's decode loop, not the card, can be what limits a small
     model at many users, and under MPS or not, since replicas sharing a GPU without it take turns on the card.
     ``resume``: a trial this folder's log already has complete is kept, not run again (a tuning cut short by a
@@ -215,9 +214,7 @@ def run_autotune(
     done = {result.name: result for result in read_trials(log) if result.status == "complete"} if resume else {}
     results: list[TrialResult] = []
     for name, overrides in trials.items():
-        results.append(done.get(name) or _trial(base_options, name, overrides, ReplicaArm(count=2), out_dir, log,
-                                                bench_tg, one_server=True))
-    arms = list(arms or []) + [ReplicaArm(count=count) for count in replica_counts or []]
+        results.append(done.get(name) or _trial(base_options, name, overrides, None, out_dir, log, bench_tg))
     if arms:
         best = best_trial(results)
         name, overrides = (best.name, best.overrides) if best is not None else ("profile", [])
@@ -227,22 +224,22 @@ def run_autotune(
     return results
 
 
-def _trial(base_options, name: str, overrides: list[str], arm: ReplicaArm, out_dir: Path, log: Path,
-           bench_tg: float | None, one_server: bool = False) -> TrialResult:
-    """One trial as a local-rig sweep, its result appended to the log as soon as it ends; ``one_server``: a flag
-    trial, served as the run's options or the profile say (``arm`` is then not used)."""
+def _trial(base_options, name: str, overrides: list[str], arm: ReplicaArm | None, out_dir: Path, log: Path,
+           bench_tg: float | None) -> TrialResult:
+    """One trial as a local-rig sweep, its result appended to the log as soon as it ends; without an ``arm`` (a
+    flag trial) it is served as the run's options or the profile say."""
     started = utc_now()
+    asked = None if arm is None else arm.mps
     options = replace(
         base_options,
         runs_root=out_dir,
         server_overrides=[*base_options.server_overrides, *overrides],
         label=name.replace("+", "-").replace("@", "-"),
-        replicas=base_options.replicas if one_server else arm.count,
-        mps=base_options.mps if one_server or arm.mps is None else arm.mps,
+        replicas=base_options.replicas if arm is None else arm.count,
+        mps=base_options.mps if asked is None else asked,
     )
     # what the trial serves: its replica arm's count, else the run's own (--replicas) or the profile's
     replicas = options.replicas or load_profile(options.profile).server.replicas
-    asked = None if one_server else arm.mps
     try:
         report = run_local_rig(options)
         figures = headline_figures(report.parent / "summary.json")

@@ -26,7 +26,7 @@ from core.machine import server_rig
 from core.mps import MpsDecision, MpsSetting, client_environment, decide_mps, find_control_program
 from core.network import free_port
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
-from core.replicas import THREAD_FLAGS, plan_replicas, replace_flag
+from core.replicas import pins_threads, plan_replicas, replica_gpu, with_threads
 from core.rundir import (
     LoadSettings,
     ModelInfo,
@@ -174,7 +174,8 @@ def prepare_server(
     source = "--replicas" if options.replicas else f"profile {profile.name!r}: [server] replicas"
     if count > 1:  # a plan that cannot be kept is refused before anything is built or started
         plan_replicas(merge_server_args(profile.server.args, options.server_overrides), count, 1, source=source)
-    mps = mps_decision(profile, options, count)
+    gpus = gpu_indices()
+    mps = mps_decision(profile, options, count, gpus)
     cache = cache_root()
     console.print(f"[bold]rigbench[/] profile {profile.name}: building or reusing llama.cpp …")
     built = build_llama_cpp(
@@ -189,35 +190,23 @@ def prepare_server(
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
     if count > 1:
-        plans = plan_replicas(server_args, count, port or free_port(), gpus=gpu_indices(),
+        plans = plan_replicas(server_args, count, port or free_port(), gpus=gpus,
                               placement=profile.server.replica_gpus,
                               cores=options.server_cpus or sorted(os.sched_getaffinity(0)), source=source)
         replicas = ReplicaSet(built.binary("llama-server"), plans, port_source=port_source)
         return PreparedServer(profile, built, model, drafter, replicas.servers[0], server_args, replicas, mps)
-    if options.server_cpus:  # held to these cores: as many threads as it has cores, unless the line says
-        server_args = held_to_cores(server_args, options.server_cpus)
+    if options.server_cpus and not pins_threads(server_args):  # held to these cores: a thread for each
+        server_args = with_threads(server_args, len(options.server_cpus))
     server = LocalServer(built.binary("llama-server"), server_args, port=port, port_source=port_source,
                          cpus=options.server_cpus)
     return PreparedServer(profile, built, model, drafter, server, server_args, mps=mps)
 
 
-def held_to_cores(server_args: list[str], cpus: list[int]) -> list[str]:
-    """One server's line on ``cpus`` alone: llama-server's default threads count every core of the machine."""
-    if any(flag in server_args for flag in THREAD_FLAGS):
-        return server_args
-    line = replace_flag(server_args, ("-t", "--threads"), str(len(cpus)))
-    return replace_flag(line, ("-tb", "--threads-batch"), str(len(cpus)))
-
-
-def mps_decision(profile: RigProfile, options: LocalRigOptions, count: int) -> MpsDecision:
+def mps_decision(profile: RigProfile, options: LocalRigOptions, count: int, gpus: list[int]) -> MpsDecision:
     """Whether the servers run under CUDA MPS: refused here (before the build) when asked for and missing."""
     setting = profile.server.mps if options.mps is None else options.mps
     source = f"profile {profile.name!r}: [server] mps" if options.mps is None else "--mps"
-    gpus = gpu_indices()
-    placed: list[int | None] = [None]
-    if count > 1 and gpus:
-        placed = [gpus[index % len(gpus)] if profile.server.replica_gpus == "each" else gpus[0]
-                  for index in range(count)]
+    placed = [replica_gpu(index, gpus, profile.server.replica_gpus) for index in range(count)] if count > 1 else [None]
     return decide_mps(setting, placed, find_control_program(), source)
 
 
@@ -233,8 +222,6 @@ def served_under_mps(prepared: PreparedServer, log_dir: Path | None, console: Co
         return
     for server in prepared.servers:
         server.environment |= client_environment(str(daemon.pipe_dir))
-    if prepared.replicas is not None:
-        prepared.replicas.plans = [plan.under_mps(str(daemon.pipe_dir)) for plan in prepared.replicas.plans]
     with daemon:
         how = "started" if daemon.started_here else "already running, used as it is"
         console.print(f"MPS control daemon {how} at {daemon.pipe_dir} ({decision.reason})")

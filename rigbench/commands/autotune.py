@@ -11,7 +11,7 @@ from core.errors import ProfileError, UsageError
 from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.mps import decide_mps, find_control_program
 from core.profile import load_profile
-from core.replicas import plan_replicas
+from core.replicas import plan_replicas, replica_gpu
 from rigbench.autotune import (
     DEFAULT_TRIALS,
     autotune_table,
@@ -38,14 +38,16 @@ AUTO_REPLICAS = (1, 2, 4, 8, 16)  # per GPU, where a GPU is found: at the same t
 MPS_MODES = ("both", "on", "off", "profile")
 
 
-def replica_totals(profile_name: str, per_gpu: list[int], skip_unfit: bool = False) -> list[int]:
+def replica_totals(profile_name: str, per_gpu: list[int], gpus: list[int] | None = None,
+                   skip_unfit: bool = False) -> list[int]:
     """The replica trials' server counts: each count per GPU times the GPUs the profile spreads replicas
     over (one GPU, or none, when they share one), those above 1 only; a count the profile's slots, context
     or this machine's cores cannot be divided by is refused here, before any trial runs (``skip_unfit``: left
-    out with a line saying why, as ``--replicas auto`` does)."""
+    out with a line saying why, as ``--replicas auto`` does); ``gpus``: this machine's (None: read them)."""
     profile = load_profile(profile_name)
-    gpus = max(1, len(gpu_indices())) if profile.server.replica_gpus == "each" else 1
-    totals = [count * gpus for count in per_gpu if count * gpus > 1]
+    gpus = gpu_indices() if gpus is None else gpus
+    spread = max(1, len(gpus)) if profile.server.replica_gpus == "each" else 1
+    totals = [count * spread for count in per_gpu if count * spread > 1]
     kept = []
     for total in totals:
         try:
@@ -60,21 +62,19 @@ def replica_totals(profile_name: str, per_gpu: list[int], skip_unfit: bool = Fal
     return kept
 
 
-def replica_counts(profile_name: str, text: str) -> list[int]:
+def replica_counts(profile_name: str, text: str, gpus: list[int]) -> list[int]:
     """``--replicas``: ``auto`` (1, 2, 4, 8, 16 per GPU where this machine has a GPU, those that fit; none
     without one) or the counts given (each must fit)."""
     if text.strip().lower() == "auto":
-        return replica_totals(profile_name, list(AUTO_REPLICAS), skip_unfit=True) if gpu_indices() else []
-    return replica_totals(profile_name, parse_counts(text, "--replicas"))
+        return replica_totals(profile_name, list(AUTO_REPLICAS), gpus, skip_unfit=True) if gpus else []
+    return replica_totals(profile_name, parse_counts(text, "--replicas"), gpus)
 
 
-def mps_possible(profile_name: str) -> bool:
-    """Whether replica trials can run under MPS here: the control program is found and replicas would share a
-    GPU (the profile puts them all on one, or there are fewer GPUs than the smallest replica count)."""
-    profile = load_profile(profile_name)
-    gpus = gpu_indices()
-    return find_control_program() is not None and bool(gpus) and (
-        profile.server.replica_gpus == "shared" or len(gpus) == 1)
+def mps_possible(profile_name: str, count: int, gpus: list[int], control: str | None) -> bool:
+    """Whether ``count`` replicas can run under MPS here: what ``[server] mps = "auto"`` would decide for them (the
+    control program found, and two or more of them on one GPU)."""
+    placement = load_profile(profile_name).server.replica_gpus
+    return decide_mps("auto", [replica_gpu(index, gpus, placement) for index in range(count)], control).run
 
 
 @app.command("autotune", epilog="Exit codes: 0 a best trial was found; 1 no trial completed; 2 a bad option.")
@@ -111,11 +111,12 @@ def autotune(
     user_steps = parse_counts(steps, "--steps")
     if mps not in MPS_MODES:
         raise UsageError(f"--mps {mps!r}: give one of {', '.join(MPS_MODES)}")
-    mode = mps
-    counts = replica_counts(profile, replicas)
-    if mode == "on":  # asked for: refused in one line before any trial where the control program is missing
-        decide_mps(True, [], find_control_program(), "--mps")
-    arms = replica_arms(counts, mode, mps_possible(profile))
+    gpus, control = gpu_indices(), find_control_program()
+    counts = replica_counts(profile, replicas, gpus)
+    if mps == "on":  # asked for: refused in one line before any trial where the control program is missing
+        decide_mps(True, [], control, "--mps")
+    arms = [arm for count in counts
+            for arm in replica_arms([count], mps, mps_possible(profile, count, gpus, control))]
 
     options = LocalRigOptions(
         profile=profile,

@@ -17,7 +17,15 @@ from analysis.ceiling import served_slots
 from analysis.intervals import Estimate
 from analysis.prices import PriceBook
 from analysis.report_model import RunSection, build_section
-from rigbench.autotune import TrialResult, autotune_table, best_trial, kept_sentence, read_trials, trial_run
+from rigbench.autotune import (
+    LOG_NAME,
+    TrialResult,
+    autotune_table,
+    best_trial,
+    kept_sentence,
+    read_trials,
+    trial_run,
+)
 from rigbench.studies.mps_study import ARMS_FOLDER, SMALL_HOST_FOLDER
 
 TARGET_SHARE = 0.6  # the best arm's served ÷ ceiling the study aims for at 32 users and more
@@ -25,13 +33,13 @@ TARGET_FROM_USERS = 32
 
 
 def trials_of(out: Path, folder: str) -> list[TrialResult]:
-    return read_trials(out / folder / "autotune.jsonl")
+    return read_trials(out / folder / LOG_NAME)
 
 
 def arm_label(trial: TrialResult, section: RunSection) -> str:
     """'1x64', '4x16 MPS', '4x16 no MPS': servers x slots each (as the run's manifest lists them), and whether
     replicas ran under MPS."""
-    total = slots_of(section)
+    total = served_slots(section.figures.run)
     each = "?" if not total else str(total // trial.replicas)
     return f"{trial.replicas}x{each}" + ("" if trial.replicas == 1 else " MPS" if trial.mps else " no MPS")
 
@@ -48,13 +56,9 @@ def sections_of(folder: Path, trials: list[TrialResult], price_as: list[str]) ->
     return sections
 
 
-def slots_of(section: RunSection) -> int | None:
-    return served_slots(section.figures.run)
-
-
 def ceiling_at(section: RunSection, users: int) -> float | None:
     """The card's batched decode tok/s for the sequences this step could decode at once (the report's own rule)."""
-    return None if section.ceiling is None else section.ceiling.at(users, slots_of(section))
+    return None if section.ceiling is None else section.ceiling.at(users, served_slots(section.figures.run))
 
 
 def _range(estimate: Estimate, digits: int = 0) -> str:

@@ -42,7 +42,7 @@ from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
 from llamacpp.llama_bench import run_llama_bench
 from loadtest.schedule import make_stages, total_duration
-from rigbench.autotune import ReplicaArm, TrialResult, best_trial, read_trials, run_autotune
+from rigbench.autotune import LOG_NAME, ReplicaArm, TrialResult, best_trial, read_trials, run_autotune
 from rigbench.studies.gpu_study import RUN_OVERHEAD_SECONDS, GpuStudy, run_phases
 from rigbench.studies.real_gemma import checked_model
 
@@ -99,7 +99,7 @@ class MpsStudy(GpuStudy):
         """The profile's line, then each arm, as autotune trials in ``folder``: trials its log has complete are kept,
         and a trial that cannot finish before the deadline is skipped (and said so); the log's trials at the end."""
         out = self.out / folder
-        done = {trial.name for trial in read_trials(out / "autotune.jsonl") if trial.status == "complete"}
+        done = {trial.name for trial in read_trials(out / LOG_NAME) if trial.status == "complete"}
         for arm in [None, *arms]:
             name = BASELINE if arm is None else arm.name(BASELINE)
             if name in done:
@@ -116,7 +116,7 @@ class MpsStudy(GpuStudy):
             self.log(f"{folder}: {name} {trial.status}: {trial.aggregate_tok_s_at_max_users} tok/s at "
                      f"{trial.max_users} users" + (f" ({trial.error[:200]})" if trial.error else ""))
             self.record("run", label=name, status=trial.status, run=trial.run_path, error=trial.error)
-        return read_trials(out / "autotune.jsonl")
+        return read_trials(out / LOG_NAME)
 
 
 def model(study: MpsStudy) -> None:
@@ -171,7 +171,7 @@ def small_host(study: MpsStudy) -> None:
         raise StudyError(f"the small host's {study.small_host_cores} cores need more than this machine's "
                          f"{len(cores)}, so the load can run beside them")
     servers, load = cores[:study.small_host_cores], cores[study.small_host_cores:]
-    arm = small_host_arm(read_trials(study.out / ARMS_FOLDER / "autotune.jsonl"), study.small_host_cores)
+    arm = small_host_arm(read_trials(study.out / ARMS_FOLDER / LOG_NAME), study.small_host_cores)
     study.log(f"small host: servers on CPUs {servers}, load on {load[0]}-{load[-1]}; arm "
               f"{arm.name(BASELINE) if arm else 'none (no MPS arm fits)'}")
     os.sched_setaffinity(0, load)

@@ -20,6 +20,7 @@ VALUES = {
     "utilization.gpu": "37", "utilization.memory": "12", "memory.used": "874", "clocks.sm": "1980",
     "temperature.gpu": "41", "clocks_event_reasons.active": "0x0000000000000001",
     "clocks_throttle_reasons.active": "0x0000000000000001", "uuid": None, "driver_version": "580.159.04",
+    "memory.total": "143771",
 }
 
 

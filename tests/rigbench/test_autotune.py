@@ -9,7 +9,7 @@ import pytest
 from core.errors import LlamaCppError, ProfileError, RunInterrupted
 from core.rundir import RunDir
 from rigbench import autotune
-from rigbench.autotune import TrialResult, best_trial, changes_sampling, kept_sentence, run_autotune
+from rigbench.autotune import ReplicaArm, TrialResult, best_trial, changes_sampling, kept_sentence, run_autotune
 from rigbench.commands.autotune import replica_totals
 from rigbench.local_rig import LocalRigOptions
 
@@ -109,7 +109,7 @@ def test_a_trial_higher_only_within_the_noise_does_not_replace_the_profile_line(
 @pytest.mark.integration
 def test_replica_counts_are_tried_with_the_best_flags_as_servers_sharing_the_slots(tmp_path, llama_build) -> None:
     base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
-    results = run_autotune(base, {"profile": []}, tmp_path, replica_counts=[2])
+    results = run_autotune(base, {"profile": []}, tmp_path, arms=[ReplicaArm(count=2)])
     assert [(r.name, r.replicas, r.status) for r in results] == [
         ("profile", 1, "complete"), ("profile@2-replicas", 2, "complete")]
     manifest = RunDir(results[1].run_path).read_manifest()
