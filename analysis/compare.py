@@ -14,19 +14,20 @@ ratios combine the two runs' intervals in log space. A ratio above 1 means B is 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from analysis import intervals
 from analysis.figures import RunFigures, add_request_metrics, category_groups
 from analysis.intervals import Estimate
 from analysis.step import StepFigures
 from core.errors import AnalysisError
+from core.strict import Strict
 
 
-class StepComparison(BaseModel):
+class StepComparison(Strict):
     """B against A at one step: ratios B/A with their 95% intervals."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     users: int
     context_tokens: int

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from analysis import intervals
 from analysis.intervals import Estimate
 from core.rundir.hardware import CpuEnergySample, GpuSample
+from core.strict import Strict
 
 J_PER_KWH = 3.6e6
 HOURS_PER_YEAR = 8766.0  # 365.25 days
@@ -176,10 +177,8 @@ class EnergyPrices:
         return self.usd_per_kwh is not None or self.card_usd is not None
 
 
-class GpuStepEnergy(BaseModel):
+class GpuStepEnergy(Strict):
     """One GPU over a step's measured window."""
-
-    model_config = ConfigDict(extra="forbid")
 
     gpu: int
     joules: float | None
@@ -190,10 +189,8 @@ class GpuStepEnergy(BaseModel):
     memory_used_mib: float | None = Field(None, description="the most the window's samples saw")
 
 
-class StepEnergy(BaseModel):
+class StepEnergy(Strict):
     """What the step's window cost in energy: every GPU, their total, and per output token with its interval."""
-
-    model_config = ConfigDict(extra="forbid")
 
     gpus: list[GpuStepEnergy]
     joules: float | None = Field(description="all GPUs over the window")

@@ -34,17 +34,16 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from analysis import intervals
 from analysis.intervals import Estimate
 from core.rundir.capacity_search import SloVerdict, slo_quantile
+from core.strict import Strict
 
 
-class TargetJudgement(BaseModel):
+class TargetJudgement(Strict):
     """One target against one step."""
-
-    model_config = ConfigDict(extra="forbid")
 
     target_s: float
     estimate: Estimate = Field(description="the step's percentile of the figure (seconds), with its 95% interval")
@@ -52,10 +51,8 @@ class TargetJudgement(BaseModel):
     verdict: SloVerdict
 
 
-class StepGoodput(BaseModel):
+class StepGoodput(Strict):
     """A step's requests against the run's targets (the module's definitions)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     targets: dict[str, TargetJudgement]
     judged: int = Field(description="measured requests that ended, ok or failed (those the sweep's stop cut are "

@@ -283,15 +283,3 @@ def merge_token_counts(records: pd.DataFrame, path: Path, warnings: list[str]) -
             warnings.append(f"{TOKEN_COUNTS}: {unknown} count(s) for request_ids no record holds; ignored")
     records["tokens_counted_by"] = token_methods(records)
     return records
-
-
-def load_runs(paths: list[Path]) -> list[LoadedRun]:
-    """Each run once: two directories of one resumed chain load as that chain, once."""
-    if not paths:
-        raise RunDirError("no run directory given; pass one or more runs/<run-id> folders")
-    runs: list[LoadedRun] = []
-    for path in paths:
-        run = load_run(path)
-        if not run.chain or all(other.chain != run.chain for other in runs):
-            runs.append(run)
-    return runs

@@ -16,28 +16,25 @@ step's measured records (as the step's other figures):
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from analysis import intervals
 from analysis.intervals import Estimate
+from core.strict import Strict
 
 TURN_PERCENTILES = (0.5, 0.9)
 
 
-class TurnLatency(BaseModel):
+class TurnLatency(Strict):
     """The successful measured turns of one turn number: how many, and their TTFT."""
-
-    model_config = ConfigDict(extra="forbid")
 
     turn: int = Field(ge=1)
     requests: int
     ttft_s: dict[str, Estimate] = Field(description="p50 and p90, seconds")
 
 
-class StepSessions(BaseModel):
+class StepSessions(Strict):
     """One sessions step: its conversations, the prompt tokens the server reused, and TTFT by turn."""
-
-    model_config = ConfigDict(extra="forbid")
 
     conversations: int = Field(description="conversations with a measured turn in the step")
     turns: int = Field(description="measured turns (requests) of conversations")

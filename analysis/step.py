@@ -8,18 +8,19 @@ others (the step's load, its label, what a user sees per user) are defined here 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from analysis.energy import StepEnergy
 from analysis.goodput import StepGoodput
 from analysis.intervals import Estimate
 from analysis.sessions import StepSessions
+from core.strict import Strict
 
 
-class StepFigures(BaseModel):
+class StepFigures(Strict):
     """One step of a run; ``users`` is 0 and ``rate`` the offered requests/s on an open-loop step."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(validate_assignment=True)
 
     index: int
     users: int

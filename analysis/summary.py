@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from analysis.card_limits import FindingKind, card_limits
 from analysis.compare import StepComparison
@@ -35,15 +35,12 @@ from analysis.step import StepFigures
 from core.errors import AnalysisError
 from core.rundir import RunStatus
 from core.rundir.capacity_search import CapacitySearch
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 SUMMARY_VERSION = 1
 SUMMARY_FILE = "summary.json"
 SCHEMA_FILE = Path(__file__).resolve().parent / "data" / f"summary-v{SUMMARY_VERSION}.schema.json"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class AppliedPrice(PriceQuote):

@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from core.errors import LlamaCppError
 from core.rundir.models import BuildInfo, PatchInfo
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 
-class CompilerCacheStats(BaseModel):
+class CompilerCacheStats(Strict):
     """What the compiler cache did for one compile (the build script's ``compiler_cache``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(description="the cache and its version, e.g. 'ccache 4.7.5'")
     folder: str = Field(description="where its objects are kept (under the project's cache root)")
@@ -30,9 +29,7 @@ class CompilerCacheStats(BaseModel):
     hit_rate: float | None = Field(None, ge=0, le=1, description="hits / (hits + misses); None with no compile")
 
 
-class BuildManifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BuildManifest(Strict):
     key: str = Field(description="hash of source, backend, GPU arch, options, targets and machine")
     source: str = Field(description="sha256:<sdist digest> or git:<commit>")
     source_tree: str

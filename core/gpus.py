@@ -11,13 +11,15 @@ reaches its peak in practice, which is why the roofline is a ceiling and not a f
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from core.strict import Strict
 
 
-class GpuSpec(BaseModel):
+class GpuSpec(Strict):
     """One GPU model and the figure the roofline needs about it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True)
 
     name: str = Field(description="as nvidia-smi names the card, e.g. 'NVIDIA L4'")
     memory_bandwidth_gb_s: float = Field(gt=0, description="datasheet peak, decimal GB/s")

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core.errors import InfraError, UsageError
 from core.gpus import find_gpu
+from core.strict import Strict
 
 
-class InstanceType(BaseModel):
+class InstanceType(Strict):
     """One EC2 GPU instance type and the figures the stages need about it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True)
 
     name: str
     gpu_name: str
@@ -49,11 +50,6 @@ class InstanceType(BaseModel):
     ram_gib: int
     local_nvme_gb: int = Field(description="instance-store NVMe, all disks together")
     on_demand_usd_per_hour: float | None = Field(default=None, description="us-east-1 Linux on-demand; None = unknown")
-
-    @property
-    def cuda_architecture(self) -> str:
-        """The value for ``-DCMAKE_CUDA_ARCHITECTURES`` (``'8.9'`` -> ``'89'``)."""
-        return self.compute_capability.replace(".", "")
 
     @property
     def gpu_memory_bandwidth_gb_s(self) -> float | None:

@@ -39,31 +39,6 @@ ARRIVAL_HELP = ("open-loop arrivals: poisson (exponential gaps), constant (evenl
                 "shape below 1 is burstier than poisson, e.g. gamma:0.25)")
 ARRIVAL_SEED_HELP = "seed of the poisson arrival schedule (the same seed gives the same arrival times)"
 MEASURE_HELP = "measured seconds: one number for every step, or one per step (e.g. 8,8,10,12,15,20,25)"
-# The option that fills each field of a sweep's load settings (core.rundir.LoadSettings), in every command
-# that takes it; the fields without one come from the profile (temperature, cache_prompt) or name the run
-# (arm: sweep's --url NAME=URL, local's --label).
-LOAD_FLAGS = {
-    "user_steps": "--steps",
-    "rate_steps": "--rates",
-    "arrival": "--arrival",
-    "arrival_seed": "--arrival-seed",
-    "warmup_seconds": "--warmup",
-    "measure_seconds": "--measure",
-    "max_tokens": "--max-tokens",
-    "ignore_eos": "--ignore-eos",
-    "prompts": "--prompts",
-    "context_tokens": "--context-tokens",
-    "processes": "--processes",
-    "pin_slots": "--pin-slots",
-    "drain_seconds": "--drain",
-    "arrival_shape": "--arrival",
-    "sessions": "--sessions",
-    "prompt_length": "--prompt-length",
-    "output_length": "--output-length",
-    "trace": "--trace",
-    "workload_seed": "--workload-seed",
-    "slo": "--slo",
-}
 WHOLE_NUMBER = re.compile(r"[0-9]+")
 # A decimal number >= 0 as a user types it or Python writes it back (repr, :g): 0.5, .5, 2, 1e-05, 1e+06. The
 # exponent matters where rigbench forwards a value it read to a process of its own (Locust's options); two

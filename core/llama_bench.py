@@ -8,7 +8,7 @@ both measure a profile at the same flags and report the same figures.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from core.strict import Strict
 
 # server flag -> llama-bench flag, for the settings that change raw speed; serving-only
 # flags (slots, context size, sampling, the drafter) have no llama-bench meaning.
@@ -63,11 +63,9 @@ def summarize(results: list[dict]) -> dict[str, float]:
     return summary
 
 
-class BenchReport(BaseModel):
+class BenchReport(Strict):
     """One llama-bench or llama-batched-bench run: its command, the summary figures and the tool's
     own rows; a rig's copy also names the profile and build it measured."""
-
-    model_config = ConfigDict(extra="forbid")
 
     command: list[str]
     summary: dict[str, float]

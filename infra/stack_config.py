@@ -18,10 +18,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import InfraError
 from core.instance_types import InstanceType, get_instance_type, known_instance_type_names
+from core.strict import Strict
 
 PROJECT = "rigbench"
 DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
@@ -40,10 +41,10 @@ BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s
 BUCKET_NAME_RULE = "3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"
 
 
-class RigConfig(BaseModel):
+class RigConfig(Strict):
     """What the stack asks for. Field aliases are the config keys users set."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     instance_type: str = Field("g6.xlarge", alias="instanceType")
     market: Literal["spot", "on-demand"] = "spot"

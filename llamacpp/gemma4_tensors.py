@@ -7,12 +7,12 @@ roofline and a run manifest's model summary need; the writer fills these same te
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import gguf
 import numpy as np
 
-from llamacpp.gemma4_shapes import PRESETS, AssistantShape, Gemma4Shape
+from llamacpp.gemma4_shapes import AssistantShape, Gemma4Shape
 
 
 @dataclass(frozen=True)
@@ -134,32 +134,3 @@ def tensor_types(specs: list[TensorSpec], quantized: bool = False) -> list[gguf.
 def tensor_bytes(spec: TensorSpec, kind: gguf.GGMLQuantizationType) -> int:
     block, size = gguf.GGML_QUANT_SIZES[kind]
     return spec.n_elements // block * size
-
-
-def predicted_q4_0_bytes(specs: list[TensorSpec], header_bytes: int, source_big: type = np.float16,
-                         alignment: int = 32) -> int:
-    """Size of llama-quantize's Q4_0 output: the F16 file's header plus each aligned quantized tensor."""
-    total = header_bytes
-    for spec in specs:
-        source = gguf.GGMLQuantizationType.F32 if len(spec.shape) == 1 or source_big is np.float32 \
-            else gguf.GGMLQuantizationType.F16
-        nbytes = tensor_bytes(spec, quantized_type(spec, source))
-        total += -(-nbytes // alignment) * alignment
-    return total
-
-
-def preset_summary(name: str) -> dict:
-    """What a run manifest should say about a synthetic model: dims, parameter counts, guesses."""
-    preset = PRESETS[name]
-    return {
-        "preset": name,
-        "architecture": "gemma4",
-        "drafter_architecture": "gemma4-assistant",
-        "synthetic": True,
-        "target": asdict(preset.target),
-        "drafter": asdict(preset.drafter),
-        "target_parameters": parameter_count(gemma4_tensors(preset.target)),
-        "drafter_parameters": parameter_count(assistant_tensors(preset.drafter, preset.target)),
-        "notes": preset.notes,
-        "guesses": list(preset.guesses),
-    }

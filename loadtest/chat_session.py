@@ -98,7 +98,7 @@ class ChatSession:
     def _client(self) -> SSEClient:
         if self.idle:
             return self.idle.pop()
-        client = make_client(self.host, read_timeout=self.context.options.read_timeout)
+        client = make_client(self.host, read_timeout=self.context.settings.read_timeout_seconds)
         self.process.stall_watch.watch(client)
         return client
 

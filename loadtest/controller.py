@@ -25,8 +25,9 @@ from core.rundir import RunDir, StepWindow, utc_now
 from loadtest.arrivals import window_rate
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
+from loadtest.load_context import run_view
 from loadtest.load_process import load_process
-from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE, replica_hosts, settings_from
+from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
 from loadtest.schedule import Position, Stage, boundaries, locate
 from loadtest.telemetry import (
@@ -52,7 +53,8 @@ class SweepController:
         self.run = run
         self.client = httpx.Client(base_url=environment.host, timeout=10)
         # one telemetry per server: every replica's counters and slots, each snapshot naming its replica
-        replicas = replica_hosts(self.options)
+        self.view = run_view(self.options, run)
+        replicas = self.view.replicas
         self.telemetries: list[tuple[int | None, ServerTelemetry]] = (
             [(index, ServerTelemetry(httpx.Client(base_url=url, timeout=10))) for index, url in enumerate(replicas)]
             if replicas else [(None, ServerTelemetry(self.client))])
@@ -60,9 +62,9 @@ class SweepController:
         self.process.cpu_percent()
         psutil.cpu_percent()  # starts the machine-wide clock: the first reading is from here
         self.children: dict[int, psutil.Process] = {}
-        self.slots = self.options.parallel_slots or server_slots(environment.host) or None
+        self.slots = self.view.slots or server_slots(environment.host) or None
         # the exact document prefix every user sends (same cut, same server count as theirs)
-        self.context_tokens = context_for_tokens(environment.host, self.options.context_tokens)[1]
+        self.context_tokens = context_for_tokens(environment.host, self.view.settings.context_tokens)[1]
         self.failed: str | None = None
         self.interrupted: str | None = None
         self.completed_steps = -1
@@ -202,7 +204,7 @@ class SweepController:
         window = StepWindow(
             index=index,
             users=stage.users,
-            rate=window_rate(self.stages, settings_from(self.options), index) if stage.open_loop else stage.rate,
+            rate=window_rate(self.stages, self.view.settings, index) if stage.open_loop else stage.rate,
             started_at=started,
             measure_start=started + stage.warmup,
             context_tokens=self.context_tokens,
@@ -293,7 +295,7 @@ class SweepController:
 
     def _watch_errors(self) -> None:
         """Once a second, the error rules of ``loadtest.error_watch`` over the master's totals."""
-        watch = ErrorWatch(self.options.max_error_rate, self.options.min_requests_for_error_rate)
+        watch = ErrorWatch(self.view.settings.max_error_rate, self.options.min_requests_for_error_rate)
         while True:
             gevent.sleep(1.0)
             stats = self.environment.stats

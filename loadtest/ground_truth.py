@@ -60,7 +60,6 @@ from pydantic import BaseModel, Field
 from core.errors import LoadTestError
 from core.network import free_port
 
-FAULTS = ("none", "http_500", "http_503", "http_429", "disconnect", "malformed", "stall", "error_event")
 # The overload answers, in llama-server's words where it has them; each carries Retry-After.
 OVERLOAD = {
     "http_503": ("503 Service Unavailable", {"code": 503, "message": "Loading model", "type": "unavailable_error"}),

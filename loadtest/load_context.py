@@ -16,13 +16,14 @@ import logging
 import math
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gevent
 
 from core.errors import RunDirError
-from core.rundir import RecordWriter, RunDir, utc_now
+from core.rundir import LoadSettings, RecordWriter, RunDir, utc_now
 from loadtest.lengths import WorkloadLengths
 from loadtest.locust_options import replica_hosts, settings_from
 from loadtest.long_context import context_for_tokens
@@ -32,12 +33,33 @@ from loadtest.streaming import TIMELINES, RequestMeta, StreamResult
 
 log = logging.getLogger(__name__)
 STORAGE_FAILED_EXIT_CODE = 3  # the same code the controller uses for a failed sweep
-# What a load process's context is made from: a new start (the web UI's) with other values gets a new one.
-CONTEXT_OPTIONS = (
-    "steps", "rates", "arrival", "arrival_seed", "warmup", "measure", "run_dir", "prompts", "context_tokens",
-    "timeline", "replicas", "sessions", "turns", "think", "system_prompt_tokens", "workload_seed",
-    "prompt_length", "output_length", "trace", "trace_speed",
-)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What a load process needs of its run, read from the run's manifest (``rigbench sweep`` wrote it
+    there; a hand-run Locust wrote its own flags there when it made the run): the load settings, the
+    model name requests carry, the replicas' roots (empty: one server) and the server's slots (None: ask)."""
+
+    settings: LoadSettings
+    model_name: str
+    replicas: list[str]
+    slots: int | None
+
+
+def run_view(options: Any, run: RunDir | None = None) -> RunView:
+    """The run (``run``, else the one the options name) as its manifest describes it; a hand run before its
+    run directory exists reads its own flags (``loadtest.locust_options``)."""
+    run_dir = run.path if run is not None else getattr(options, "run_dir", "")
+    manifest = RunDir(run_dir).read_manifest() if run_dir else None
+    if manifest is None or manifest.load is None:
+        return RunView(settings_from(options), options.model_name, replica_hosts(options),
+                       options.parallel_slots or None)
+    server = manifest.server
+    replicas = [replica.url for replica in server.replicas] if server is not None and len(server.replicas) > 1 else []
+    model = (server.model_name if server is not None else None) or getattr(options, "model_name", "default")
+    slots = (server.parallel_slots if server is not None else None) or getattr(options, "parallel_slots", 0) or None
+    return RunView(manifest.load, model, replicas, slots)
 
 
 def process_shard() -> str:
@@ -46,7 +68,8 @@ def process_shard() -> str:
 
 
 def context_key(options: Any) -> tuple:
-    return tuple(getattr(options, name, None) for name in CONTEXT_OPTIONS)
+    """A new start has a new t0 (and, after the first, a new run): its context is made again."""
+    return getattr(options, "run_dir", None), getattr(options, "rigbench_t0", None)
 
 
 class LoadContext:
@@ -56,12 +79,14 @@ class LoadContext:
         self.options = options
         self.host = host
         self.shard = process_shard()
-        self.settings = settings_from(options)
-        self.replicas = replica_hosts(options)  # empty: one server, the run's host
+        view = run_view(options)
+        self.settings = view.settings
+        self.model_name = view.model_name
+        self.replicas = view.replicas  # empty: one server, the run's host
         self.stages: list[Stage] = stages_for(self.settings)
         self.made_from = context_key(options)
-        self.prompts: list[Prompt] = load_prompts(options.prompts)
-        self.context_text, self.context_tokens = context_for_tokens(host, options.context_tokens)
+        self.prompts: list[Prompt] = load_prompts(self.settings.prompts)
+        self.context_text, self.context_tokens = context_for_tokens(host, self.settings.context_tokens)
         sessions = self.settings.sessions  # every conversation of the run opens with the same system prompt
         self.system_prompt = context_for_tokens(host, sessions.system_prompt_tokens)[0] if sessions else ""
         self.lengths = WorkloadLengths.served(self.settings, host)  # drawn or traced lengths, and prompts cut to them
@@ -74,7 +99,7 @@ class LoadContext:
         if run_dir:
             run = RunDir(run_dir)
             self.writer = run.open_shard(self.shard)
-            if options.timeline:
+            if self.settings.timeline:
                 path = Path(run_dir) / TIMELINES / f"{self.shard}.jsonl"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self.timeline = open(path, "a", buffering=1)  # noqa: SIM115
@@ -100,13 +125,13 @@ class LoadContext:
 
     def request_options(self) -> dict[str, Any]:
         """What ``build_payload`` takes besides the messages, from the run's options."""
-        options = self.options
+        settings = self.settings
         return {
-            "model": options.model_name,
-            "max_tokens": options.max_tokens,
-            "temperature": options.temperature,
-            "cache_prompt": options.cache_prompt,
-            "ignore_eos": options.ignore_eos,
+            "model": self.model_name,
+            "max_tokens": settings.max_tokens,
+            "temperature": settings.temperature,
+            "cache_prompt": settings.cache_prompt,
+            "ignore_eos": settings.ignore_eos,
         }
 
     def meta_for(self, t_start: float, category: str) -> RequestMeta:

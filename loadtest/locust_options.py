@@ -1,15 +1,13 @@
-"""The locustfile's own options: one vocabulary with ``rigbench sweep``, each with its help.
+"""The options of a hand-run Locust: one vocabulary with ``rigbench sweep``, each with its help.
 
 ``--steps`` (or ``--rates``, ``--arrival`` and ``--arrival-seed``), ``--warmup``, ``--measure``,
 ``--run-dir``, ``--runs-dir``, ``--context-tokens`` and ``--model-name`` mean what they mean in
-every rigbench command. Locust prints ``--help`` before it loads a locustfile, so these options
-are listed by ``rigbench sweep --help`` (which passes the same ones).
-
-Every ``LoadSettings`` field but the arm is read from an option here (``--processes`` is Locust's
-own), and where ``LoadSettings`` has a default the option takes it, so a hand run's manifest says
-what a sweep with the same options says. Nothing here imports Locust: the options are read from
-the namespace Locust parsed.
-"""
+every rigbench command. A hand run reads them into the one description of a load
+(``core.rundir.LoadSettings``, :func:`settings_from`) and writes it to the run it makes; from
+there on, as under ``rigbench sweep`` (which passes only ``--run-dir``), every load process reads
+the run's manifest. :func:`hand_run_flags` writes settings back as these options (a test holds
+the two to each other). Nothing here imports Locust: the options are read from the namespace
+Locust parsed."""
 
 from __future__ import annotations
 
@@ -32,6 +30,7 @@ from core.lists import (
     SWEEP_READ_TIMEOUT_S,
     SWEEP_WARMUP_SECONDS,
     check_pin_slots,
+    format_seconds,
     parse_arrival,
     parse_arrival_shape,
     parse_load_steps,
@@ -49,7 +48,6 @@ from core.workload import (
     parse_think,
     parse_turns,
 )
-from loadtest.schedule import Stage, stages_for
 from loadtest.trace import trace_rate, trace_source
 
 TURNS_DEFAULT = "1-4"
@@ -96,7 +94,7 @@ def add_arguments(parser: Any) -> None:
     add("--pin-slots", action="store_true", default=setting_default("pin_slots"),
         help="user i asks for server slot i (llama-server's id_slot; closed loop, one process): an experiment's "
              "bound for the server's slot choice, not real traffic")
-    add("--replicas", default="", help="several servers sharing the load, their roots comma-separated: user i goes "
+    add("--replica-urls", default="", help="several servers sharing the load, their roots comma-separated: user i goes "
         "to the i-th mod N (open-loop arrival n likewise), and each record names its replica")
     add("--sessions", action="store_true", default=False,
         help="conversations instead of one-shot prompts: each user runs conversations (--turns), thinks between "
@@ -125,11 +123,6 @@ def add_arguments(parser: Any) -> None:
     add("--rigbench-load-processes", type=int, default=1, include_in_web_ui=False, help=argparse.SUPPRESS)
 
 
-def stages_from(options: Any) -> list[Stage]:
-    """The sweep schedule the options ask for (refused at once, naming the option, when malformed)."""
-    return stages_for(settings_from(options))
-
-
 def settings_from(options: Any) -> LoadSettings:
     """The run's load settings from the parsed options (refused, naming the option, when malformed)."""
     trace, user_steps, rate_steps = load_steps(options.steps or None, options.rates or None, options.trace or None,
@@ -141,8 +134,8 @@ def settings_from(options: Any) -> LoadSettings:
     check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
     if options.drain < 0:
         raise UsageError(f"--drain: expected seconds >= 0, found {options.drain:g}")
-    if len(replica_hosts(options)) > 1 and options.pin_slots:  # a malformed --replicas is refused here too
-        raise UsageError("--pin-slots with --replicas: slot i exists on one server, not on each replica; leave one "
+    if len(replica_hosts(options)) > 1 and options.pin_slots:  # a malformed --replica-urls is refused here too
+        raise UsageError("--pin-slots with --replica-urls: slot i exists on one server, not on each replica; leave one "
                          "out")
     return LoadSettings(
         arrival_shape=parse_arrival_shape(options.arrival),
@@ -166,19 +159,22 @@ def settings_from(options: Any) -> LoadSettings:
         processes=max(1, options.processes or 1),
         pin_slots=options.pin_slots,
         drain_seconds=options.drain,
+        max_error_rate=options.max_error_rate,
+        read_timeout_seconds=options.read_timeout,
+        timeline=options.timeline,
     )
 
 
 def replica_hosts(options: Any) -> list[str]:
-    """The replicas' roots (``--replicas``), in order; empty for one server (``--host``)."""
-    text = getattr(options, "replicas", "") or ""
+    """The replicas' roots (``--replica-urls``), in order; empty for one server (``--host``)."""
+    text = getattr(options, "replica_urls", "") or ""
     hosts = [host.strip().rstrip("/") for host in text.split(",") if host.strip()]
     bad = [host for host in hosts if not host.startswith(("http://", "https://"))]
     if bad:
-        raise UsageError(f"--replicas: {bad[0]!r} is not a server root; expected e.g. "
+        raise UsageError(f"--replica-urls: {bad[0]!r} is not a server root; expected e.g. "
                          "http://127.0.0.1:8080,http://127.0.0.1:8081")
     if len(set(hosts)) != len(hosts):
-        raise UsageError(f"--replicas: a root is given twice in {text!r}")
+        raise UsageError(f"--replica-urls: a root is given twice in {text!r}")
     return hosts
 
 
@@ -235,10 +231,25 @@ def workload_fields(*, sessions: bool, turns: str, think: str, system_prompt_tok
     }
 
 
-def workload_options(settings: LoadSettings) -> list[str]:
-    """The options that give a Locust process the run's workload (``settings_from`` reads them back
-    to the same settings): sessions, drawn lengths, a trace, the seed and the targets."""
-    options: list[str] = []
+def hand_run_flags(settings: LoadSettings) -> list[str]:
+    """The options a hand-run Locust takes for ``settings`` (``settings_from`` reads them back to the same
+    settings, the arm aside): what a sweep's log shows for running its load by hand."""
+    options = ["--warmup", repr(settings.warmup_seconds), "--measure", format_seconds(settings.measure_seconds),
+               "--max-tokens", str(settings.max_tokens), "--temperature", repr(settings.temperature),
+               "--prompts", settings.prompts, "--context-tokens", str(settings.context_tokens),
+               "--drain", repr(settings.drain_seconds), "--max-error-rate", repr(settings.max_error_rate),
+               "--read-timeout", repr(settings.read_timeout_seconds)]
+    switches = (("--cache-prompt", settings.cache_prompt), ("--ignore-eos", settings.ignore_eos),
+                ("--pin-slots", settings.pin_slots), ("--timeline", settings.timeline))
+    options += [flag for flag, on in switches if on]
+    if settings.processes > 1:  # Locust's own option
+        options += ["--processes", str(settings.processes)]
+    if settings.trace is None and settings.open_loop:
+        arrival = settings.arrival if settings.arrival_shape is None else f"gamma:{settings.arrival_shape!r}"
+        options += ["--rates", ",".join(repr(rate) for rate in settings.rate_steps), "--arrival", arrival,
+                    "--arrival-seed", str(settings.arrival_seed)]
+    elif settings.trace is None:
+        options += ["--steps", ",".join(str(users) for users in settings.user_steps)]
     if settings.sessions is not None:
         sessions = settings.sessions
         options += ["--sessions", "--turns", f"{sessions.turns_min}-{sessions.turns_max}",

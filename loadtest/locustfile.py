@@ -32,13 +32,16 @@ from core.errors import RigbenchError
 from core.machine import server_rig
 from core.private_files import PRIVATE_UMASK
 from core.rundir import RunDir, new_manifest, server_at
+from core.rundir.models import ReplicaInfo
 from loadtest import web_ui
 from loadtest.controller import SweepController
 from loadtest.late_starts import note_late_starts
+from loadtest.load_context import run_view
 from loadtest.load_process import LoadProcess, load_process
-from loadtest.locust_options import add_arguments, replica_hosts, settings_from, stages_from
+from loadtest.locust_options import add_arguments, replica_hosts, settings_from
 from loadtest.open_loop import OpenLoopDispatcher
 from loadtest.preflight import check_health, check_reply, check_url
+from loadtest.schedule import stages_for
 from loadtest.shapes import SweepShape, load_processes
 from loadtest.telemetry import server_slots
 from loadtest.users import StreamingChatUser
@@ -68,7 +71,10 @@ def _new_run_dir(options: Any, host: str) -> RunDir:
         server = server_at(host, slots=options.parallel_slots, slots_from="flags")
     else:
         server = server_at(host, slots=server_slots(host), slots_from="server")
-    server = server.model_copy(update={"model_name": options.model_name})
+    hosts = replica_hosts(options)
+    replicas = [ReplicaInfo(index=index, url=url, slots=server_slots(url) or 0)
+                for index, url in enumerate(hosts)] if len(hosts) > 1 else []
+    server = server.model_copy(update={"model_name": options.model_name, "replicas": replicas})
     manifest = new_manifest("locust", "(hand-run locust)", load=settings_from(options), server=server,
                             rig=server_rig(host))
     os.umask(PRIVATE_UMASK)  # this process writes a run from here on: its files are private, as every command's
@@ -137,23 +143,24 @@ class LocustSweep:
         """Before any load: refuse what cannot run, in one line, and set the shape's schedule."""
         environment, options = self.environment, self.options
         try:
-            stages = stages_from(options)
             if not self.hand_run and not (Path(options.run_dir) / "manifest.json").is_file():
                 raise RigbenchError(f"--run-dir {options.run_dir}: no manifest.json there; leave --run-dir out and "
                                     "a new run directory is made under --runs-dir")
+            view = run_view(options)  # a hand run's flags, else the run's manifest: what it runs
+            stages = stages_for(view.settings)
             if environment.host:
                 environment.host = self.check_host(environment.host)
                 if not options.no_preflight:
-                    for replica in replica_hosts(options):  # every replica answers before any load
+                    for replica in view.replicas:  # every replica answers before any load
                         check_health(replica)
-                        check_reply(replica, options.model_name)
+                        check_reply(replica, view.model_name)
             elif options.headless or not self.hand_run:
                 raise RigbenchError("--host: no server given; pass its root, e.g. --host http://127.0.0.1:8080")
         except RigbenchError as error:
             refuse(str(error))
         if self.shape is not None:
             self.shape.stages = stages
-            self.shape.drain_seconds = options.drain
+            self.shape.drain_seconds = view.settings.drain_seconds
             self.shape.in_flight = self.in_flight
         if environment.web_ui is not None:
             web_ui.install(environment.web_ui, self.process.live)
@@ -180,7 +187,7 @@ class LocustSweep:
         """A start: the schedule and the host are read again (the web UI may have changed them)."""
         environment, options, shape = self.environment, self.options, self.shape
         try:
-            current = stages_from(options)
+            current = stages_for(settings_from(options) if self.hand_run else run_view(options).settings)
             if self.hand_run and environment.host != self.checked_host:
                 environment.host = self.check_host(environment.host or "")
                 abandon_unstarted(options.run_dir, environment.host)

@@ -14,17 +14,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from core.errors import LoadTestError, UsageError
-from core.rundir import RequestRecord
+from core.rundir import LoadSettings, RequestRecord
+from core.rundir.models import ServerDescription, SettingOrigin
 from loadtest.error_watch import fix_for
 from loadtest.http_errors import describe_http_error
+from loadtest.lengths import longest_request
 from loadtest.long_context import context_for_tokens, document_tokens
-from loadtest.model_list import MODELS_PATH, ModelList
+from loadtest.model_list import MODELS_PATH, ModelList, listed_model, read_model_list
 from loadtest.path_answer import CONNECT_FIX, ask_path
+from loadtest.server_description import (
+    check_conversation_fits,
+    check_drawn_fit,
+    check_reply_fits,
+    describe_server,
+)
 from loadtest.streaming import CHAT_PATH, RequestMeta, build_payload, make_client, server_words, stream_chat
 
 HEALTH_TIMEOUT_S = 5.0
@@ -176,3 +185,80 @@ def probe_decode_rate(
         raise LoadTestError(f"{url}{CHAT_PATH}: a {tokens}-token probe reply gave no decode rate "
                             f"({record.error_kind or 'too few tokens'}); give --processes N")
     return (count - first) / max(record.t_last_token - record.t_first_token, 1e-6)
+
+
+DEFAULT_MODEL_NAME = "default"  # what llama-server takes whatever model it serves
+
+
+@dataclass
+class CheckedServer:
+    """One server as the checks before a sweep found it: the model name its requests carry and where that
+    came from, how it described itself, and what of the load may not fit it (by document length)."""
+
+    url: str
+    model_name: str
+    model_from: SettingOrigin
+    description: ServerDescription
+    fit_warnings: dict[int, list[str]] = field(default_factory=dict)
+
+
+def sent_model_name(models: ModelList, given: str | None) -> tuple[str, SettingOrigin]:
+    """The model name requests carry, and its origin: ``--model-name``, else the one model the server
+    lists at /v1/models, else ``default`` (llama-server takes any name)."""
+    if given:
+        return given, "flag"
+    listed = listed_model(models)
+    return (listed, "server") if listed else (DEFAULT_MODEL_NAME, "rigbench")
+
+
+def check_servers(urls: list[str], settings: LoadSettings, contexts: list[int], *, model_name: str | None,
+                  health: bool = True, replicas: list[str] | None = None) -> list[CheckedServer]:
+    """Every server before a run exists: its /v1/models (read once: it names the model to send, stands in
+    for a missing /health, and may say how many tokens a request holds), /health and one streamed reply
+    (``health``; every replica's too), the longest document, system prompt and drawn or traced prompt cut
+    by its own tokens, and whether the longest request fits its context (refused) or a reply may be cut
+    short (a warning per document length). Each problem is one line naming the option."""
+    checked = []
+    for url in urls:
+        models = read_model_list(url)
+        name, origin = sent_model_name(models, model_name)
+        if health:
+            for root in [url, *(replica for replica in replicas or [] if replica != url)]:
+                check_health(root, models=models if root == url else None)
+                check_reply(root, name, timeout=settings.read_timeout_seconds)
+        checked.append(CheckedServer(url, name, origin, describe_server(url, models=models)))
+    _check_texts(checked, settings, contexts)
+    return checked
+
+
+def _check_texts(servers: list[CheckedServer], settings: LoadSettings, contexts: list[int]) -> None:
+    """Texts cut by the servers' tokens, and what the longest request asks of each server's context."""
+    system_prompt = settings.sessions.system_prompt_tokens if settings.sessions is not None else 0
+    longest, longest_reply = longest_request(settings.trace, settings.prompt_length, settings.output_length)
+    drawn = [flag for flag, value in (("--prompt-length", settings.prompt_length),
+                                      ("--output-length", settings.output_length)) if value is not None]
+    lengths_from = "--trace" if settings.trace is not None else " and ".join(drawn)
+    for server in servers:
+        if max(contexts) > 0:
+            check_context(server.url, max(contexts))
+        if system_prompt:
+            check_context(server.url, system_prompt, "--system-prompt-tokens")
+        if longest:
+            check_prompt_cuts(server.url, longest, "--trace" if settings.trace is not None else "--prompt-length")
+        if lengths_from:
+            reply = longest_reply if longest_reply is not None else settings.max_tokens
+            check_drawn_fit(server.url, server.description, prompt_tokens=longest + max(contexts),
+                            reply_tokens=reply, options=lengths_from)
+        for context in contexts:
+            said = [check_reply_fits(server.url, server.description, max_tokens=settings.max_tokens,
+                                     ignore_eos=settings.ignore_eos, context_tokens=context)]
+            if (sessions := settings.sessions) is not None:  # a turn resends its history: the longest must fit
+                options = " ".join([f"--sessions --turns {sessions.turns_min}-{sessions.turns_max}", *drawn])
+                prompts, replies = settings.prompt_length, settings.output_length
+                prompt_tokens = (prompts.minimum, prompts.maximum) if prompts is not None else (0, 0)
+                reply_tokens = ((replies.minimum, replies.maximum) if replies is not None else
+                                (settings.max_tokens if settings.ignore_eos else 0, settings.max_tokens))
+                said.append(check_conversation_fits(server.url, server.description, sessions=sessions,
+                                                    context_tokens=context, prompt_tokens=prompt_tokens,
+                                                    reply_tokens=reply_tokens, options=options))
+            server.fit_warnings[context] = [warning for warning in said if warning]

@@ -60,6 +60,8 @@ def run_selftest(
         processes=processes,
         arm="selftest",
         drain_seconds=drain,
+        timeline=timeline,
+        max_error_rate=0.05,
     )
     config = GroundTruthConfig(
         ttft_ms=ttft_ms,
@@ -83,7 +85,7 @@ def run_selftest(
     truth_log = run.path / TRUTH_LOG
     with GroundTruthServer(config, truth_log) as server:
         run.update_manifest(server=server_at(server.base_url, server_args, config.slots, "server"))
-        final = run_sweep(run, server.base_url, progress=progress, timeline=timeline, max_error_rate=0.05)
+        final = run_sweep(run, server.base_url, progress=progress)
     if final.status != "complete":
         # a sweep that failed has steps it did not follow for a reason of its own: no capacity from it
         raise RunIncomplete(f"{run.path}: the self-test sweep ended {final.status} ({final.status_detail}); "

@@ -1,17 +1,19 @@
 """Run one sweep: a headless Locust subprocess that fills an existing run directory.
 
 Locust runs in its own process (``python -m locust``) so gevent's monkey-patching never
-reaches the caller. Options travel on its command line, the same ones a person would
-type (``locust -f loadtest/locustfile.py --help`` lists them). This process only watches:
+reaches the caller. What to run travels in the run directory, not on its command line: the
+manifest holds the load settings, the model name, the slots and the replicas, and the
+locustfile reads them there; the log keeps the hand-run options that would run the same load
+(``locust -f loadtest/locustfile.py --help`` lists them). This process only watches:
 it draws progress from the run directory and makes sure the manifest never stays
 ``running`` once Locust is gone — ``complete``, ``failed`` (with the reason) or
-``interrupted`` (Ctrl-C, SIGTERM, or an early exit).
-"""
+``interrupted`` (Ctrl-C, SIGTERM, or an early exit)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from core.errors import LoadTestError, RunDirError, RunInterrupted
-from core.lists import format_seconds, seconds_per_step
+from core.lists import seconds_per_step
 from core.load_reached import (
     FAIL_BELOW,
     SESSION_BUSY,
@@ -46,7 +48,7 @@ from loadtest import LOCUSTFILE
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
 from loadtest.lengths import longest_prompt
-from loadtest.locust_options import workload_options
+from loadtest.locust_options import hand_run_flags
 from loadtest.long_context import context_for_tokens, document_tokens
 from loadtest.process_capacity import read_capacity
 from loadtest.schedule import stage_label, stages_for, total_duration
@@ -59,75 +61,20 @@ RIG_INTERRUPTION_MARKER = Path("/opt/dlami/nvme/rigbench/spot-interruption.json"
 WORKER_GRACE_SECONDS = 15.0  # a --processes worker still writing its last records after the master exited
 
 
-def locust_command(
-    run: RunDir,
-    base_url: str,
-    settings: LoadSettings,
-    *,
-    parallel_slots: int | None,
-    model: str = "default",
-    stop_timeout: float = 0.0,
-    max_error_rate: float = 0.5,
-    timeline: bool = False,
-    read_timeout: float = 60.0,
-    interruption_marker: Path | None = None,
-    replicas: list[str] | None = None,
-) -> list[str]:
-    """The exact ``locust`` command line for a sweep (also printed for reproducing it); ``replicas``: the
-    servers the load is spread over (the manifest's), when there are several."""
+def locust_command(run: RunDir, base_url: str, settings: LoadSettings, *, stop_timeout: float = 0.0,
+                   interruption_marker: Path | None = None) -> list[str]:
+    """The ``locust`` command line for a sweep: Locust reads what to run from the run's manifest (its load
+    settings, the model name, the slots and the replicas); the line says only where the run is, the
+    processes (Locust's own option) and the spot watcher's marker."""
     command = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        "--headless",
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
         "--no-preflight",  # run_sweep's caller checked the server before it made the run directory
-        "--host",
-        base_url,
-        "--run-dir",
-        str(run.path.resolve()),  # Locust runs from the repository root
-        *_step_options(settings),
-        "--warmup",
-        str(settings.warmup_seconds),
-        "--measure",
-        format_seconds(settings.measure_seconds),
-        "--max-tokens",
-        str(settings.max_tokens),
-        "--temperature",
-        str(settings.temperature),
-        "--prompts",
-        settings.prompts,
-        "--context-tokens",
-        str(settings.context_tokens),
-        "--parallel-slots",
-        str(parallel_slots or 0),  # 0: Locust asks the server's /slots
-        "--max-error-rate",
-        str(max_error_rate),
-        "--model-name",
-        model,
-        "--read-timeout",
-        str(read_timeout),
-        "--drain",
-        str(settings.drain_seconds),
-        "--stop-timeout",
-        str(int(stop_timeout)),
-        "--csv",
-        str(run.path.resolve() / "locust"),
-        "--only-summary",
-        "--loglevel",
-        "WARNING",
-        "--exit-code-on-error",
-        "0",
+        "--host", base_url,
+        "--run-dir", str(run.path.resolve()),  # Locust runs from the repository root
+        "--stop-timeout", str(int(stop_timeout)),
+        "--csv", str(run.path.resolve() / "locust"), "--only-summary",
+        "--loglevel", "WARNING", "--exit-code-on-error", "0",
     ]
-    if settings.cache_prompt:
-        command.append("--cache-prompt")
-    if settings.ignore_eos:
-        command.append("--ignore-eos")
-    if settings.pin_slots:
-        command.append("--pin-slots")
-    if timeline:
-        command.append("--timeline")
     if settings.processes > 1:
         # the master's port for its workers: a free one on loopback, not Locust's fixed 5557 on every
         # interface (two multi-process sweeps at once on one machine would fight over it)
@@ -136,22 +83,7 @@ def locust_command(
                     "--master-bind-port", port, "--master-host", "127.0.0.1", "--master-port", port]
     if interruption_marker is not None:
         command += ["--interruption-marker", str(interruption_marker)]
-    if replicas and len(replicas) > 1:
-        command += ["--replicas", ",".join(replicas)]
     return command
-
-
-def _step_options(settings: LoadSettings) -> list[str]:
-    """``--steps 1,2,4`` (closed loop), ``--rates 1,2.5 --arrival poisson --arrival-seed 0`` (open loop) or
-    a trace's arrivals, then the workload's own options (``workload_options``)."""
-    workload = workload_options(settings)
-    if settings.trace is not None:
-        return workload
-    if settings.open_loop:
-        arrival = settings.arrival if settings.arrival_shape is None else f"gamma:{settings.arrival_shape!r}"
-        return ["--rates", ",".join(f"{rate:g}" for rate in settings.rate_steps), "--arrival", arrival,
-                "--arrival-seed", str(settings.arrival_seed), *workload]
-    return ["--steps", ",".join(str(users) for users in settings.user_steps), *workload]
 
 
 def default_interruption_marker() -> Path | None:
@@ -251,10 +183,7 @@ def run_sweep(
     base_url: str,
     *,
     progress: bool = True,
-    model: str = "default",
-    max_error_rate: float = 0.5,
-    timeline: bool = False,
-    read_timeout: float = 60.0,
+    model: str | None = None,
     interruption_marker: Path | None = None,
 ) -> RunManifest:
     """Run the whole sweep in one ``locust --headless`` process and return the final manifest.
@@ -275,6 +204,7 @@ def run_sweep(
     if manifest.load is None or manifest.server is None:
         raise LoadTestError(f"{run.path}: the manifest has no load settings or server; start runs with new_manifest")
     settings = manifest.load
+    model = model or manifest.server.model_name or "default"
     if manifest.server.model_name != model:  # the manifest names the model name the requests carry
         manifest = run.update_manifest(server=manifest.server.model_copy(update={"model_name": model}))
     cut_texts = {"long-context": settings.context_tokens,
@@ -297,23 +227,14 @@ def run_sweep(
             raise LoadTestError(f"drawn prompt lengths cannot be sent: {said}") from None
     # how long a Ctrl-C'd Locust may take to write up
     stop_grace = max(30.0, *seconds_per_step(settings.measure_seconds, settings.step_count))
-    command = locust_command(
-        run,
-        base_url,
-        settings,
-        replicas=[replica.url for replica in manifest.server.replicas],
-        parallel_slots=manifest.server.parallel_slots,
-        model=model,
-        max_error_rate=max_error_rate,
-        timeline=timeline,
-        read_timeout=read_timeout,
-        interruption_marker=interruption_marker,
-    )
+    command = locust_command(run, base_url, settings, interruption_marker=interruption_marker)
     log_path = run.path / LOCUST_LOG
     interrupted = False
     try:
         with stop_signals_as_keyboard_interrupt(), open(log_path, "ab") as log:
-            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.write(("$ " + shlex.join(command) + "\n# the same load by hand: locust -f loadtest/locustfile.py "
+                       f"--host {base_url} --model-name {shlex.quote(model)} "
+                       f"{shlex.join(hand_run_flags(settings))}\n").encode())
             log.flush()
             process = subprocess.Popen(
                 # from the repository root, ``python -m locust`` imports this checkout's packages

@@ -112,18 +112,6 @@ class ServerTelemetry:
         )
 
 
-def take_snapshot(
-    client: httpx.Client, step: int, users: int, boundary: str, extra: dict[str, float] | None = None
-) -> TelemetrySnapshot:
-    """A one-off snapshot: an endpoint the server lacks is this snapshot's news, in its error."""
-    telemetry = ServerTelemetry(client)
-    snapshot = telemetry.snapshot(step, users, boundary, extra)
-    if not telemetry.absent:
-        return snapshot
-    problems = [snapshot.error] if snapshot.error else []
-    return snapshot.model_copy(update={"error": "; ".join([*problems, *telemetry.absent.values()])})
-
-
 def server_slots(base_url: str, timeout: float = 5.0) -> int | None:
     """How many parallel slots the server reports, or None if it does not say."""
     try:

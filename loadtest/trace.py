@@ -22,23 +22,24 @@ and ``--processes`` share the arrivals as poisson ones (``loadtest.arrivals``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from core.digest import file_sha256
 from core.errors import LoadTestError
 from core.rundir.models import TraceSource
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 
-class TraceRow(BaseModel):
+class TraceRow(Strict):
     """One line of a trace."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     offset_s: float = Field(ge=0)
     prompt_tokens: int = Field(ge=1)
@@ -73,14 +74,6 @@ def _read(path: str, sha256: str) -> tuple[TraceRow, ...]:
     return tuple(rows)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def trace_source(path: Path | str, speed: float = 1.0, option: str = "--trace") -> TraceSource:
     """The trace as the run's settings name it (path, sha256, rows, speed), read and checked whole."""
     path = Path(path)
@@ -104,12 +97,6 @@ def trace_rows(source: TraceSource) -> tuple[TraceRow, ...]:
         raise LoadTestError(f"trace {path}: changed since the run began (sha256 {sha256[:12]}…, the run recorded "
                             f"{source.sha256[:12]}…)")
     return _read(str(path), sha256)
-
-
-def trace_span_s(source: TraceSource) -> float:
-    """Seconds from the first arrival to the last, at the replay's speed."""
-    rows = trace_rows(source)
-    return (rows[-1].offset_s - rows[0].offset_s) / source.speed
 
 
 def trace_rate(source: TraceSource) -> float:

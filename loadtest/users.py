@@ -55,7 +55,7 @@ class StreamingChatUser(User):
                                              user=user, shard=context.shard,
                                              system_prompt=context.system_prompt, context=context.context_text)
         self.slot: int | None = None
-        if context.options.pin_slots:
+        if context.settings.pin_slots:
             # the lowest slot no live user holds: N users hold slots 0..N-1 at every step
             self.slot = min(set(range(len(context.pinned) + 1)) - context.pinned)
             context.pinned.add(self.slot)

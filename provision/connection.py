@@ -217,14 +217,6 @@ def remote_exists(c: Connection, path: str) -> bool:
     return run(c, f"test -e {shlex.quote(path)}", warn=True).ok
 
 
-def remote_python(c: Connection) -> str:
-    """The rig's system python3 (the DLAMI has one); the helper scripts need nothing else."""
-    result = run(c, "command -v python3", warn=True)
-    if not result.ok or not result.stdout.strip():
-        raise ProvisionError("no python3 on the rig; install it (apt-get install -y python3) and retry")
-    return result.stdout.strip()
-
-
 def is_root(c: Connection) -> bool:
     return run(c, "id -u").stdout.strip() == "0"
 

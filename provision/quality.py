@@ -1,8 +1,9 @@
 """Step ``ladder``: the quantization ladder run ON the rig, against its own 127.0.0.1, then fetched.
 
-The rig runs the same ``rigbench ladder`` a user runs locally, from the project the ``project``
-step installed, with the rig's llama.cpp build (its cache folder) and the question file (and a
-``--shots-from`` exemplar file) copied from here; the ladder's folder lands beside the sweep
+The rig runs the same ``rigbench quality ladder`` a user runs locally, from the project the
+``project`` step installed, with the rig's llama.cpp build (its cache folder), the question file
+(and a ``shots_from`` exemplar file) copied from here, and the settings checked here handed over
+as a file (``--settings``) naming the rig's copies; the ladder's folder lands beside the sweep
 runs and is copied home the same way, so the article's L4 ladder is one command and one fetch.
 ``cache`` is the build step's cache folder (the rig's work folder by default), so the ladder
 quantizes with the build the rig has.
@@ -18,6 +19,7 @@ from pathlib import Path
 from fabric import Connection
 
 from core.errors import ProvisionError
+from core.quality_settings import AskSettings, QualityEvalSettings, QualityLadderSettings, settings_file_text
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 from provision.connection import describe_host, rig_step, run
 from provision.rig_paths import RigPaths
@@ -25,52 +27,26 @@ from provision.run_metadata import aws_rig
 from provision.sweep import SWEEP_TIMEOUT_S, annotate_quality, fetch, folder_rig, rig_rigbench
 
 SIDECAR = ".source"
-SHOTS_FROM = "--shots-from"
 
 
-def shots_from_file(options: list[str]) -> Path | None:
-    """The local exemplar file a ladder's options name (``--shots-from FILE`` or ``--shots-from=FILE``)."""
-    for index, option in enumerate(options):
-        if option == SHOTS_FROM and index + 1 < len(options):
-            return Path(options[index + 1])
-        if option.startswith(SHOTS_FROM + "="):
-            return Path(option.partition("=")[2])
-    return None
-
-
-def shots_from_on_rig(options: list[str], remote: str) -> list[str]:
-    """The options with ``--shots-from`` naming the copy on the rig: the file given is a file here."""
-    pointed: list[str] = []
-    skip = False
-    for index, option in enumerate(options):
-        if skip:
-            skip = False
-            continue
-        if option == SHOTS_FROM and index + 1 < len(options):
-            pointed += [SHOTS_FROM, remote]
-            skip = True
-        elif option.startswith(SHOTS_FROM + "="):
-            pointed += [SHOTS_FROM, remote]
-        else:
-            pointed.append(option)
-    return pointed
-
-
-def put_question_files(c: Connection, paths: RigPaths, questions: Path, extra: list[str]) -> tuple[str, list[str]]:
-    """The question file (with its source sidecar) and a ``--shots-from`` exemplar file onto the rig; the
-    remote question path and the options pointing at the rig's copies."""
+def put_question_files(c: Connection, paths: RigPaths, questions: Path, settings: AskSettings,
+                       name: str) -> tuple[str, str]:
+    """The question file (with its source sidecar), a ``shots_from`` exemplar file and the settings onto the
+    rig; the remote question file and the remote settings file, whose ``shots_from`` names the rig's copy."""
     remote_questions = f"{paths.results}/questions/{questions.name}"
-    run(c, f"mkdir -p {shlex.quote(paths.results)}/questions {shlex.quote(paths.runs)}")
+    run(c, f"mkdir -p {shlex.quote(paths.results)}/questions {shlex.quote(paths.results)}/settings "
+           f"{shlex.quote(paths.runs)}")
     c.put(str(questions), remote=remote_questions)
     sidecar = questions.with_name(questions.name + SIDECAR)
     if sidecar.is_file():
         c.put(str(sidecar), remote=remote_questions + SIDECAR)
-    exemplars = shots_from_file(extra)
-    if exemplars is not None:
-        remote_exemplars = f"{paths.results}/questions/{exemplars.name}"
-        c.put(str(exemplars), remote=remote_exemplars)
-        extra = shots_from_on_rig(extra, remote_exemplars)
-    return remote_questions, extra
+    if settings.shots_from is not None:
+        remote_exemplars = f"{paths.results}/questions/{settings.shots_from.name}"
+        c.put(str(settings.shots_from), remote=remote_exemplars)
+        settings = settings.model_copy(update={"shots_from": Path(remote_exemplars)})
+    remote_settings = f"{paths.results}/settings/{name}.json"
+    c.put(io.BytesIO(settings_file_text(settings).encode()), remote=remote_settings)
+    return remote_questions, remote_settings
 
 
 def put_earlier(c: Connection, local: Path, remote: str, manifest: str) -> bool:
@@ -91,15 +67,15 @@ def put_earlier(c: Connection, local: Path, remote: str, manifest: str) -> bool:
 
 
 def prepare_on_rig(c: Connection, paths: RigPaths, what: str, rigbench: str | None, questions: Path,
-                   extra: list[str] | None, local: Path, manifest: str,
-                   stack_outputs: dict | None = None) -> tuple[str, str, list[str]]:
-    """rigbench on the rig, the question files there, and what came home earlier put back: the rig's
-    rigbench, the remote question file and the options pointing at the rig's copies. What came home from
-    another instance type (a fallback) is set aside, not resumed: one ladder holds one machine's answers."""
+                   settings: AskSettings, local: Path, manifest: str,
+                   stack_outputs: dict | None = None) -> tuple[str, str, str]:
+    """rigbench on the rig, the question files and the settings there, and what came home earlier put back:
+    the rig's rigbench, the remote question file and the remote settings file. What came home from another
+    instance type (a fallback) is set aside, not resumed: one ladder holds one machine's answers."""
     rigbench = rigbench or rig_rigbench(paths)
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"{what}: no rigbench at {rigbench} on the rig; run the project step first")
-    remote_questions, options = put_question_files(c, paths, questions, list(extra or []))
+    remote_questions, remote_settings = put_question_files(c, paths, questions, settings, local.name)
     earlier = folder_rig(local) if local.is_dir() else None
     now = (stack_outputs or {}).get("instanceType")
     if earlier is not None and earlier.instance_type and now and earlier.instance_type != now:
@@ -109,7 +85,7 @@ def prepare_on_rig(c: Connection, paths: RigPaths, what: str, rigbench: str | No
               f"{aside.name}, started afresh", flush=True)
     else:
         put_earlier(c, local, f"{paths.runs}/{local.name}", manifest)
-    return rigbench, remote_questions, options
+    return rigbench, remote_questions, remote_settings
 
 
 def run_on_rig(c: Connection, what: str, command: list[str], environment: str, name: str, timeout: int) -> None:
@@ -144,20 +120,21 @@ def ladder(
     source: str,
     rungs: str,
     name: str,
-    extra: list[str] | None = None,
+    settings: QualityLadderSettings | None = None,
     rigbench: str | None = None,
     local_runs: Path | str = "runs",
     cache: str | None = None,
     timeout: int = SWEEP_TIMEOUT_S,
     stack_outputs: dict | None = None,
 ) -> Path:
-    """Run ``rigbench quality ladder SOURCE`` on the rig into ``<runs>/<name>``; copy that folder into
+    """Run ``rigbench quality ladder SOURCE --settings`` on the rig into ``<runs>/<name>``; copy that folder into
     ``local_runs``. A ladder of that name already here and not on the rig (its rig was destroyed) is put back
     first, so it resumes rung by rung."""
-    rigbench, remote_questions, extra = prepare_on_rig(c, paths, "ladder", rigbench, questions, extra,
-                                                       Path(local_runs) / name, LADDER_MANIFEST, stack_outputs)
+    rigbench, remote_questions, remote_settings = prepare_on_rig(
+        c, paths, "ladder", rigbench, questions, settings or QualityLadderSettings(), Path(local_runs) / name,
+        LADDER_MANIFEST, stack_outputs)
     command = [rigbench, "quality", "ladder", source, "--questions", remote_questions, "--out",
-               f"{paths.runs}/{name}", "--rungs", rungs, *extra]
+               f"{paths.runs}/{name}", "--rungs", rungs, "--settings", remote_settings]
     run_on_rig(c, "ladder", command, f"RIGBENCH_CACHE={shlex.quote(cache or paths.cache)}", name, timeout)
     return fetch_annotated(c, paths, local_runs, name, stack_outputs)
 
@@ -169,17 +146,18 @@ def evaluate(
     questions: Path,
     name: str,
     url: str,
-    extra: list[str] | None = None,
+    settings: QualityEvalSettings | None = None,
     rigbench: str | None = None,
     local_runs: Path | str = "runs",
     timeout: int = SWEEP_TIMEOUT_S,
     stack_outputs: dict | None = None,
 ) -> Path:
-    """Run ``rigbench quality eval --url URL`` on the rig (its own served model) into ``<runs>/<name>``; copy
-    that folder into ``local_runs`` (resumed like the ladder)."""
-    rigbench, remote_questions, extra = prepare_on_rig(c, paths, "eval", rigbench, questions, extra,
-                                                       Path(local_runs) / name, EVAL_MANIFEST, stack_outputs)
+    """Run ``rigbench quality eval --url URL --settings`` on the rig (its own served model) into
+    ``<runs>/<name>``; copy that folder into ``local_runs`` (resumed like the ladder)."""
+    rigbench, remote_questions, remote_settings = prepare_on_rig(
+        c, paths, "eval", rigbench, questions, settings or QualityEvalSettings(), Path(local_runs) / name,
+        EVAL_MANIFEST, stack_outputs)
     command = [rigbench, "quality", "eval", "--url", url, "--questions", remote_questions, "--out",
-               f"{paths.runs}/{name}", *extra]
+               f"{paths.runs}/{name}", "--settings", remote_settings]
     run_on_rig(c, "eval", command, "", name, timeout)
     return fetch_annotated(c, paths, local_runs, name, stack_outputs)

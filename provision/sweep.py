@@ -18,23 +18,26 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import shlex
 import stat
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from fabric import Connection
+from pydantic import ValidationError
 
-from core.digest import file_sha256
 from core.errors import ProvisionError
+from core.load_file import load_fields_text
 from core.profile import RigProfile
 from core.rundir import RigInfo, RunDir
 from core.rundir.capacity_search import SearchResult, is_search, read_search, write_search
 from core.rundir.columns import parse_shards
+from core.rundir.models import TraceSource
 from core.rundir.quality import EvalManifest, LadderManifest
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST, EvalDir, LadderDir
+from core.sweep_result import SweepResult
 from provision.connection import describe_host, privileged, rig_step, run, upload_text
 from provision.rig_paths import RigPaths
 from provision.run_metadata import ModelProvenance, annotate_runs, rig_facts
@@ -45,7 +48,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PARTS = ("pyproject.toml", "README.md", "core", "infra", "provision", "llamacpp", "loadtest", "quality",
                  "analysis", "rigbench")
 SWEEP_TIMEOUT_S = 4 * 3600
-SEARCH_LINE = re.compile(r"^capacity search (\S+): ")  # what `rigbench sweep --find-max` says first
 INSTALL_TIMEOUT_S = 1800
 
 
@@ -99,16 +101,16 @@ def upload_profile(c: Connection, profile: RigProfile, paths: RigPaths) -> str:
 
 
 @rig_step("sweep")
-def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, steps: str | None = "1,2,4,8,16,32,64",
-          warmup: float = 10.0, measure: float | str = 30.0, extra: list[str] | None = None,
-          rigbench: str | None = None, local_runs: Path | str = "runs", timeout: int = SWEEP_TIMEOUT_S,
-          stack_outputs: dict | None = None, rates: str | None = None, arrival: str = "poisson",
-          arrival_seed: int = 0, provenance: Mapping[str, ModelProvenance] | None = None) -> list[Path]:
+def sweep(c: Connection, profile: RigProfile, load: dict[str, Any], paths: RigPaths | None = None,
+          search: list[str] | None = None, rigbench: str | None = None, local_runs: Path | str = "runs",
+          timeout: int = SWEEP_TIMEOUT_S, stack_outputs: dict | None = None,
+          provenance: Mapping[str, ModelProvenance] | None = None) -> list[Path]:
     """Run ``rigbench sweep`` on the rig against its llama-server; copy the run directories into ``local_runs``.
 
-    With ``rates`` the sweep is open loop (``--rates``, ``--arrival``, ``--arrival-seed``) instead of
-    the user ``steps``; with neither, ``extra`` names the load (``--trace FILE``: the file here is copied to the
-    rig first; ``--find-max``: the search's folder comes home with its probes' runs).
+    ``load``: the load as a load file's fields (``core.load_file``), checked here; it goes to the rig as that
+    file (a trace it names copied there first, named by its digest), and the rig's sweep reads it with
+    ``--load``. ``search``: the options of a capacity search (``--find-max users --max-load 64``), whose folder
+    comes home with its probes' runs. Which runs the sweep made comes back as its ``--result`` file.
 
     The copied manifests get the build, model digests and GPU from the rig, whether the servers ran under CUDA
     MPS from the serve step's record, the instance,
@@ -123,23 +125,23 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
         raise ProvisionError(f"sweep: no rigbench at {rigbench} on the rig; run the project step first")
     remote_profile = upload_profile(c, profile, paths)
-    extra = upload_traces(c, extra or [], paths)
+    remote_load = upload_load(c, load, paths)
+    remote_result = f"{paths.root}/sweep-result.json"
     command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
-               *sweep_load_options(steps, rates, arrival, arrival_seed), "--warmup", str(warmup),
-               "--measure", str(measure), "--runs-dir", paths.runs, "--no-progress",
-               *upload_replicas(c, state, paths), *extra]
+               "--load", remote_load, "--runs-dir", paths.runs, "--no-progress", "--result", remote_result,
+               *upload_replicas(c, state, paths), *(search or [])]
     exits_before = exit_counts(c, paths, state)
     print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
-    result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && " + " ".join(shlex.quote(p) for p in command),
-                 timeout=timeout, hide=False, warn=True)
+    result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && rm -f {shlex.quote(remote_result)} && "
+                 + " ".join(shlex.quote(p) for p in command), timeout=timeout, hide=False, warn=True)
     if result.exited in (None, -1):  # the channel closed without an exit status: the link, not the sweep
         raise ProvisionError(
             f"sweep: lost the SSH session to {describe_host(c)} while `rigbench sweep` ran on the rig (no exit "
             "status came back); the sweep goes on there: once it has ended, `rigbench provision fetch` copies its runs"
         )
-    run_ids = [Path(line.split()[1]).name for line in result.stdout.splitlines() if line.startswith("sweep ")]
-    run_ids += [Path(found.group(1)).name for line in result.stdout.splitlines()
-                if (found := SEARCH_LINE.match(line))]  # a capacity search's folder, its probes' runs inside
+    made = read_result(c, remote_result)
+    # a capacity search's folder holds its probes' runs; else the runs themselves
+    run_ids = [Path(made.search).name] if made.search else [Path(path).name for path in made.runs]
     copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
     runs = [run_dir for path in copied for run_dir in runs_under(path)]
     if runs:
@@ -162,35 +164,34 @@ def sweep(c: Connection, profile: RigProfile, paths: RigPaths | None = None, ste
     return copied
 
 
-def trace_options(extra: list[str]) -> list[tuple[str, str | None]]:
-    """``extra`` word by word, in order: ``(word, None)``, or ``("--trace", its value)`` for a ``--trace FILE`` or
-    ``--trace=FILE`` (the value "" where none follows)."""
-    found: list[tuple[str, str | None]] = []
-    words = iter(extra)
-    for word in words:
-        if word == "--trace" or word.startswith("--trace="):
-            found.append(("--trace", word.split("=", 1)[1] if "=" in word else next(words, "")))
-        else:
-            found.append((word, None))
-    return found
-
-
-def upload_traces(c: Connection, extra: list[str], paths: RigPaths) -> list[str]:
-    """``extra`` with each ``--trace FILE`` (a file here) replaced by its copy on the rig, named by its digest:
-    the rig's sweep replays exactly the file read here, and its manifest names that file's sha256."""
-    out: list[str] = []
-    for word, given in trace_options(extra):
-        if given is None:
-            out.append(word)
-            continue
-        local = Path(given)
-        if not given or not local.is_file():
-            raise ProvisionError(f"sweep: --trace {local}: no such file here to copy to the rig")
-        remote = f"{paths.root}/traces/{file_sha256(local)[:16]}-{local.name}"
+def upload_load(c: Connection, load: dict[str, Any], paths: RigPaths) -> str:
+    """The load as a file on the rig, its trace (a file here) copied there first and named by its digest: the
+    rig's sweep replays exactly the file read here, and checks it against the sha256 the load names."""
+    load = dict(load)
+    trace = load.get("trace")
+    if trace is not None:
+        source = TraceSource.model_validate(trace)
+        local = Path(source.path)
+        if not local.is_file():
+            raise ProvisionError(f"sweep: trace {local}: no such file here to copy to the rig")
+        remote = f"{paths.root}/traces/{source.sha256[:16]}-{local.name}"
         run(c, f"mkdir -p {shlex.quote(paths.root)}/traces")
         c.put(str(local), remote=remote)
-        out += ["--trace", remote]
-    return out
+        load["trace"] = source.model_copy(update={"path": remote})
+    remote_load = f"{paths.root}/load.json"
+    upload_text(c, load_fields_text(load), remote_load)
+    return remote_load
+
+
+def read_result(c: Connection, remote: str) -> SweepResult:
+    """What the rig's sweep made, from its ``--result`` file (nothing, where the sweep made no file)."""
+    found = run(c, f"cat {shlex.quote(remote)}", warn=True)
+    if not found.ok:
+        return SweepResult()
+    try:
+        return SweepResult.model_validate_json(found.stdout)
+    except ValidationError as error:
+        raise ProvisionError(f"sweep: the rig's {remote} is not a sweep result: {error.errors()[0]['msg']}") from None
 
 
 def runs_under(path: Path) -> list[Path]:
@@ -256,17 +257,6 @@ def fail_search(c: Connection, paths: RigPaths, folder: Path, detail: str) -> No
                           detail=f"the server failed under the search: {detail}"[:2000])
     written = write_search(folder, search.model_copy(update={"probes": probes, "result": result}))
     c.put(str(written), remote=f"{paths.runs}/{folder.name}/{written.name}")
-
-
-def sweep_load_options(steps: str | None, rates: str | None, arrival: str, arrival_seed: int) -> list[str]:
-    """The rig's ``rigbench sweep`` load options: user steps (closed loop) or arrival rates (open loop); none
-    where the extra options name the load themselves (a trace, a capacity search)."""
-    if not steps and not rates:  # a capacity search by rate takes the arrivals' options; a trace keeps its own
-        return [] if (arrival, arrival_seed) == ("poisson", 0) else ["--arrival", arrival, "--arrival-seed",
-                                                                     str(arrival_seed)]
-    if rates:
-        return ["--rates", rates, "--arrival", arrival, "--arrival-seed", str(arrival_seed)]
-    return ["--steps", steps]
 
 
 def copy_tree(sftp, remote: str, local: Path) -> int:

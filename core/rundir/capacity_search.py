@@ -22,7 +22,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from core.errors import RunDirError
 from core.rundir.files import write_json_atomic
-from core.rundir.models import RunStatus, Strict, slo_keys
+from core.rundir.models import RunStatus, slo_keys
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 SEARCH_FILE = "capacity_search.json"

@@ -15,19 +15,16 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from core.errors import RunDirError
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 FOLDER = "hardware"
 GPU_SAMPLES = "gpu.jsonl"
 CPU_ENERGY_SAMPLES = "cpu_energy.jsonl"
 GpuSource = Literal["nvml", "nvidia-smi"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class GpuSample(Strict):

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-from core.lists import SWEEP_DRAIN_SECONDS
+from core.lists import SWEEP_DRAIN_SECONDS, SWEEP_MAX_ERROR_RATE, SWEEP_READ_TIMEOUT_S
 from core.rundir.hardware import HardwareInfo
+from core.strict import Strict
 
 SCHEMA_VERSION = 1
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
@@ -20,10 +21,6 @@ Phase = Literal["warmup", "measure"]
 # per-chunk counts the server streamed (llama-server's ``timings_per_token``, vLLM's
 # ``continuous_usage_stats``); the server's ``/tokenize`` of the streamed text, after the run; chunks.
 TokenCountMethod = Literal["usage", "per_chunk", "tokenize", "chunks"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class MachineInfo(Strict):
@@ -162,7 +159,7 @@ class ServerInfo(Strict):
 
 # Where a request setting came from: its flag, the rig profile, the server (the model it lists), or
 # rigbench's default (no flag, no profile, the server said nothing).
-SettingOrigin = Literal["flag", "profile", "server", "rigbench"]
+SettingOrigin = Literal["flag", "file", "profile", "server", "rigbench"]
 
 
 class RequestOrigins(Strict):
@@ -249,20 +246,20 @@ class LoadSettings(Strict):
     whatever the server's state: queueing shows in the latency instead of slowing the load).
     Exactly one of the two lists is given."""
 
-    user_steps: list[int] = Field(default_factory=list)
-    rate_steps: list[float] = Field(default_factory=list)
+    user_steps: list[PositiveInt] = Field(default_factory=list)
+    rate_steps: list[PositiveFloat] = Field(default_factory=list)
     arrival: Arrival = "poisson"
-    arrival_seed: int = 0
-    warmup_seconds: float
+    arrival_seed: int = Field(0, ge=0)
+    warmup_seconds: float = Field(ge=0)
     # one measured window for every step, or one per step (longer where requests are longer)
-    measure_seconds: float | list[float]
-    max_tokens: int
-    temperature: float = 0.0
+    measure_seconds: PositiveFloat | list[PositiveFloat]
+    max_tokens: int = Field(ge=1)
+    temperature: float = Field(0.0, ge=0)
     cache_prompt: bool = False
     ignore_eos: bool = False
     prompts: str = "mixed"
-    context_tokens: int = 0
-    processes: int = 1
+    context_tokens: int = Field(0, ge=0)
+    processes: int = Field(1, ge=1)
     arm: str | None = None
     pin_slots: bool = Field(False, description="user i asks for server slot i (llama-server's id_slot): an "
                             "experiment's upper bound for the server's slot choice, not real traffic")
@@ -281,6 +278,10 @@ class LoadSettings(Strict):
     workload_seed: int = Field(0, ge=0, description="seed of the turns, think times and drawn lengths")
     slo: dict[str, float] = Field(default_factory=dict, description="service-level targets in seconds by figure "
                                   "and percentile (e.g. ttft_p90): each step's goodput is judged against them")
+    max_error_rate: float = Field(SWEEP_MAX_ERROR_RATE, ge=0, le=1, description="the share of failed requests "
+                                  "above which the sweep stops")
+    read_timeout_seconds: float = Field(SWEEP_READ_TIMEOUT_S, gt=0, description="seconds a stream may stall")
+    timeline: bool = Field(False, description="also keep every chunk's arrival time")
 
     @property
     def open_loop(self) -> bool:
@@ -306,6 +307,14 @@ class LoadSettings(Strict):
         if self.pin_slots and (self.open_loop or self.processes != 1):
             # users are numbered within one process, and an open loop has no users to number
             raise ValueError("pin_slots needs a closed loop (user steps) and one load process")
+        if self.sessions is not None and self.open_loop:
+            raise ValueError("sessions need a closed loop (user_steps): conversations are run by users")
+        if self.arrival == "gamma" and (not self.open_loop or self.trace is not None):
+            raise ValueError("gamma arrivals space an open loop's arrivals (rate_steps), not users or a trace's rows")
+        if self.trace is not None and (self.prompt_length or self.output_length or self.user_steps
+                                       or len(self.rate_steps) != 1):
+            raise ValueError("a trace is one open-loop step with its own lengths: give it without user_steps, "
+                             "more rate_steps, prompt_length or output_length")
         return self
 
     def remaining(self, first_step: int) -> LoadSettings:

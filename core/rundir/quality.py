@@ -22,7 +22,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from core.rundir.models import BuildInfo, ModelInfo, RigInfo, RunStatus, ServerInfo, Strict
+from core.rundir.models import BuildInfo, ModelInfo, RigInfo, RunStatus, ServerInfo
+from core.strict import Strict
 
 QUALITY_SCHEMA_VERSION = 1
 FailureKind = Literal["cut_off", "looping", "thinking_opened", "empty", "http_error"]

@@ -8,7 +8,6 @@ read back line by line, so an eval stopped half way keeps every graded answer.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from core.digest import file_sha256
 from core.errors import RunDirError
 from core.rundir.files import write_json_atomic
 from core.rundir.quality import AnswerRecord, EvalManifest, LadderManifest, Question, RepeatMismatch
@@ -71,7 +71,7 @@ def write_question_file(path: Path, questions: list[Question], source: str) -> N
 
 
 def questions_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 def write_jsonl(path: Path, items: Iterable[BaseModel]) -> None:
@@ -162,9 +162,6 @@ class EvalDir:
 
     def mismatches(self) -> list[RepeatMismatch]:
         return read_jsonl(self.path / REPEATS, RepeatMismatch)
-
-    def add_mismatch(self, mismatch: RepeatMismatch) -> None:
-        append_jsonl(self.path / REPEATS, mismatch)
 
 
 class LadderDir:

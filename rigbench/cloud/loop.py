@@ -10,7 +10,6 @@ phase and lets each destroy its stack; the loop ends only when every destroy has
 from __future__ import annotations
 
 import math
-import shlex
 import signal
 import threading
 import time
@@ -24,7 +23,7 @@ from rich.text import Text
 from core.errors import CloudError
 from rigbench.cloud.attempts import PlannedAttempt, Ranking, plan_attempts
 from rigbench.cloud.estimate import BENCH_SECONDS, estimate_rig, sweep_seconds
-from rigbench.cloud.quality_studies import check_ladder, eval_seconds, ladder_seconds
+from rigbench.cloud.quality_studies import eval_seconds, ladder_seconds
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord, RigEstimate, RigRecord
 from rigbench.cloud.results import final_table, write_quality_report, write_report_and_plan
 from rigbench.cloud.rig_driver import RigDriver
@@ -71,13 +70,12 @@ def study_seconds(settings: CloudSettings, instance_type: str, model_bytes: int 
     seconds = {}
     for study in settings.studies:
         if study == "sweep":
-            seconds["sweep"] = sweep_seconds(settings.user_steps, settings.warmup_seconds, settings.measure_seconds)
+            load = settings.sweep_load
+            seconds["sweep"] = sweep_seconds(load.user_steps, load.warmup_seconds, load.measure_seconds)
         elif study == "bench":
             seconds["bench"] = BENCH_SECONDS
         elif study == "ladder":
-            request = check_ladder(Path(settings.questions or ""), ",".join(settings.rungs),
-                                   shlex.join(settings.ladder_args))
-            seconds["ladder"] = ladder_seconds(request, instance_type, model_bytes)
+            seconds["ladder"] = ladder_seconds(settings, instance_type, model_bytes)
         elif study == "eval":
             seconds["eval"] = eval_seconds(settings, instance_type, model_bytes)
     return seconds

@@ -2,38 +2,39 @@
 
 A ladder is hours of a rig's time, so everything it will be asked is read here first: the
 question file line by line, the rung names against the types llama-quantize has (gguf's list,
-so no build is needed here), and ``--ladder-args``/``--eval-args`` parsed by the very commands
-the rigs will run (the commands' own parser, nothing executed), so an unknown or mistyped option stops the
-loop before a rig exists. The loop owns the options that must be the same on every rig (the
-questions, the rungs, the folder) and refuses them inside the free-form arguments.
+so no build is needed here), and the ``--ladder``/``--eval`` settings files (the models of
+``rigbench quality ladder|eval --settings``, with their exemplar pool drawn from), so a
+mistyped key stops the loop before a rig exists. The settings travel in the loop's record and
+reach each rig as a file; what must be the same on every rig (the questions, the rungs, the
+folder) is the loop's own and no key of those files.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
-import typer
 
 from core.digest import file_sha256
 from core.errors import CloudError, RigbenchError
 from core.gpus import find_gpu
 from core.instance_types import get_instance_type
 from core.lists import parse_choices
+from core.quality_settings import (
+    AskSettings,
+    QualityEvalSettings,
+    QualityLadderSettings,
+    Settings,
+    read_settings,
+    settings_file_text,
+)
 from core.rundir.quality_files import LadderDir, read_questions
-from provision.quality import shots_from_file, shots_from_on_rig
 from rigbench.cloud.settings import CloudSettings
-from rigbench.commands import quality as quality_commands
 from rigbench.prompt_mode import prompt_settings
 
 QUALITY_STUDIES = ("ladder", "eval")
+SETTINGS: dict[str, type[AskSettings]] = {"ladder": QualityLadderSettings, "eval": QualityEvalSettings}
 WIDE_TYPES = ("F32", "F16", "BF16")
-# What the loop sets itself, the same on every rig: given inside the free-form arguments they are refused.
-LOOP_OWNED = {"ladder": ("--questions", "--out", "--rungs", "--file", "--backend"),
-              "eval": ("--questions", "--out", "--url", "--model-file", "--profile", "--backend", "--arm",
-                       "--server-arg")}
 
 # The estimate's reading of a ladder's time on a type. A small model's decode at one request is bound by
 # kernel launches, not by the card's bandwidth: the real Gemma 3 270M decodes 942 tok/s (tg128) on an H200
@@ -46,48 +47,6 @@ UNKNOWN_DECODE_TOK_S = 20.0
 QUANTIZE_S = 30.0        # llama-quantize of one rung of a small model
 RUNG_SERVER_START_S = 20.0
 RUNG_BENCH_S = 60.0      # llama-bench pp512/tg128, five repetitions
-
-
-@dataclass(frozen=True)
-class LadderRequest:
-    """One loop's ladder, read and checked: what every rig runs."""
-
-    rungs: list[str]
-    args: list[str]          # the free-form options, with the loop's determinism rung added
-    max_tokens: int
-    concurrency: int
-    repeat_rungs: list[str]
-    bench: bool
-    questions: int
-
-
-def _command(name: str):
-    return typer.main.get_command(quality_commands.app).commands[name]  # type: ignore[attr-defined]
-
-
-def parse_options(name: str, argv: list[str], flag: str) -> dict:
-    """The options as the rig's ``rigbench quality NAME`` will read them; a bad one is one line naming
-    ``flag`` (nothing runs: click parses and converts, the command's body is not called)."""
-    try:
-        with _command(name).make_context(f"rigbench quality {name}", argv, resilient_parsing=False) as context:
-            return dict(context.params)
-    except typer.TyperException as error:  # click's parse errors (typer carries its own click)
-        raise CloudError(f"{flag}: {error.format_message()}") from None  # type: ignore[attr-defined]
-
-
-def split_args(text: str, flag: str, study: str) -> list[str]:
-    try:
-        argv = shlex.split(text)
-    except ValueError as error:
-        raise CloudError(f"{flag}: cannot split {text!r} ({error})") from None
-    aliases = {alias for param in _command(study).params if set(getattr(param, "opts", [])) & set(LOOP_OWNED[study])
-               for alias in param.opts}  # -p is --profile too
-    owned = [word.split("=")[0] for word in argv if word.split("=")[0] in aliases]
-    if owned:
-        raise CloudError(f"{flag}: {owned[0]} is set by the loop, the same on every rig (the questions and rungs "
-                         "through `rigbench cloud run --questions/--rungs`, the rig's own server and folder); "
-                         "leave it out")
-    return argv
 
 
 def known_rung_types() -> list[str]:
@@ -111,42 +70,36 @@ def read_question_file(path: Path) -> int:
         raise CloudError(f"--questions: {error}") from None
 
 
-def check_ladder(questions: Path, rungs_text: str, ladder_args: str) -> LadderRequest:
-    """The ladder every rig will run, or one line saying what is wrong with it."""
-    count = read_question_file(questions)
-    rungs = parse_rungs(rungs_text)
-    argv = split_args(ladder_args, "--ladder-args", "ladder")
-    params = parse_options("ladder", ["SOURCE", "--questions", str(questions), "--out", "LADDER", "--rungs",
-                                      rungs_text, *argv], "--ladder-args")
-    graded = read_questions(questions)
+def read_checked(kind: type[Settings], file: Path | None, flag: str, questions: Path) -> Settings:
+    """A study's settings file read, and its exemplars drawn as the rigs will draw them (the pool read, large
+    enough); a mistake is one line naming ``flag``."""
     try:
-        prompt_settings(params["mode"], params["shots"], params["shot_seed"], params["shots_from"], graded)
+        asked = read_settings(kind, file, option=flag)
+        prompt_settings(asked.mode, asked.shots, asked.shot_seed, asked.shots_from, read_questions(questions),
+                        system=asked.system if isinstance(asked, QualityEvalSettings) else None)
     except RigbenchError as error:
-        raise CloudError(f"--ladder-args: {error}") from None
-    repeat = [name for name in (params["repeat_rungs"] or "").split(",") if name]
-    missing = [name for name in repeat if name not in rungs]
-    if missing:
-        raise CloudError(f"--ladder-args --repeat-rungs: {missing[0]} is not one of the rungs ({', '.join(rungs)})")
-    if not repeat:  # determinism is checked on a rung per rig: the top one, unless the user named others
-        repeat = [rungs[0]]
-        argv = [*argv, "--repeat-rungs", rungs[0]]
-    return LadderRequest(rungs=rungs, args=argv, max_tokens=params["max_tokens"],
-                         concurrency=params["concurrency"], repeat_rungs=repeat, bench=not params["no_bench"],
-                         questions=count)
+        message = str(error)
+        raise CloudError(message if message.startswith(flag) else f"{flag}: {message}") from None
+    return asked
 
 
-def check_eval(questions: Path, eval_args: str) -> list[str]:
-    """The eval's free-form options, parsed as ``rigbench quality eval`` on the rig will read them."""
-    read_question_file(questions)
-    argv = split_args(eval_args, "--eval-args", "eval")
-    params = parse_options("eval", ["--questions", str(questions), "--out", "EVAL", "--url",
-                                    "http://127.0.0.1:8080", *argv], "--eval-args")
-    try:
-        prompt_settings(params["mode"], params["shots"], params["shot_seed"], params["shots_from"],
-                        read_questions(questions), system=params["system"])
-    except RigbenchError as error:
-        raise CloudError(f"--eval-args: {error}") from None
-    return argv
+def check_ladder(questions: Path, rungs: list[str], file: Path | None) -> QualityLadderSettings:
+    """The ladder every rig will run, or one line saying what is wrong with it; the top rung is asked twice
+    for determinism unless the settings name the rungs to repeat."""
+    asked = read_checked(QualityLadderSettings, file, "--ladder", questions)
+    named = [("repeat_rungs", name) for name in asked.repeat_rungs] + [("reference", asked.reference)] * bool(
+        asked.reference)
+    for key, name in named:
+        if name not in rungs:
+            raise CloudError(f"--ladder {file}: {key}: {name} is not one of the rungs ({', '.join(rungs)})")
+    if not asked.repeat_rungs:
+        asked = asked.model_copy(update={"repeat_rungs": [rungs[0]]})
+    return asked
+
+
+def check_eval(questions: Path, file: Path | None) -> QualityEvalSettings:
+    """The eval every rig will run against its own server, or one line saying what is wrong with it."""
+    return read_checked(QualityEvalSettings, file, "--eval", questions)
 
 
 def check_local_ladder(folder: Path, questions: Path) -> None:
@@ -170,27 +123,27 @@ def decode_tok_s(instance_type: str, model_bytes: int | None) -> float:
     return min(DECODE_CAP_TOK_S, BANDWIDTH_EFFICIENCY * gpu.memory_bandwidth_gb_s * 1e9 / model_bytes)
 
 
-def ladder_seconds(request: LadderRequest, instance_type: str, model_bytes: int | None) -> float:
+def ladder_seconds(settings: CloudSettings, instance_type: str, model_bytes: int | None) -> float:
     """Every rung quantized, served, benchmarked and asked every question, each reply as long as allowed
-    (``--max-tokens``): an upper reading, as an estimate that holds ``--max-usd`` should be. A widened top rung
+    (``max_tokens``): an upper reading, as an estimate that holds ``--max-usd`` should be. A widened top rung
     is read at twice the source's bytes."""
+    asked = settings.ladder or QualityLadderSettings()
+    questions = read_question_file(Path(settings.questions or ""))
     total = 0.0
-    for rung in request.rungs:
+    for rung in settings.rungs:
         wide = rung in WIDE_TYPES
         rate = decode_tok_s(instance_type, model_bytes * 2 if wide and model_bytes else model_bytes)
-        asked = request.questions * (2 if rung in request.repeat_rungs else 1)
-        total += QUANTIZE_S + RUNG_SERVER_START_S + (RUNG_BENCH_S if request.bench else 0.0)
-        total += asked * request.max_tokens / (rate * request.concurrency)
+        asked_times = questions * (2 if rung in asked.repeat_rungs else 1)
+        total += QUANTIZE_S + RUNG_SERVER_START_S + (RUNG_BENCH_S if asked.bench else 0.0)
+        total += asked_times * asked.max_tokens / (rate * asked.concurrency)
     return total
 
 
 def eval_seconds(settings: CloudSettings, instance_type: str, model_bytes: int | None) -> float:
-    """The eval of the served model: every question (times ``--repeat``), each reply as long as allowed."""
-    questions = Path(settings.questions or "")
-    params = parse_options("eval", ["--questions", str(questions), "--out", "EVAL", "--url", "http://127.0.0.1:8080",
-                                    *settings.eval_args], "--eval-args")
-    asked = read_question_file(questions) * params["repeat"]
-    return asked * params["max_tokens"] / (decode_tok_s(instance_type, model_bytes) * params["concurrency"])
+    """The eval of the served model: every question (times ``repeat``), each reply as long as allowed."""
+    asked = settings.eval or QualityEvalSettings()
+    questions = read_question_file(Path(settings.questions or "")) * asked.repeat
+    return questions * asked.max_tokens / (decode_tok_s(instance_type, model_bytes) * asked.concurrency)
 
 
 def ladder_name(settings: CloudSettings) -> str:
@@ -202,19 +155,22 @@ def eval_name(settings: CloudSettings) -> str:
     return f"eval-{Path(settings.questions or 'questions').stem}"
 
 
-def absolute_shots_from(argv: list[str]) -> list[str]:
-    """``--shots-from FILE`` made absolute: the rig's step runs from the project folder, not from here."""
-    found = shots_from_file(argv)
-    return argv if found is None else shots_from_on_rig(argv, str(found.resolve()))
+def write_settings_file(folder: Path, study: str, settings: CloudSettings) -> Path:
+    """The study's settings as the file its provision step reads, written from the loop's record (so a resumed
+    loop hands each rig the same)."""
+    asked = getattr(settings, study) or SETTINGS[study]()
+    path = folder / f"{study}-settings.json"
+    path.write_text(settings_file_text(asked))
+    return path
 
 
-def quality_settings(studies: list[str], questions: Path | None, rungs: str, ladder_args: str, eval_args: str,
-                     with_local: Path | None) -> dict:
+def quality_settings(studies: list[str], questions: Path | None, rungs: str, ladder: Path | None,
+                     evaluation: Path | None, with_local: Path | None) -> dict:
     """The loop settings' quality fields, every one checked; empty when no quality study is asked."""
     asked = [study for study in studies if study in QUALITY_STUDIES]
     if not asked:
-        given = [flag for flag, value in (("--questions", questions), ("--ladder-args", ladder_args),
-                                          ("--eval-args", eval_args), ("--with-local", with_local)) if value]
+        given = [flag for flag, value in (("--questions", questions), ("--ladder", ladder), ("--eval", evaluation),
+                                          ("--with-local", with_local)) if value]
         if given:
             raise CloudError(f"{given[0]}: only the ladder and eval studies use it; add them to --study "
                              "(e.g. --study sweep,ladder)")
@@ -225,15 +181,15 @@ def quality_settings(studies: list[str], questions: Path | None, rungs: str, lad
     read_question_file(questions)
     fields: dict = {"questions": str(questions.resolve()), "questions_sha256": file_sha256(questions)}
     if "ladder" in asked:
-        request = check_ladder(questions, rungs, ladder_args)
-        fields |= {"rungs": request.rungs, "ladder_args": absolute_shots_from(request.args)}
-    elif ladder_args or with_local:
-        raise CloudError(f"{'--ladder-args' if ladder_args else '--with-local'}: only the ladder study uses it; "
+        names = parse_rungs(rungs)
+        fields |= {"rungs": names, "ladder": check_ladder(questions, names, ladder)}
+    elif ladder or with_local:
+        raise CloudError(f"{'--ladder' if ladder else '--with-local'}: only the ladder study uses it; "
                          "add ladder to --study")
     if "eval" in asked:
-        fields["eval_args"] = absolute_shots_from(check_eval(questions, eval_args))
-    elif eval_args:
-        raise CloudError("--eval-args: only the eval study uses it; add eval to --study")
+        fields["eval"] = check_eval(questions, evaluation)
+    elif evaluation:
+        raise CloudError("--eval: only the eval study uses it; add eval to --study")
     if with_local is not None:
         check_local_ladder(with_local, questions)
         fields["with_local"] = str(with_local.resolve())

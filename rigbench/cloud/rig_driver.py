@@ -10,7 +10,6 @@ next attempt: it may have created the key pair and security group without the in
 from __future__ import annotations
 
 import json
-import shlex
 import signal
 import threading
 import time
@@ -18,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import CloudError, RigbenchError
-from core.lists import format_counts, format_seconds
+from core.load_file import load_fields_text
 from core.pulumi_cli import QUIET_FLAGS, pulumi_executable, pulumi_json
 from infra.spot_placement import failure_scope, retryable_failure
 from provision.connection import known_hosts_path
 from rigbench.cloud.attempts import PlannedAttempt, config_changes
 from rigbench.cloud.phase_runner import PhaseOutcome, run_phase
-from rigbench.cloud.quality_studies import eval_name, ladder_name
+from rigbench.cloud.quality_studies import eval_name, ladder_name, write_settings_file
 from rigbench.cloud.record import RIG_PHASES, AttemptRecord, CloudRunFolder, PhaseRecord, RigRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.cloud.stacks import StackSettings, write_attempt_config
@@ -281,19 +280,19 @@ class RigDriver:
         if name == "setup":
             return ["--timeout", str(settings.setup_timeout_s)]
         if name == "sweep":
-            return ["--steps", format_counts(settings.user_steps), "--warmup", f"{settings.warmup_seconds:g}",
-                    "--measure", format_seconds(settings.measure_seconds),
-                    "--runs-dir", str(self.runs_dir), *rigbench,
-                    *(["--sweep-args", settings.sweep_args] if settings.sweep_args else [])]
+            load = self.rig_folder / "load.json"  # written from the record: a resumed loop sends the same load
+            load.write_text(load_fields_text(settings.load))
+            return ["--load", str(load), "--runs-dir", str(self.runs_dir), *rigbench]
         if name == "fetch":
             return ["--runs-dir", str(self.runs_dir)]
         if name == "ladder":
             return ["--questions", str(settings.questions), "--rungs", ",".join(settings.rungs), "--name",
                     ladder_name(settings), "--runs-dir", str(self.runs_dir), *rigbench,
-                    "--ladder-args", shlex.join(settings.ladder_args)]
+                    "--settings", str(write_settings_file(self.rig_folder, "ladder", settings))]
         if name == "eval":
             return ["--questions", str(settings.questions), "--name", eval_name(settings), "--runs-dir",
-                    str(self.runs_dir), *rigbench, "--eval-args", shlex.join(settings.eval_args)]
+                    str(self.runs_dir), *rigbench,
+                    "--settings", str(write_settings_file(self.rig_folder, "eval", settings))]
         return []
 
     def provision_argv(self, step: str, options: list[str], result_file: Path) -> list[str]:

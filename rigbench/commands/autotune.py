@@ -43,7 +43,7 @@ def replica_totals(profile_name: str, per_gpu: list[int], gpus: list[int] | None
     """The replica trials' server counts: each count per GPU times the GPUs the profile spreads replicas
     over (one GPU, or none, when they share one), those above 1 only; a count the profile's slots, context
     or this machine's cores cannot be divided by is refused here, before any trial runs (``skip_unfit``: left
-    out with a line saying why, as ``--replicas auto`` does); ``gpus``: this machine's (None: read them)."""
+    out with a line saying why, as ``--replica-counts auto`` does); ``gpus``: this machine's (None: read them)."""
     profile = load_profile(profile_name)
     gpus = gpu_indices() if gpus is None else gpus
     spread = max(1, len(gpus)) if profile.server.replica_gpus == "each" else 1
@@ -52,7 +52,7 @@ def replica_totals(profile_name: str, per_gpu: list[int], gpus: list[int] | None
     for total in totals:
         try:
             plan_replicas(profile.server.args, total, 1, cores=sorted(os.sched_getaffinity(0)),
-                          source=f"--replicas ({total} servers)")
+                          source=f"--replica-counts ({total} servers)")
         except ProfileError as error:
             if not skip_unfit:
                 raise
@@ -63,11 +63,11 @@ def replica_totals(profile_name: str, per_gpu: list[int], gpus: list[int] | None
 
 
 def replica_counts(profile_name: str, text: str, gpus: list[int]) -> list[int]:
-    """``--replicas``: ``auto`` (1, 2, 4, 8, 16 per GPU where this machine has a GPU, those that fit; none
+    """``--replica-counts``: ``auto`` (1, 2, 4, 8, 16 per GPU where this machine has a GPU, those that fit; none
     without one) or the counts given (each must fit)."""
     if text.strip().lower() == "auto":
         return replica_totals(profile_name, list(AUTO_REPLICAS), gpus, skip_unfit=True) if gpus else []
-    return replica_totals(profile_name, parse_counts(text, "--replicas"), gpus)
+    return replica_totals(profile_name, parse_counts(text, "--replica-counts"), gpus)
 
 
 def mps_possible(profile_name: str, count: int, gpus: list[int], control: str | None) -> bool:
@@ -95,9 +95,9 @@ def autotune(
     bench_tg: float | None = typer.Option(None, "--bench-tg", help="llama-bench tg128 of this model, for ratios"),
     backend: str = backend_option(),
     replicas: str = typer.Option(
-        "auto", "--replicas", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best flags "
-        "again as that many llama-servers sharing the profile's slots and dividing the cores (a count whose total "
-        "is one server adds no trial); auto: 1,2,4,8,16 where a GPU is found (those the slots, context and cores "
+        "auto", "--replica-counts", help="replica counts per GPU to try after the flag trials, e.g. 1,2,4: the best "
+        "flags again as that many llama-servers sharing the profile's slots and dividing the cores (a count whose "
+        "total is one server adds no trial); auto: 1,2,4,8,16 where a GPU is found (those the slots, context and cores "
         "allow), none without one"),
     mps: str = typer.Option(
         "both", "--mps", metavar="both|on|off|profile", help="replica trials under CUDA MPS or not: both (each "
@@ -119,16 +119,9 @@ def autotune(
             for arm in replica_arms([count], mps, mps_possible(profile, count, gpus, control))]
 
     options = LocalRigOptions(
-        profile=profile,
-        user_steps=user_steps,
-        warmup_seconds=warmup,
-        measure_seconds=parse_windows(measure, user_steps),
-        backend=backend,
-        model_path=model_file,
-        drafter_path=drafter,
-        no_drafter=no_drafter,
-        processes=processes,
-    )
+        profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
+        load={"user_steps": user_steps, "warmup_seconds": warmup, "processes": processes,
+              "measure_seconds": parse_windows(measure, user_steps)})
     results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, arms=arms, resume=resume)
     best = best_trial(results)
     table = autotune_table(results, best)

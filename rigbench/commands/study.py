@@ -136,8 +136,8 @@ def mps(
     out: Path = typer.Argument(..., help="the study's folder: study.log, phases.jsonl, autotune/, DONE"),
     phases: str = typer.Option(",".join(MPS_PHASES), "--phases", help="phases to run, in their own order"),
     steps: str = typer.Option("1,8,32,64,128", "--steps", help="user counts of every arm and of the ceiling"),
-    replicas: str = typer.Option("2,4", "--replicas", help="replica counts tried without MPS (64 slots shared)"),
-    mps_replicas: str = typer.Option("2,4,8,16", "--mps-replicas", help="replica counts tried under MPS"),
+    replicas: str = typer.Option("2,4", "--replica-counts", help="replica counts tried without MPS (64 slots shared)"),
+    mps_replicas: str = typer.Option("2,4,8,16", "--mps-replica-counts", help="replica counts tried under MPS"),
     small_host_cores: int = typer.Option(4, "--small-host-cores", min=1,
                                          help="cores every server is held to in the small-host phase (g6.xlarge: 4)"),
     scale: float = scale_option(),
@@ -151,8 +151,8 @@ def mps(
     _check_backend(backend)
     wanted = parse_choices(phases, "--phases", MPS_PHASES, example="model,bench,arms")
     counts = parse_counts(steps, "--steps", minimum=1, example="1,8,32,64,128")
-    plain = parse_counts(replicas, "--replicas", minimum=2, example="2,4") if replicas else []
-    shared = parse_counts(mps_replicas, "--mps-replicas", minimum=2, example="2,4,8,16") if mps_replicas else []
+    plain = parse_counts(replicas, "--replica-counts", minimum=2, example="2,4") if replicas else []
+    shared = parse_counts(mps_replicas, "--mps-replica-counts", minimum=2, example="2,4,8,16") if mps_replicas else []
     failed = run_mps_study(out, counts, replicas=plain, mps_replicas=shared, small_host_cores=small_host_cores,
                            scale=scale, processes=processes, backend=backend, phases=wanted, deadline=deadline,
                            reply_tokens=reply_tokens)
@@ -223,15 +223,15 @@ def fidelity(
                                      f"{RUNS_DIR_HELP} (scratch: only the report is meant to be committed)"),
     measure: float = typer.Option(5.0, "--measure", min=0.1, help="measured seconds of every step"),
     capacity_rate: float = typer.Option(
-        200.0, "--capacity-rate", min=0.1, help="per-user tok/s in the capacity search"
+        200.0, "--capacity-tok-s", min=0.1, help="per-user tok/s in the capacity search"
     ),
     capacity_steps: str = typer.Option("64,128,256", "--capacity-steps", help="user counts of the capacity search"),
-    processes: str = typer.Option("1,2", "--processes", help="load-process counts of the capacity search"),
+    processes: str = typer.Option("1,2", "--process-counts", help="load-process counts of the capacity search"),
 ) -> None:
     """Closed loop, packed chunks, open loop and the per-process capacity, each against the ground-truth server's
     send log."""
     steps = parse_counts(capacity_steps, "--capacity-steps", example="64,128,256")
-    counts = parse_counts(processes, "--processes", example="1,2")
+    counts = parse_counts(processes, "--process-counts", example="1,2")
     report = out or Path("runs") / f"selftest-{socket.gethostname()}.md"
     typer.echo(write_fidelity_report(report, runs_dir, measure=measure, capacity_rate=capacity_rate,
                                      capacity_steps=steps, processes=counts))

@@ -42,7 +42,6 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -164,25 +163,24 @@ class GpuStudy:
 
     def rig_options(self, label: str, preset: str, overrides: list[str], profile: str = MANY_PROFILE,
                     **changes: object):
-        options = replace(LocalRigOptions(
+        options = LocalRigOptions(
             profile=profile,
             runs_root=self.out / "runs",
-            warmup_seconds=self.window(3),
             backend=self.backend,
             model_path=self.target(preset),
             no_drafter=True,
-            processes=self.processes,
             server_overrides=[*overrides, *self.placement],
             label=label,
             # a scaled-down run (the CPU dry run) checks the plumbing, not the figures: replies short
             # enough that its shortened windows still hold whole requests
-            max_tokens=None if self.scale >= 1 else DRY_RUN_MAX_TOKENS,
-        ), **changes)
+            load={"warmup_seconds": self.window(3), "processes": self.processes,
+                  **({} if self.scale >= 1 else {"max_tokens": DRY_RUN_MAX_TOKENS})},
+        ).changed(**changes)
         if "measure_seconds" not in changes:
             # A 64-user request takes ~11 s on an H200 (1 user: under 1 s): 8 s at 1 user, 2 s
             # more per doubling, 20 s at 64, so every window holds whole requests.
-            options = replace(options, measure_seconds=[
-                self.window(8 + 2 * math.log2(users)) for users in options.user_steps])
+            options = options.changed(measure_seconds=[
+                self.window(8 + 2 * math.log2(users)) for users in options.load_value("user_steps")])
         return options
 
     def seconds_left(self) -> float:
@@ -193,7 +191,7 @@ class GpuStudy:
     def local_run(self, options) -> str | None:
         # A lease ends at a fixed time: a run that cannot finish before the deadline is skipped
         # (and said so), so the study still ends with every finished run intact.
-        stages = make_stages(options.user_steps, options.warmup_seconds, options.measure_seconds)
+        stages = make_stages(*(options.load_value(key) for key in ("user_steps", "warmup_seconds", "measure_seconds")))
         needed = total_duration(stages) + RUN_OVERHEAD_SECONDS
         if needed > self.seconds_left():
             self.log(f"run {options.label} skipped: needs ~{needed:.0f} s, {self.seconds_left():.0f} s left")
@@ -486,7 +484,7 @@ def slots(study: GpuStudy) -> None:
             warmup_seconds=study.window(2), processes=1 if pinned else study.processes,
         )
         # 128-token replies take ~4.5 s at 64 users on an H200: 6 s at 1 user, 1 s more per doubling
-        study.local_run(replace(options, measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
+        study.local_run(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
 
 
 def run_gpu_study(out: Path, presets: list[str], *, scale: float = 1.0, processes: int = 4, backend: str = "auto",

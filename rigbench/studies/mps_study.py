@@ -12,8 +12,8 @@ Phases (``--phases`` picks some; each is logged and kept even when a later one f
 - ``bench``: llama-bench tg128 at the one-user line (the one-user floor) and llama-batched-bench at the
   study's user counts with one KV stream per slot, as the profile serves (the card's ceiling);
 - ``arms``: autotune over the many-users profile (64 slots in all, sampling on the GPU, 128-token replies) at
-  every user count: one server, then the same slots as 2, 4, ... replicas without MPS (``--replicas``) and
-  under it (``--mps-replicas``), each replica with its share of the cores; autotune's pick is its kept line;
+  every user count: one server, then the same slots as 2, 4, ... replicas without MPS (``--replica-counts``) and
+  under it (``--mps-replica-counts``), each replica with its share of the cores; autotune's pick is its kept line;
 - ``small-host``: the same on the host a g6.xlarge has: every server held to ``--small-host-cores`` cores
   (4: taskset's CPU list for each server; the load generator on the other cores), one server and the best
   MPS arm that many cores can place (a replica needs a core of its own).
@@ -22,7 +22,7 @@ Every trial is resumable: a study run again in the same folder (a lost machine) 
 ``autotune.jsonl`` has complete and runs only the others. ``--deadline`` keeps a lease's end: an arm that
 cannot finish before it is skipped, and said so.
 
-Usage: ``rigbench study mps OUT [--steps 1,8,32,64,128] [--replicas 2,4] [--mps-replicas 2,4,8,16]
+Usage: ``rigbench study mps OUT [--steps 1,8,32,64,128] [--replica-counts 2,4] [--mps-replica-counts 2,4,8,16]
 [--scale 0.6] [--deadline SECONDS]`` (``python3 -m rigbench study mps`` where rigbench is not installed).
 """
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from core.errors import StudyError
@@ -84,7 +83,7 @@ class MpsStudy(GpuStudy):
         options = self.rig_options(folder, ONE_USER, [], profile=PROFILE, user_steps=self.steps,
                                    max_tokens=self.reply_tokens, warmup_seconds=self.window(3))
         windows = [self.window(6 + math.log2(users)) for users in self.steps]  # as the real-Gemma sweeps
-        return replace(options, model_path=None, measure_seconds=windows, **changes)
+        return options.changed(model_path=None, measure_seconds=windows, **changes)
 
     def tg128(self, preset: str = ONE_USER) -> float | None:
         path = self.out / "bench.json"
@@ -92,7 +91,7 @@ class MpsStudy(GpuStudy):
 
     def trial_seconds(self, options, count: int) -> float:
         """What one trial needs: its sweep's stages, the run's overhead, its replicas' start."""
-        stages = make_stages(options.user_steps, options.warmup_seconds, options.measure_seconds)
+        stages = make_stages(*(options.load_value(key) for key in ("user_steps", "warmup_seconds", "measure_seconds")))
         return total_duration(stages) + RUN_OVERHEAD_SECONDS + REPLICA_START_SECONDS * math.log2(max(count, 1) + 1)
 
     def tune(self, folder: str, base, arms: list[ReplicaArm]) -> list[TrialResult]:

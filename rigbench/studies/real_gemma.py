@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 from core.digest import file_sha256
@@ -186,8 +185,8 @@ def sweep(study: RealGemmaStudy, patched_arms: bool = True) -> None:
             user_steps=study.steps, pin_slots=pinned, max_tokens=REPLY_TOKENS,
             warmup_seconds=study.window(3), processes=1 if pinned else study.processes,
         )
-        options = replace(options, model_path=None)  # the profile's own model: its source and terms go in the manifest
-        study.local_run(replace(options, measure_seconds=[study.window(6 + math.log2(users)) for users in study.steps]))
+        options = options.changed(model_path=None)  # the profile's own model: its source and terms go in the manifest
+        study.local_run(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in study.steps]))
 
 
 def stock(study: RealGemmaStudy) -> None:
@@ -208,7 +207,7 @@ def drafter(study: RealGemmaStudy) -> None:
             label, ONE_USER, flags, profile=str(study.one_user_patched(gpu_sampling)), user_steps=[1],
             max_tokens=REPLY_TOKENS, warmup_seconds=study.window(3), processes=1,
         )
-        options = replace(options, model_path=None, no_drafter=not draft,
+        options = options.changed(model_path=None, no_drafter=not draft,
                           drafter_path=study.drafter() if draft else None,
                           measure_seconds=[study.window(20)])
         study.local_run(options)
@@ -222,7 +221,7 @@ def autotune(study: RealGemmaStudy) -> None:
     base = study.rig_options("autotune", ONE_USER, [], profile=str(study.profile_file(True, True)),
                              user_steps=[1, max(study.steps)], max_tokens=REPLY_TOKENS,
                              warmup_seconds=study.window(3))
-    base = replace(base, model_path=None, measure_seconds=[study.window(6), study.window(12)])
+    base = base.changed(model_path=None, measure_seconds=[study.window(6), study.window(12)])
     run_autotune(base, AUTOTUNE_TRIALS, study.out / "autotune", bench_tg=tg)
 
 

@@ -46,11 +46,9 @@ def test_figures_match_the_design_table(name, gpu, memory, cc, vcpu, ram, nvme, 
     assert (row.vcpu, row.ram_gib, row.local_nvme_gb, row.on_demand_usd_per_hour) == (vcpu, ram, nvme, price)
 
 
-def test_cuda_architecture_and_family():
-    row = get_instance_type("g6.2xlarge")
-    assert row.cuda_architecture == "89"
-    assert row.family == "g6"
-    assert get_instance_type("g4dn.xlarge").cuda_architecture == "75"
+def test_family():
+    assert get_instance_type("g6.2xlarge").family == "g6"
+    assert get_instance_type("g4dn.xlarge").family == "g4dn"
 
 
 def test_the_p_types_have_eight_gpus_and_the_g_types_one_four_or_eight_by_size():
@@ -58,8 +56,8 @@ def test_the_p_types_have_eight_gpus_and_the_g_types_one_four_or_eight_by_size()
     for name, row in INSTANCE_TYPES.items():
         size = name.split(".", 1)[1]
         assert row.gpu_count == (8 if row.family.startswith("p") else sizes.get(size, 1)), name
-    assert get_instance_type("p5en.48xlarge").cuda_architecture == "90"
-    assert get_instance_type("g6.12xlarge").cuda_architecture == "89"
+    assert get_instance_type("p5en.48xlarge").compute_capability == "9.0"
+    assert get_instance_type("g6.12xlarge").compute_capability == "8.9"
 
 
 def test_unknown_type_names_the_known_ones():

@@ -40,7 +40,7 @@ def test_bundled_profiles_load():
                                "--spec-draft-backend-sampling"]
     assert "--spec-type" not in e2b.server_args("m.gguf", None)
     assert e2b.server_args("m.gguf", "d.gguf")[-len(e2b.drafter.args):] == e2b.drafter.args
-    assert e2b.server.context_size == 131072
+    assert e2b.server.flag_value("-c", "--ctx-size") == "131072"
     assert load_profile("gemma4-e2b-many").server.parallel_slots == 64
     assert load_profile("tiny").model.synthetic is not None
     for name in ("gemma3-270m", "gemma3-270m-many"):
@@ -60,7 +60,7 @@ def test_the_4gpu_profiles_are_the_many_users_line_as_one_replica_per_gpu_or_one
     for profile in (replicas, split):
         assert profile.model == many.model and profile.request == many.request
         assert profile.llama_cpp == many.llama_cpp
-        assert (profile.server.parallel_slots, profile.server.context_size) == (64, 65536)
+        assert (profile.server.parallel_slots, profile.server.flag_value("-c", "--ctx-size")) == (64, "65536")
     assert (replicas.server.replicas, replicas.server.replica_gpus, replicas.server.args) == (4, "each",
                                                                                               many.server.args)
     plans = plan_replicas(replicas.server.args, replicas.server.replicas, 8080, gpus=[0, 1, 2, 3],

@@ -319,7 +319,7 @@ def test_a_real_local_rig_run_checks_healthy_then_damaged(tmp_path):
 
     runs = tmp_path / "runs"
     run_local_rig(
-        LocalRigOptions(runs_root=runs, user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1),
+        LocalRigOptions(runs_root=runs, load={"user_steps": [1, 2], "warmup_seconds": 0.5, "measure_seconds": 1}),
         console=Console(file=io.StringIO()),
     )
     (path,) = runs.iterdir()

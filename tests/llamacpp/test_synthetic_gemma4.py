@@ -11,14 +11,9 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
+from llamacpp.decode_bytes import synthetic_file_bytes
 from llamacpp.gemma4_shapes import PRESETS, Gemma4Shape
-from llamacpp.gemma4_tensors import (
-    assistant_tensors,
-    gemma4_tensors,
-    parameter_count,
-    predicted_q4_0_bytes,
-    preset_summary,
-)
+from llamacpp.gemma4_tensors import assistant_tensors, gemma4_tensors, parameter_count, tensor_bytes, tensor_types
 from llamacpp.quantize import quantize_file
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_gemma4 import (
@@ -51,14 +46,14 @@ def test_e2b_predicted_q4_0_size_matches_published_file(tmp_path):
     assert by_name["blk.15.ffn_up.weight"] == (12288, 1536)  # KV-shared layers: double-wide MLP
     assert "output.weight" not in by_name  # head tied to token_embd, as in the published file
     assert parameter_count(specs) == pytest.approx(4.647e9, rel=1e-3)
-    predicted = predicted_q4_0_bytes(specs, header_bytes(tmp_path, "e2b"))
+    predicted = synthetic_file_bytes("e2b", True, header_bytes(tmp_path, "e2b"))
     assert predicted == pytest.approx(PUBLISHED_E2B_Q4_0_BYTES, rel=0.02)
 
 
 def test_e4b_parameter_count_matches_llama_cpp_docs(tmp_path):
     specs = gemma4_tensors(PRESETS["e4b"].target)
     assert parameter_count(specs) == pytest.approx(PUBLISHED_E4B_PARAMETERS, rel=0.005)
-    predicted = predicted_q4_0_bytes(specs, header_bytes(tmp_path, "e4b"))
+    predicted = synthetic_file_bytes("e4b", True, header_bytes(tmp_path, "e4b"))
     assert 4.5e9 < predicted < 5.5e9
 
 
@@ -153,7 +148,9 @@ def test_llama_quantize_q4_0_size_matches_prediction_and_still_streams(llama_bui
     types = {t.name: t.tensor_type.name for t in GGUFReader(str(quantized)).tensors}
     assert types["per_layer_token_embd.weight"] == types["token_embd.weight"] == "Q6_K"
     assert types["blk.0.ffn_down.weight"] == "Q4_0"
-    predicted = predicted_q4_0_bytes(gemma4_tensors(shape), header.stat().st_size, source_big=np.float32)
+    specs = gemma4_tensors(shape)  # a tiny model's F32 file: as synthetic_file_bytes counts a preset's
+    sizes = (tensor_bytes(spec, kind) for spec, kind in zip(specs, tensor_types(specs, quantized=True), strict=True))
+    predicted = header.stat().st_size + sum(-(-size // 32) * 32 for size in sizes)
     assert quantized.stat().st_size == pytest.approx(predicted, rel=0.005)
     args = ["-m", str(quantized), "-c", "2048", "-t", "1", "--parallel", "1"]
     with LocalServer(llama_server_binary, args, log_path=tmp_path / "server.log") as server:
@@ -180,14 +177,6 @@ def test_real_layer_layout_loads_with_its_drafter(llama_server_binary, tmp_path,
     n_layer = target.n_layer
     assert f"sharing with layer {n_layer - 1}." in log.read_text()
     assert f"sharing with layer {n_layer - 2}." in log.read_text()
-
-
-def test_preset_summary_labels_synthetic_models_and_their_guesses():
-    summary = preset_summary("e2b")
-    assert summary["synthetic"] is True and summary["architecture"] == "gemma4"
-    assert summary["target"]["n_layer"] == 35 and summary["target"]["n_embd_per_layer"] == 256
-    assert any("drafter" in guess for guess in summary["guesses"])
-    assert summary["target_parameters"] > 20 * summary["drafter_parameters"]
 
 
 @pytest.mark.integration

@@ -14,7 +14,7 @@ from core.lists import parse_load_steps, parse_rates
 from core.rundir import LoadSettings, StepWindow
 from loadtest.arrivals import process_share, run_arrivals, step_arrivals, sweep_arrivals
 from loadtest.late_starts import LateStarts
-from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, settings_from, stages_from
+from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, settings_from
 from loadtest.schedule import locate, make_rate_stages, stages_for
 from rigbench.cli import app
 
@@ -145,7 +145,7 @@ def locust_options(**changes: object) -> argparse.Namespace:
                   temperature=0.0, cache_prompt=False, ignore_eos=False, prompts="mixed", context_tokens=0,
                   processes=1, pin_slots=False, drain=0.0, sessions=False, turns=TURNS_DEFAULT, think=THINK_DEFAULT,
                   system_prompt_tokens=0, prompt_length="", output_length="", trace="", trace_speed=1.0,
-                  workload_seed=0, slo="")
+                  workload_seed=0, slo="", max_error_rate=0.5, read_timeout=60.0, timeline=False)
     return argparse.Namespace(**{**values, **changes})
 
 
@@ -153,7 +153,7 @@ def test_the_locustfile_options_make_open_loop_settings_or_refuse_naming_the_fla
     settings = settings_from(locust_options(rates="1,4", arrival="constant", arrival_seed=9))
     assert (settings.rate_steps, settings.user_steps, settings.arrival, settings.arrival_seed) == (
         [1.0, 4.0], [], "constant", 9)
-    assert [s.rate for s in stages_from(locust_options(rates="3"))] == [3.0]
+    assert [s.rate for s in stages_for(settings_from(locust_options(rates="3")))] == [3.0]
     assert settings_from(locust_options()).user_steps == [1, 2, 4, 8, 16, 32, 64]  # neither: the default steps
     with pytest.raises(UsageError, match="--steps and --rates"):
         settings_from(locust_options(steps="1", rates="2"))

@@ -13,7 +13,7 @@ from loadtest.schedule import make_stages
 
 def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_once(tmp_path) -> None:
     pytest.importorskip("gevent")
-    options = SimpleNamespace(parallel_slots=4, context_tokens=0, processes=1, interruption_marker="")
+    options = SimpleNamespace(parallel_slots=4, context_tokens=0, processes=1, interruption_marker="", run_dir="")
     # nothing listens on port 9: the snapshots carry the scrape error, which is what this test needs
     environment = SimpleNamespace(parsed_options=options, host="http://127.0.0.1:9")
     settings = LoadSettings(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.0, max_tokens=4)
@@ -37,7 +37,7 @@ def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_o
 
 def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tmp_path) -> None:
     pytest.importorskip("gevent")
-    options = SimpleNamespace(parallel_slots=8, context_tokens=0, processes=1, interruption_marker="")
+    options = SimpleNamespace(parallel_slots=8, context_tokens=0, processes=1, interruption_marker="", run_dir="")
     runner = SimpleNamespace(user_count=0)
     environment = SimpleNamespace(parsed_options=options, host="http://127.0.0.1:9", runner=runner)
     settings = LoadSettings(user_steps=[2, 8], warmup_seconds=10, measure_seconds=5, max_tokens=4)

@@ -16,7 +16,8 @@ from pydantic_core import PydanticUndefined
 from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.rundir import LoadSettings
 from core.rundir.models import LengthDistribution, SessionSettings
-from loadtest.trace import trace_source
+from loadtest.locust_options import hand_run_flags
+from loadtest.trace import trace_rate, trace_source
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = Path(__file__).resolve().parent / "data" / "short_trace.jsonl"
@@ -51,6 +52,9 @@ WIRING = {
     "trace": ("--trace", ["--trace", str(TRACE), "--trace-speed", "2"], trace_source(TRACE, 2.0)),
     "workload_seed": ("--workload-seed", ["--workload-seed", "11"], 11),
     "slo": ("--slo", ["--slo", "ttft_p90=250ms,e2e_p99=4"], {"ttft_p90": 0.25, "e2e_p99": 4.0}),
+    "max_error_rate": ("--max-error-rate", ["--max-error-rate", "0.2"], 0.2),
+    "read_timeout_seconds": ("--read-timeout", ["--read-timeout", "7.5"], 7.5),
+    "timeline": ("--timeline", ["--timeline"], True),
 }
 PARSE_AND_SETTLE = """
 import json, sys
@@ -91,3 +95,22 @@ def test_every_load_setting_locust_takes_has_its_option_and_the_options_make_the
     for (name, (option, line, value)), settings in zip(WIRING.items(), given, strict=True):
         assert option in line and getattr(settings, name) == value != getattr(defaults, name), (
             f"{option} ({' '.join(line)}) does not set {name}")
+
+
+def test_settings_written_as_hand_run_options_read_back_to_the_same_settings() -> None:
+    """A sweep's log shows the hand-run options of its load; Locust reads them back to the very settings."""
+    base = {"warmup_seconds": 1.5, "measure_seconds": 4.0, "max_tokens": 12}
+    loads = [
+        LoadSettings(user_steps=[1, 3], measure_seconds=[2.0, 3.5], warmup_seconds=0.5, max_tokens=7,
+                     temperature=0.3, cache_prompt=True, ignore_eos=True, prompts="code", context_tokens=64,
+                     drain_seconds=2.0, max_error_rate=0.1, read_timeout_seconds=9.0, timeline=True, pin_slots=True),
+        LoadSettings(rate_steps=[0.5, 2.25], arrival="gamma", arrival_shape=0.5, arrival_seed=3, processes=2,
+                     slo={"ttft_p90": 0.25}, workload_seed=4, **base),
+        LoadSettings(user_steps=[2], sessions=SessionSettings(turns_min=2, turns_max=3, think="constant",
+                                                              think_seconds=1.5, system_prompt_tokens=40),
+                     prompt_length=LengthDistribution(kind="uniform", minimum=10, maximum=20), cache_prompt=True,
+                     **base),
+        LoadSettings(rate_steps=[trace_rate(trace_source(TRACE, 2.0))], trace=trace_source(TRACE, 2.0), **base),
+    ]
+    _, read = locust_settings([hand_run_flags(load) for load in loads])
+    assert read == loads

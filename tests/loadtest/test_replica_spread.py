@@ -1,4 +1,4 @@
-"""Load over several servers: plain Locust with --replicas against two ground-truth servers, closed and open
+"""Load over several servers: plain Locust with --replica-urls against two ground-truth servers, closed and open
 loop; every user keeps its replica, the users split evenly, and every record names the one it went to."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def hand_run(tmp_path: Path, hosts: list[str], *load: str) -> RunDir:
     runs = tmp_path / "runs"
     done = subprocess.run(
         [sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless", "--host", hosts[0],
-         "--replicas", ",".join(hosts), *load, "--warmup", "0.3", "--measure", "1.5", "--max-tokens", "8",
+         "--replica-urls", ",".join(hosts), *load, "--warmup", "0.3", "--measure", "1.5", "--max-tokens", "8",
          "--ignore-eos", "--runs-dir", str(runs), "--only-summary"],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -69,6 +69,6 @@ def test_users_and_arrivals_spread_evenly_over_the_replicas_and_records_name_the
 def test_a_replica_that_is_no_server_root_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless", "--host",
-         "http://127.0.0.1:9", "--replicas", "127.0.0.1:8080,http://127.0.0.1:8081", "--steps", "1",
+         "http://127.0.0.1:9", "--replica-urls", "127.0.0.1:8080,http://127.0.0.1:8081", "--steps", "1",
          "--runs-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0 and "--replicas: '127.0.0.1:8080' is not a server root" in done.stderr
+    assert done.returncode != 0 and "--replica-urls: '127.0.0.1:8080' is not a server root" in done.stderr

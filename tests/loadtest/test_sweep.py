@@ -120,12 +120,10 @@ def test_the_last_window_drains_so_a_server_without_running_counts_is_measured_e
 
 def test_errors_are_recorded_and_the_threshold_fails_the_run_keeping_records(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", fault_cycle=["none", "http_500"], slots=2)
-    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=4, max_tokens=8)
+    settings = LoadSettings(user_steps=[1, 4], warmup_seconds=1, measure_seconds=4, max_tokens=8, max_error_rate=0.3)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=2)
-        manifest = run_sweep(
-            run, server.base_url, progress=False, max_error_rate=0.3
-        )
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert manifest.status == "failed"
     assert "error rate" in manifest.status_detail and "http_500" in manifest.status_detail
     assert manifest.ended_at is not None
@@ -163,10 +161,10 @@ def test_a_step_whose_users_mostly_waited_fails_with_the_load_that_ran(tmp_path:
     # three answers in four are 503 with Retry-After 2 s: the users spend the window backing off
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=8, retry_after_s=2,
                                fault_cycle=["none", "http_503", "http_503", "http_503"])
-    settings = LoadSettings(user_steps=[8], warmup_seconds=1, measure_seconds=4, max_tokens=8)
+    settings = LoadSettings(user_steps=[8], warmup_seconds=1, measure_seconds=4, max_tokens=8, max_error_rate=1.0)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=8)
-        manifest = run_sweep(run, server.base_url, progress=False, max_error_rate=1.0)
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert manifest.status == "failed", manifest.status_detail
     assert manifest.status_detail.startswith("step 0 (8 users): the load that ran was ")
     assert "of the load named (" in manifest.status_detail and "requests in flight on average), under 50%" in (

@@ -13,7 +13,7 @@ from core.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_manif
 from loadtest.long_context import context_for_tokens
 from loadtest.streaming import RequestMeta, build_payload, make_client, stream_chat
 from loadtest.sweep import run_sweep
-from loadtest.telemetry import parse_metrics, take_snapshot
+from loadtest.telemetry import ServerTelemetry, parse_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def predicted_total(base_url: str) -> float:
 
 def busy_slots(base_url: str) -> int | None:
     with httpx.Client(base_url=base_url, timeout=10) as client:
-        return take_snapshot(client, 0, 0, "end").slots_busy
+        return ServerTelemetry(client).snapshot(0, 0, "end").slots_busy
 
 
 def test_sweep_records_agree_with_server_usage_and_metrics(llama_server, tmp_path: Path) -> None:

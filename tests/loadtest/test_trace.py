@@ -18,7 +18,7 @@ from core.workload import describe_arrivals, parse_length
 from loadtest.arrivals import process_share, run_arrivals, window_rate
 from loadtest.lengths import WorkloadLengths
 from loadtest.schedule import stages_for
-from loadtest.trace import trace_arrivals, trace_rate, trace_rows, trace_source, trace_span_s
+from loadtest.trace import trace_arrivals, trace_rate, trace_rows, trace_source
 from rigbench.cli import app
 
 TRACE = Path(__file__).resolve().parent / "data" / "short_trace.jsonl"
@@ -31,7 +31,6 @@ def test_the_sample_trace_reads_whole_and_blank_lines_are_skipped() -> None:
     assert source.rows == len(rows) == 4 and source.speed == 2.0
     assert [row.offset_s for row in rows] == [0.0, 0.25, 0.5, 1.0]
     assert [(row.conversation, row.turn) for row in rows] == [(None, None), ("a", 1), (None, None), ("a", 2)]
-    assert trace_span_s(source) == 0.5
     assert trace_rate(source) == 8.0  # 4 rows over a 1 s span, twice as fast
 
 

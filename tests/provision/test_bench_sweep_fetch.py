@@ -14,9 +14,10 @@ from core.errors import ProvisionError
 from core.network import free_port
 from core.rundir import RunDir
 from core.rundir.capacity_search import read_search
+from loadtest.trace import trace_source
 from provision.llama_bench import bench
 from provision.serve import serve, stop
-from provision.sweep import fetch, runs_under, sweep, upload_traces
+from provision.sweep import fetch, runs_under, sweep, upload_load
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +39,12 @@ def test_sweep_runs_on_the_rig_and_fetch_copies_it_home(built_rig, tmp_path: Pat
     rig, paths, profile, _ = built_rig
     local_runs = tmp_path / "runs"
     with pytest.raises(ProvisionError, match="sweep: nothing is served on the rig; run the serve step first"):
-        sweep(rig, profile, paths, rigbench=str(Path(sys.executable).parent / "rigbench"), local_runs=local_runs)
+        sweep(rig, profile, {"user_steps": [1]}, paths, rigbench=str(Path(sys.executable).parent / "rigbench"),
+              local_runs=local_runs)
     serve(rig, profile, paths, port=free_port(), health_timeout=120)
     try:
-        copied = sweep(rig, profile, paths, steps="1,2", warmup=0.5, measure=2.0, local_runs=local_runs,
-                       rigbench=str(Path(sys.executable).parent / "rigbench"))
+        copied = sweep(rig, profile, {"user_steps": [1, 2], "warmup_seconds": 0.5, "measure_seconds": 2.0}, paths,
+                       local_runs=local_runs, rigbench=str(Path(sys.executable).parent / "rigbench"))
     finally:
         stop(rig, paths)
     assert len(copied) == 1 and copied[0].parent == local_runs
@@ -79,16 +81,19 @@ def test_a_trace_goes_to_the_rig_and_a_capacity_search_comes_home_with_its_probe
     local_runs, rigbench = tmp_path / "runs", str(Path(sys.executable).parent / "rigbench")
     trace = shutil.copyfile(Path(__file__).parents[1] / "loadtest" / "data" / "short_trace.jsonl",
                             tmp_path / "chat.jsonl")
-    extra = upload_traces(rig, ["--max-tokens", "8", f"--trace={trace}", "--trace-speed", "2"], paths)
-    copy = Path(extra[3])
-    assert extra == ["--max-tokens", "8", "--trace", str(copy), "--trace-speed", "2"]
+    source = trace_source(trace, 2.0)
+    remote = Path(upload_load(rig, {"trace": source, "max_tokens": 8}, paths))
+    sent = json.loads(remote.read_text())
+    copy = Path(sent["trace"]["path"])
+    assert sent["max_tokens"] == 8 and sent["trace"]["sha256"] == source.sha256 and sent["trace"]["speed"] == 2.0
     assert copy.parent == Path(paths.root) / "traces" and copy.name == f"{file_sha256(trace)[:16]}-chat.jsonl"
     assert copy.read_bytes() == trace.read_bytes()
     serve(rig, profile, paths, port=free_port(), health_timeout=120)
     try:
-        (searched,) = sweep(rig, profile, paths, steps=None, warmup=0.5, measure=1.0, local_runs=local_runs,
-                            rigbench=rigbench, extra=["--find-max", "users:2", "--max-load", "4", "--slo",
-                                                      "ttft_p90=0.01ms", "--max-tokens", "4", "--drain", "1"])
+        load = {"warmup_seconds": 0.5, "measure_seconds": 1.0, "slo": {"ttft_p90": 0.00001}, "max_tokens": 4,
+                "drain_seconds": 1.0}
+        (searched,) = sweep(rig, profile, load, paths, local_runs=local_runs, rigbench=rigbench,
+                            search=["--find-max", "users:2", "--max-load", "4"])
     finally:
         stop(rig, paths)
     search = read_search(searched)

@@ -157,8 +157,10 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
         assert "[rigbench] serve" in logs.stdout and "llama" in logs.stdout
         if importlib.util.find_spec("loadtest.sweep") is not None:
             runs = tmp_path / "runs"
+            load = tmp_path / "load.toml"
+            load.write_text("max_tokens = 8\nuser_steps = [4]\n")
             sweep = subprocess.run([*base, "sweep", "--steps", "1", "--warmup", "0.5", "--measure", "1.5", "--runs-dir",
-                                    str(runs), "--rigbench", str(BIN / "rigbench"), "--sweep-args", "--max-tokens 8"],
+                                    str(runs), "--rigbench", str(BIN / "rigbench"), "--load", str(load)],
                                    capture_output=True, text=True, env=env, timeout=120)
             assert sweep.returncode == 0, sweep.stderr
             manifest = RunDir(sweep.stdout.strip().splitlines()[-1]).read_manifest()
@@ -166,7 +168,8 @@ def test_up_twice_then_status_and_stop_through_the_cli(sshd, tmp_path: Path, lla
             assert (manifest.rig.kind, manifest.rig.instance_type, manifest.rig.region) == ("aws", "g6.xlarge",
                                                                                            "us-east-1")
             assert manifest.rig.price_per_hour == 0.4123 and manifest.rig.market == "spot"
-            assert manifest.load.max_tokens == 8, "--sweep-args reach the rig's rigbench sweep"
+            assert manifest.load.max_tokens == 8, "the load file reaches the rig's rigbench sweep"
+            assert manifest.load.user_steps == [1], "the step's options override the file's"
         bench = subprocess.run([*base, "bench", "-r", "1"], capture_output=True, text=True, env=env, timeout=120)
         assert bench.returncode == 0, bench.stderr
         assert set(json.loads(bench.stdout.strip().splitlines()[-1])) == {"pp512", "tg128"}

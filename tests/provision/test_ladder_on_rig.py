@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ProvisionError
+from core.quality_settings import QualityLadderSettings
 from core.rundir.quality_files import LadderDir, write_question_file
 from provision.quality import ladder
 from quality.generator import generate_questions
@@ -22,9 +23,9 @@ def test_the_ladder_runs_on_the_rig_and_is_copied_home(rig, rig_paths, build_cac
     local_runs = tmp_path / "runs"
     with pytest.raises(ProvisionError, match="ladder: no rigbench at /nowhere/rigbench on the rig; run the project"):
         ladder(rig, rig_paths, questions, "smollm2", "Q8_0", "x", rigbench="/nowhere/rigbench", local_runs=local_runs)
-    quick = ["--no-bench", "--max-tokens", "16", "--backend", "cpu"]
+    quick = QualityLadderSettings(bench=False, max_tokens=16)
     folder = ladder(rig, rig_paths, questions, "smollm2", "Q8_0,Q4_0", "ladder-test", local_runs=local_runs,
-                    extra=quick, rigbench=RIGBENCH, cache=build_cache)
+                    settings=quick, rigbench=RIGBENCH, cache=build_cache)
     assert folder == local_runs / "ladder-test"
     manifest = LadderDir(folder).read_manifest()
     assert manifest.status == "complete" and [r.name for r in manifest.rungs] == ["Q8_0", "Q4_0"]

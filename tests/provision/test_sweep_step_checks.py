@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.rundir.capacity_search import CapacitySearch, SearchProbe, SearchResult, read_search, write_search
-from provision.sweep import fail_search, runs_under, sweep_load_options, unanswered_replicas
+from provision.sweep import fail_search, runs_under, unanswered_replicas
 
 
 def run_with(kit: SimpleNamespace, run_id: str, answers: list[tuple[int, str | None]]) -> Path:
@@ -53,10 +53,3 @@ def test_a_search_whose_server_failed_under_it_says_so_here_and_on_the_rig(rig, 
         assert search.result.reason == "probe_failed" and search.result.largest_meeting is None
         assert search.result.detail == "the server failed under the search: replica 1 exited"
         assert [(probe.status, probe.meets) for probe in search.probes] == [("failed", False)]
-
-
-def test_the_rigs_load_options_where_the_extra_options_name_the_load() -> None:
-    assert sweep_load_options("1,2", None, "poisson", 0) == ["--steps", "1,2"]
-    assert sweep_load_options(None, None, "poisson", 0) == [], "a trace or a search names the load"
-    assert sweep_load_options(None, None, "gamma:2", 3) == ["--arrival", "gamma:2", "--arrival-seed", "3"], (
-        "a search by rate keeps the arrivals asked for")

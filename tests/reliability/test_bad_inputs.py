@@ -735,7 +735,7 @@ CASES = [
     Case(
         "quality: --mode misspelt",
         quality_eval("--mode", "base"),
-        "UsageError: --mode must be one of chat, completion, found 'base' (exit 2)",
+        "UsageError: --mode: must be one of chat, completion, found 'base' (exit 2)",
     ),
     Case(
         "quality: --shots in chat mode",

@@ -225,11 +225,11 @@ def test_stalls_500s_and_disconnects_leave_a_complete_run_that_checks_and_report
     """A stalled stream hits the client's read timeout; the run completes and its report counts each kind."""
     config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default", stall_seconds=5,
                                fault_cycle=["none", "none", "none", "http_500", "disconnect", "stall"])
-    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=0.5, measure_seconds=3, max_tokens=8)
+    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=0.5, measure_seconds=3, max_tokens=8,
+                            max_error_rate=0.9, read_timeout_seconds=0.5)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path / "runs", settings, server.port, slots=4)
-        manifest = run_sweep(run, server.base_url, progress=False,
-                             max_error_rate=0.9, read_timeout=0.5)
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert manifest.status == "complete", manifest.status_detail
     records = run.read_records()
     assert {r.error_kind for r in records} == {None, "http_500", "disconnect", "timeout"}

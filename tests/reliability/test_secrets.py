@@ -93,7 +93,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
         patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         patch.setenv("HF_ENDPOINT", DEAD_LOOPBACK)
         report = run_local_rig(
-            LocalRigOptions(runs_root=runs, user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1),
+            LocalRigOptions(runs_root=runs, load={"user_steps": [1, 2], "warmup_seconds": 0.5, "measure_seconds": 1}),
             console=Console(file=console_text, width=200),
         )
     (run_dir,) = runs.iterdir()

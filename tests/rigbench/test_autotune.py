@@ -64,7 +64,7 @@ def test_ctrl_c_or_a_signal_ends_the_tuning_not_only_its_trial(tmp_path, monkeyp
 
 @pytest.mark.integration
 def test_autotune_records_every_trial_failures_included(tmp_path, llama_build) -> None:
-    base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    base = LocalRigOptions(backend="cpu", load={"user_steps": [1, 2], "warmup_seconds": 0.5, "measure_seconds": 1.5})
     trials = {"profile": [], "two-slots": ["--parallel", "2"], "broken": ["--no-such-llama-flag"]}
     results = run_autotune(base, trials, tmp_path, bench_tg=100.0)
 
@@ -108,7 +108,7 @@ def test_a_trial_higher_only_within_the_noise_does_not_replace_the_profile_line(
 
 @pytest.mark.integration
 def test_replica_counts_are_tried_with_the_best_flags_as_servers_sharing_the_slots(tmp_path, llama_build) -> None:
-    base = LocalRigOptions(user_steps=[1, 2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    base = LocalRigOptions(backend="cpu", load={"user_steps": [1, 2], "warmup_seconds": 0.5, "measure_seconds": 1.5})
     results = run_autotune(base, {"profile": []}, tmp_path, arms=[ReplicaArm(count=2)])
     assert [(r.name, r.replicas, r.status) for r in results] == [
         ("profile", 1, "complete"), ("profile@2-replicas", 2, "complete")]
@@ -123,5 +123,5 @@ def test_replica_counts_are_tried_with_the_best_flags_as_servers_sharing_the_slo
 def test_replica_counts_are_per_gpu_and_refused_before_any_trial_when_the_slots_cannot_be_split() -> None:
     # no nvidia-smi here: one GPU's worth (the tiny profile: 4 slots, -c 4096)
     assert replica_totals("tiny", [1, 2, 4]) == [2, 4]
-    with pytest.raises(ProfileError, match=r"^--replicas \(3 servers\) = 3 does not divide the 4 slots"):
+    with pytest.raises(ProfileError, match=r"^--replica-counts \(3 servers\) = 3 does not divide the 4 slots"):
         replica_totals("tiny", [3])

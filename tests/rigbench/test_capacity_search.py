@@ -14,9 +14,11 @@ from analysis.report import write_report
 from core.errors import UsageError
 from core.rundir import LoadSettings, RunDir
 from core.rundir.capacity_search import CapacitySearch, SearchProbe, SearchResult, read_search, search_of_run
+from core.rundir.models import RequestOrigins
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from rigbench.capacity_search import Bisection, SearchPlan, judge_probe, parse_resolution, search_plan
 from rigbench.cli import app
+from rigbench.load_options import LoadFlags, LoadRequest
 
 TARGETS = {"ttft_p90": 0.5}
 
@@ -97,17 +99,21 @@ def test_resolution_defaults_and_spellings() -> None:
 
 
 def plan_of(*options: str, **given) -> SearchPlan | None:
-    values = {"slo": TARGETS, "resolution": None, "max_load": None, "steps": None, "rates": None, "trace": None,
-              "urls": ["http://127.0.0.1:9"], "measure": "3", "context_tokens": "0", "resume": None} | given
-    return search_plan(options[0] if options else None, **values)
+    settings = LoadSettings(user_steps=[1], warmup_seconds=1, measure_seconds=3, max_tokens=8, slo=TARGETS)
+    request = LoadRequest(settings, [0], False, RequestOrigins(model_name="rigbench", max_tokens="rigbench",
+                                                               temperature="rigbench", ignore_eos="rigbench",
+                                                               cache_prompt="rigbench"))
+    values = {"resolution": None, "max_load": None, "urls": ["http://127.0.0.1:9"]} | given
+    return search_plan(options[0] if options else None, request, LoadFlags({}), **values)
 
 
 def test_the_plan_read_from_the_options() -> None:
     assert plan_of() is None
     assert plan_of("users") == SearchPlan("users", 1.0, TARGETS, 1.0, False, None)
-    assert plan_of("rate:0.2", max_load=8.0) == SearchPlan("rate", 0.2, TARGETS, 0.10, True, 8.0)
-    assert plan_of("users:4").first_steps() == ("4", None)
-    assert plan_of("rate").first_steps() == (None, "1")
+    plan = plan_of("rate:0.2", max_load=8.0)
+    assert plan == SearchPlan("rate", 0.2, TARGETS, 0.10, True, 8.0)
+    assert plan.probe_settings(LoadSettings(user_steps=[1, 2], warmup_seconds=1, measure_seconds=[3, 4],
+                                            max_tokens=8), 0.2).rate_steps == [0.2]
 
 
 def test_a_rate_bisection_that_rounds_onto_an_end_stops_instead_of_probing_it_again() -> None:

@@ -1,74 +1,110 @@
-"""One settings model: every command that takes a sweep's load names and types it as LoadSettings does.
+"""One load description: every command that runs a sweep reads its load into LoadSettings the same way.
 
-``core.rundir.LoadSettings`` is the load a run records; ``core.lists.LOAD_FLAGS`` the option that fills
-each of its fields. The local rig's options, the cloud loop's settings and the commands' options are held
-to both here, so a field renamed or retyped in one place and not the others fails.
+``core.rundir.LoadSettings`` is the load a run records; ``rigbench.load_options`` the one option set that
+fills it (``OPTION_FIELDS``), and a load file holds the same fields. The commands, the file, the flags
+beside it and the local rig's options are held to it here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
+import json
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from core.lists import DEFAULT_USER_STEPS, LOAD_FLAGS, parse_counts
+from core.errors import UsageError
+from core.lists import DEFAULT_USER_STEPS, parse_counts
+from core.load_file import load_file_text
+from core.profile import RequestDefaults
 from core.rundir import LoadSettings
-from rigbench.cli import load_command
-from rigbench.cloud.settings import CloudSettings
+from rigbench.cli import app, load_command
+from rigbench.load_options import OPTION_FIELDS, LoadFlags, load_request, settle_load, with_load_options
 from rigbench.local_rig import LocalRigOptions
 
 FROM_THE_PROFILE_OR_THE_RUN = {"temperature", "cache_prompt", "arm"}
-# what a command leaves out, and why
-NOT_TAKEN = {
-    "sweep": set(),
-    "local": {"--ignore-eos"},  # the local rig serves the profile as it is, end of sequence included
-}
-# local's options that hold a field under another type: None means "choose for me"
-CHOOSE_FOR_ME = {"max_tokens": "the profile's", "processes": "as many as the demand needs"}
+TRACE = Path(__file__).resolve().parents[1] / "loadtest" / "data" / "short_trace.jsonl"
 
 
 def test_every_field_is_filled_by_an_option_or_by_the_profile() -> None:
-    assert set(LoadSettings.model_fields) == set(LOAD_FLAGS) | FROM_THE_PROFILE_OR_THE_RUN
+    filled = {name for fields in OPTION_FIELDS.values() for name in fields}
+    assert set(LoadSettings.model_fields) == filled | FROM_THE_PROFILE_OR_THE_RUN
 
 
 def option_flags(command) -> set[str]:
     return {flag for param in command.params for flag in (*param.opts, *getattr(param, "secondary_opts", []))}
 
 
-@pytest.mark.parametrize("name", sorted(NOT_TAKEN))
-def test_a_sweeping_command_takes_every_load_option(name: str) -> None:
-    missing = set(LOAD_FLAGS.values()) - option_flags(load_command(name)) - NOT_TAKEN[name]
-    assert not missing, f"rigbench {name} lacks {sorted(missing)}"
+def test_sweep_and_local_take_the_one_load_option_set() -> None:
+    sweep, local = option_flags(load_command("sweep")), option_flags(load_command("local"))
+    load = {"--load", *(flag for name in OPTION_FIELDS for flag in (f"--{name.replace('_', '-')}",))}
+    assert load <= sweep and load <= local
+    assert "--no-ignore-eos" in sweep & local
 
 
-def test_the_cloud_loop_takes_the_sweep_options_it_records() -> None:
-    run = load_command("cloud").commands["run"]
-    recorded = set(CloudSettings.model_fields) & set(LOAD_FLAGS)
-    assert recorded == {"user_steps", "warmup_seconds", "measure_seconds"}
-    assert {LOAD_FLAGS[field] for field in recorded} <= option_flags(run)
+def read(tmp_path: Path, text: str, *flags: str, suffix: str = ".toml") -> LoadSettings:
+    """The settings ``rigbench sweep`` reads from a load file and the flags given beside it."""
+    captured = {}
+
+    @with_load_options(warmup=10.0, measure="30")
+    def command(load: LoadFlags) -> None:
+        captured["request"] = load_request(load, request=RequestDefaults(), request_from="rigbench")
+
+    import typer
+    one = typer.Typer()
+    one.command()(command)
+    path = tmp_path / f"load{suffix}"
+    path.write_text(text)
+    result = CliRunner().invoke(one, ["--load", str(path), *flags])
+    if result.exception is not None:
+        raise result.exception
+    return captured["request"].settings
 
 
-def load_type(field: str) -> object:
-    return typing.get_type_hints(LoadSettings)[field]
+def test_a_load_file_gives_the_load_and_flags_beside_it_override_it(tmp_path: Path) -> None:
+    text = 'rate_steps = [0.5, 2]\nmeasure_seconds = [4, 6]\nmax_tokens = 32\ntemperature = 0.5\n' \
+           'slo = {ttft_p90 = 0.5}\n'
+    settings = read(tmp_path, text)
+    assert settings.rate_steps == [0.5, 2.0] and settings.user_steps == [], "the file's kind of load, not the default"
+    assert settings.measure_seconds == [4.0, 6.0] and settings.warmup_seconds == 10.0
+    assert (settings.max_tokens, settings.temperature, settings.slo) == (32, 0.5, {"ttft_p90": 0.5})
+    flagged = read(tmp_path, text, "--steps", "1,2,4", "--measure", "3", "--max-tokens", "8")
+    assert flagged.user_steps == [1, 2, 4] and flagged.rate_steps == [] and flagged.measure_seconds == 3.0
+    assert flagged.max_tokens == 8 and flagged.temperature == 0.5
+    # a flag typed at its default still overrides the file
+    assert read(tmp_path, "warmup_seconds = 2\n", "--warmup", "10").warmup_seconds == 10.0
+    # JSON, and a trace named by its path next to the file
+    (tmp_path / "trace.jsonl").write_text(TRACE.read_text())
+    traced = read(tmp_path, json.dumps({"trace": "trace.jsonl", "trace_speed": 2}), suffix=".json")
+    assert traced.trace is not None and traced.trace.speed == 2.0 and len(traced.rate_steps) == 1
 
 
-def test_the_cloud_settings_name_and_type_the_load_as_load_settings_does() -> None:
-    hints = typing.get_type_hints(CloudSettings)
-    for field in set(hints) & set(LoadSettings.model_fields):
-        assert hints[field] == load_type(field), field
-    assert CloudSettings(stacks=["a"], profile="tiny", studies=["sweep"]).user_steps == parse_counts(
-        DEFAULT_USER_STEPS, "--steps")
+def test_a_load_file_s_mistakes_are_one_line_naming_the_file_and_key(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"load\.toml: unknown key 'user_step'"):
+        read(tmp_path, "user_step = [1]\n")
+    with pytest.raises(UsageError, match=r"load\.toml with the flags: max_tokens: Input should be greater than or"):
+        read(tmp_path, "max_tokens = 0\n")
+    with pytest.raises(UsageError, match=r"load\.toml: not TOML"):
+        read(tmp_path, "steps = [1,\n")
+    with pytest.raises(UsageError, match="sessions need a closed loop"):
+        read(tmp_path, "rate_steps = [1]\n", "--sessions")
 
 
-def test_the_local_rig_options_name_and_type_the_load_as_load_settings_does() -> None:
-    fields = {field.name: field for field in dataclasses.fields(LocalRigOptions)}
-    hints = typing.get_type_hints(LocalRigOptions)
-    shared = set(fields) & set(LoadSettings.model_fields)
-    assert shared >= set(LOAD_FLAGS) - {"ignore_eos"}
-    for name in shared:
-        expected = load_type(name)
-        if name in CHOOSE_FOR_ME:
-            expected = expected | None
-        assert hints[name] == expected, name
-    assert LocalRigOptions().user_steps == parse_counts(DEFAULT_USER_STEPS, "--steps")
+def test_what_rigbench_writes_as_a_load_file_reads_back_whole(tmp_path: Path) -> None:
+    settings = settle_load({"rate_steps": [1.5], "arrival": "gamma", "arrival_shape": 0.5, "warmup_seconds": 1,
+                            "measure_seconds": 2, "slo": {"e2e_p99": 4.0}}, request=RequestDefaults(),
+                           request_from="rigbench").settings
+    assert read(tmp_path, load_file_text(settings), suffix=".json") == settings
+
+
+def test_the_local_rig_reads_its_load_as_a_load_file_does() -> None:
+    assert LocalRigOptions().load_fields()["user_steps"] == parse_counts(DEFAULT_USER_STEPS, "--steps")
+    options = LocalRigOptions().changed(rate_steps=[2.0], label="x")
+    assert options.label == "x" and "user_steps" not in options.load_fields()
+    assert options.load_value("rate_steps") == [2.0] and options.load_value("drain_seconds") == 60.0
+
+
+def test_resume_takes_no_load_flags(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), "--measure", "3"])
+    assert isinstance(result.exception, UsageError)
+    assert "--resume with --measure: a resumed run keeps its own load settings" in str(result.exception)

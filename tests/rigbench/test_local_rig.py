@@ -30,7 +30,7 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     monkeypatch.setenv("PATH", f"{gpu}{os.pathsep}{os.environ['PATH']}")
     terminal = io.StringIO()
     report = run_local_rig(
-        LocalRigOptions(runs_root=tmp_path, warmup_seconds=0.5, measure_seconds=windows, backend="cpu"),
+        LocalRigOptions(runs_root=tmp_path, backend="cpu", load={"warmup_seconds": 0.5, "measure_seconds": windows}),
         Console(file=terminal, width=1000),  # no wrapping: the lines as printed
     )
     run = RunDir(report.parent)
@@ -94,9 +94,8 @@ def test_a_synthetic_model_is_labelled_and_held_to_fixed_replies(tmp_path, llama
         '[request]\nmax_tokens = 8\ntemperature = 0.0\n'
     )
     report = run_local_rig(LocalRigOptions(
-        profile=str(profile), runs_root=tmp_path / "runs", user_steps=[1], warmup_seconds=0.3,
-        measure_seconds=1.0, backend="cpu", model_path=tiny_model,
-    ))
+        profile=str(profile), runs_root=tmp_path / "runs", backend="cpu", model_path=tiny_model,
+        load={"user_steps": [1], "warmup_seconds": 0.3, "measure_seconds": 1.0}))
     manifest = RunDir(report.parent).read_manifest()
     assert manifest.model.synthetic and manifest.model.repo is None
     assert "synthetic random weights (llama architecture" in manifest.model.label
@@ -132,8 +131,9 @@ def test_a_server_that_fails_once_the_run_exists_fails_the_run_with_exit_1(tmp_p
     from core.errors import RunIncomplete
     from rigbench.local_rig import LocalRigOptions, run_local_rig
 
-    options = LocalRigOptions(profile="tiny", backend="cpu", runs_root=tmp_path, user_steps=[1], warmup_seconds=0.3,
-                              measure_seconds=1.0, server_overrides=["--no-such-llama-flag"])
+    options = LocalRigOptions(profile="tiny", backend="cpu", runs_root=tmp_path,
+                              server_overrides=["--no-such-llama-flag"],
+                              load={"user_steps": [1], "warmup_seconds": 0.3, "measure_seconds": 1.0})
     with pytest.raises(RunIncomplete, match="run failed: ") as raised:
         run_local_rig(options)
     assert raised.value.exit_code == 1
@@ -149,8 +149,8 @@ def test_two_replicas_from_one_profile_share_the_load_and_each_record_names_its_
     profile = tmp_path / "tiny-replicas.toml"
     profile.write_text(text.replace("[server]\n", "[server]\nreplicas = 2\n", 1))
     report = run_local_rig(
-        LocalRigOptions(profile=str(profile), runs_root=tmp_path, user_steps=[1, 4], warmup_seconds=0.3,
-                        measure_seconds=1.5, backend="cpu"),
+        LocalRigOptions(profile=str(profile), runs_root=tmp_path, backend="cpu",
+                        load={"user_steps": [1, 4], "warmup_seconds": 0.3, "measure_seconds": 1.5}),
         Console(file=io.StringIO(), width=1000),
     )
     run = RunDir(report.parent)

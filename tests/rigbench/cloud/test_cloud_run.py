@@ -36,8 +36,9 @@ BIN = Path(sys.executable).parent
 BUCKET = "rigbench-test-builds"
 A, B = "g6-xlarge", "g6-2xlarge"
 # Short replies and windows: two rigs, their servers and their sweeps share this machine's two cores.
+DATA = Path(__file__).parent / "data"
 FAST_SWEEP = ["--profile", "tiny", "--study", "sweep", "--steps", "1,2", "--warmup", "1", "--measure", "5",
-              "--sweep-args", "--max-tokens 8", "--users", "2", "--min-tok-s", "1", "--ttft-p90", "10"]
+              "--load", str(DATA / "fast-load.toml"), "--users", "2", "--min-tok-s", "1", "--ttft-p90", "10"]
 
 
 @pytest.fixture()
@@ -231,7 +232,8 @@ def test_a_failed_provision_step_and_a_failed_sweep_both_end_destroyed(build_buc
     models = rigs[0].work / "rigbench" / "models"  # rig A's disk: a file where its models folder goes
     models.parent.mkdir(parents=True)
     models.write_text("not a folder")
-    sweep = [*FAST_SWEEP[:FAST_SWEEP.index("--sweep-args")], "--sweep-args", "--no-such-option"]
+    # a prompt set the rig's sweep cannot find: it exits 2 there
+    sweep = [*FAST_SWEEP[:FAST_SWEEP.index("--load")], "--load", str(DATA / "bad-prompts-load.toml")]
     result = cloud_run(tmp_path, project_dir, "--stack", A, "--stack", B, *sweep)
     assert result.returncode == 1, result.stdout[-3000:]
     _, record = the_record(tmp_path)
@@ -291,10 +293,12 @@ def test_two_rigs_ladder_and_eval_stopped_mid_ladder_resumed_to_a_grid_with_a_ba
     questions = tmp_path / "questions.jsonl"
     write_question_file(questions, generate_questions(4, 0, 1, 10), "test")
     bad = corrupt_rung_on(rigs[1], llama_build, "Q4_0", tmp_path)
+    ladder, evaluation = tmp_path / "ladder.toml", tmp_path / "eval.toml"
+    ladder.write_text('max_tokens = 24\nbench = false\nserver_args = ["-t", "1"]\n')
+    evaluation.write_text("max_tokens = 24\n")
     hubless = {**os.environ, "HF_ENDPOINT": "http://127.0.0.9:9"}
     options = ["--profile", str(smollm2_profile(tmp_path)), "--study", "ladder,eval", "--questions", str(questions),
-               "--rungs", "Q8_0,Q4_0", "--ladder-args", "--max-tokens 24 --no-bench --server-arg='-t 1'",
-               "--eval-args", "--max-tokens 24"]
+               "--rungs", "Q8_0,Q4_0", "--ladder", str(ladder), "--eval", str(evaluation)]
     fake_pulumi.write_world(world_of(rigs))
     process = cloud_run(tmp_path, project_dir, "--stack", A, "--stack", B, *options, env=hubless, wait=False)
     ladder_on_a = Path(RigPaths(str(rigs[0].work)).runs) / "ladder-questions" / "ladder.json"

@@ -1,5 +1,6 @@
-"""The loop's ladder and eval, read before anything is created: every bad option one line naming its flag,
-and the estimate's ladder time from the questions, rungs and each type's decode rate."""
+"""The loop's ladder and eval, read before anything is created: every bad setting one line naming its file and
+key, the settings carried through the loop's record to the file each rig reads, and the estimate's ladder time
+from the questions, rungs and each type's decode rate."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import CloudError
-from rigbench.cloud.loop import study_seconds
+from core.quality_settings import QualityEvalSettings, QualityLadderSettings, read_settings
+from rigbench.cloud.loop import new_record, study_seconds
 from rigbench.cloud.quality_studies import (
     DECODE_CAP_TOK_S,
     QUANTIZE_S,
@@ -20,7 +22,9 @@ from rigbench.cloud.quality_studies import (
     decode_tok_s,
     ladder_seconds,
     quality_settings,
+    write_settings_file,
 )
+from rigbench.cloud.record import CloudRunFolder
 from rigbench.cloud.settings import CloudSettings
 
 
@@ -31,70 +35,95 @@ def question_file(folder: Path, count: int = 4, name: str = "questions.jsonl") -
     return path
 
 
+def settings_file(folder: Path, text: str, name: str = "ladder.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
 def test_the_ladder_is_read_as_the_rigs_will_read_it_and_the_top_rung_is_asked_twice(tmp_path: Path) -> None:
-    request = check_ladder(question_file(tmp_path), "F16,Q8_0,Q4_K_M", "--max-tokens 96 --concurrency 2")
-    assert request.rungs == ["F16", "Q8_0", "Q4_K_M"] and request.questions == 4
-    assert (request.max_tokens, request.concurrency, request.bench) == (96, 2, True)
-    assert request.repeat_rungs == ["F16"] and request.args[-2:] == ["--repeat-rungs", "F16"]
-    named = check_ladder(question_file(tmp_path), "F16,Q8_0", "--repeat-rungs Q8_0 --no-bench")
-    assert named.repeat_rungs == ["Q8_0"] and named.args.count("--repeat-rungs") == 1 and not named.bench
+    asked = check_ladder(question_file(tmp_path), ["F16", "Q8_0", "Q4_K_M"],
+                         settings_file(tmp_path, "max_tokens = 96\nconcurrency = 2\n"))
+    assert (asked.max_tokens, asked.concurrency, asked.bench, asked.repeat_rungs) == (96, 2, True, ["F16"])
+    named = check_ladder(question_file(tmp_path), ["F16", "Q8_0"],
+                         settings_file(tmp_path, 'repeat_rungs = ["Q8_0"]\nbench = false\n'))
+    assert named.repeat_rungs == ["Q8_0"] and not named.bench
+    assert check_ladder(question_file(tmp_path), ["Q8_0"], None).repeat_rungs == ["Q8_0"]
 
 
-@pytest.mark.parametrize(("rungs", "ladder_args", "message"), [
+@pytest.mark.parametrize(("rungs", "text", "message"), [
     ("F16,Q9_0", "", "--rungs: cannot read 'F16,Q9_0': 'Q9_0' is not one of F32, F16"),
     ("F16,,Q8_0", "", "--rungs: cannot read 'F16,,Q8_0'"),
     ("F16,F16", "", "--rungs: F16 is given twice"),
-    ("F16,Q8_0", "--max-token 96", "--ladder-args: No such option: --max-token"),
-    ("F16,Q8_0", "--max-tokens many", "--ladder-args: Invalid value for '--max-tokens'"),
-    ("F16,Q8_0", "--out elsewhere", "--ladder-args: --out is set by the loop"),
-    ("F16,Q8_0", "--questions=other.jsonl", "--ladder-args: --questions is set by the loop"),
-    ("F16,Q8_0", "--shots 3", "--ladder-args: --shots: worked examples are asked in completion mode only"),
-    ("F16,Q8_0", "--repeat-rungs Q2_K", "--ladder-args --repeat-rungs: Q2_K is not one of the rungs (F16, Q8_0)"),
-    ("F16,Q8_0", "'unclosed", "--ladder-args: cannot split"),
+    ("F16,Q8_0", "max_token = 96", "--ladder {file}: max_token: unknown key"),
+    ("F16,Q8_0", 'max_tokens = "many"', "--ladder {file}: max_tokens: Input should be a valid integer"),
+    ("F16,Q8_0", 'out = "elsewhere"', "--ladder {file}: out: unknown key"),
+    ("F16,Q8_0", "shots = 3", "--ladder {file}: shots: worked examples are asked in completion mode only"),
+    ("F16,Q8_0", 'repeat_rungs = ["Q2_K"]', "--ladder {file}: repeat_rungs: Q2_K is not one of the rungs (F16, Q8_0)"),
+    ("F16,Q8_0", 'reference = "Q2_K"', "--ladder {file}: reference: Q2_K is not one of the rungs (F16, Q8_0)"),
+    ("F16,Q8_0", 'mode = "completion"\nshots = 500', "--ladder: --shots 500: the exemplar pool"),
+    ("F16,Q8_0", "'unclosed", "--ladder {file}: not TOML"),
 ])
-def test_a_bad_ladder_option_is_one_line_naming_its_flag(tmp_path: Path, rungs: str, ladder_args: str,
-                                                          message: str) -> None:
-    question_file(tmp_path, 4)
+def test_a_bad_ladder_setting_is_one_line_naming_its_file_and_key(tmp_path: Path, rungs: str, text: str,
+                                                                   message: str) -> None:
+    questions = question_file(tmp_path, 4)
+    file = settings_file(tmp_path, text + "\n")
     with pytest.raises(CloudError) as caught:
-        check_ladder(tmp_path / "questions.jsonl", rungs, ladder_args)
-    assert str(caught.value).startswith(message), str(caught.value)
+        quality_settings(["ladder"], questions, rungs, file, None, None)
+    assert str(caught.value).startswith(message.format(file=file)), str(caught.value)
     assert "\n" not in str(caught.value)
 
 
 def test_quality_options_without_their_study_and_a_study_without_questions_are_refused(tmp_path: Path) -> None:
     questions = question_file(tmp_path)
+    evaluation = settings_file(tmp_path, "max_tokens = 8\n", "eval.toml")
     with pytest.raises(CloudError, match="^--questions: only the ladder and eval studies use it"):
-        quality_settings(["sweep"], questions, "F16", "", "", None)
+        quality_settings(["sweep"], questions, "F16", None, None, None)
     with pytest.raises(CloudError, match="^--questions: the ladder study asks a question file's questions"):
-        quality_settings(["sweep", "ladder"], None, "F16", "", "", None)
-    with pytest.raises(CloudError, match="^--eval-args: only the eval study uses it"):
-        quality_settings(["ladder"], questions, "F16", "", "--max-tokens 8", None)
-    with pytest.raises(CloudError, match="^--eval-args: -p is set by the loop"):
-        quality_settings(["eval"], questions, "F16", "", "-p tiny", None)
-    with pytest.raises(CloudError, match="^--eval-args: --url is set by the loop"):
-        quality_settings(["eval"], questions, "F16", "", "--url http://elsewhere:8080", None)
+        quality_settings(["sweep", "ladder"], None, "F16", None, None, None)
+    with pytest.raises(CloudError, match="^--eval: only the eval study uses it"):
+        quality_settings(["ladder"], questions, "F16", None, evaluation, None)
+    with pytest.raises(CloudError, match="^--ladder: only the ladder study uses it"):
+        quality_settings(["eval"], questions, "F16", evaluation, None, None)
+    with pytest.raises(CloudError, match="^--eval .*eval.toml: url: unknown key"):
+        quality_settings(["eval"], questions, "F16", None, settings_file(tmp_path, 'url = "x"\n', "eval.toml"), None)
     with pytest.raises(CloudError, match="^--questions: .*missing.jsonl is not a file here"):
-        quality_settings(["eval"], tmp_path / "missing.jsonl", "F16", "", "", None)
+        quality_settings(["eval"], tmp_path / "missing.jsonl", "F16", None, None, None)
     with pytest.raises(CloudError, match=f"^--with-local: {tmp_path} is not a ladder folder"):
-        quality_settings(["ladder"], questions, "F16", "", "", tmp_path)
+        quality_settings(["ladder"], questions, "F16", None, None, tmp_path)
 
 
-def test_quality_settings_pin_the_question_file_and_make_the_exemplar_path_absolute(tmp_path: Path,
-                                                                                     monkeypatch) -> None:
+def test_the_settings_go_through_the_record_to_the_file_each_rig_reads(tmp_path: Path, monkeypatch) -> None:
+    """The question file pinned, the exemplar file made absolute (the rig's step runs from the project folder),
+    and the settings the same after the record is saved, loaded (--resume) and written for a rig."""
     monkeypatch.chdir(tmp_path)
     question_file(tmp_path)
     question_file(tmp_path, 8, "exemplars.jsonl")
-    fields = quality_settings(["ladder", "eval"], Path("questions.jsonl"), "Q8_0,Q4_0",
-                              "--mode completion --shots 2 --shots-from exemplars.jsonl", "--max-tokens 32", None)
+    settings_file(tmp_path, 'mode = "completion"\nshots = 2\nshots_from = "exemplars.jsonl"\n')
+    fields = quality_settings(["ladder", "eval"], Path("questions.jsonl"), "Q8_0,Q4_0", Path("ladder.toml"),
+                              settings_file(tmp_path, '{"max_tokens": 32}', "eval.json"), None)
     assert fields["questions"] == str(tmp_path / "questions.jsonl") and len(fields["questions_sha256"]) == 64
-    assert fields["ladder_args"] == ["--mode", "completion", "--shots", "2", "--shots-from",
-                                     str(tmp_path / "exemplars.jsonl"), "--repeat-rungs", "Q8_0"]
-    assert fields["rungs"] == ["Q8_0", "Q4_0"] and fields["eval_args"] == ["--max-tokens", "32"]
+    exemplars = tmp_path / "exemplars.jsonl"
+    assert fields["ladder"] == QualityLadderSettings(mode="completion", shots=2, shots_from=exemplars,
+                                                     repeat_rungs=["Q8_0"])
+    assert fields["rungs"] == ["Q8_0", "Q4_0"] and fields["eval"] == QualityEvalSettings(max_tokens=32)
+    settings = CloudSettings(stacks=["a"], profile="tiny", studies=["ladder", "eval"], **fields)
+    folder = CloudRunFolder(tmp_path / "cloud-x")
+    folder.save(new_record(settings, "x", []))
+    resumed = CloudSettings.model_validate(folder.load().settings)
+    assert resumed == settings
+    for study, kind in (("ladder", QualityLadderSettings), ("eval", QualityEvalSettings)):
+        handed = write_settings_file(folder.rig_folder("a"), study, resumed)
+        assert read_settings(kind, handed) == fields[study]
 
 
 def test_the_estimate_counts_every_rung_question_and_reply_at_the_types_decode_rate(tmp_path: Path) -> None:
     questions = question_file(tmp_path, 10)
-    request = check_ladder(questions, "F16,Q4_0", "--max-tokens 100 --no-bench")
+    ladder = settings_file(tmp_path, "max_tokens = 100\nbench = false\n")
+    settings = CloudSettings(stacks=["a"], profile="tiny", studies=["sweep", "ladder", "eval"],
+                             **quality_settings(["ladder", "eval"], questions, "F16,Q4_0", ladder,
+                                                settings_file(tmp_path, "max_tokens = 50\nrepeat = 2\n", "e.toml"),
+                                                None))
     small = 100_000_000
     # an L4 (300 GB/s at half its peak over 100 MB: 1,500 tok/s) is capped; twice the bytes for the widened F16
     assert decode_tok_s("g6.xlarge", small) == DECODE_CAP_TOK_S
@@ -103,12 +132,9 @@ def test_the_estimate_counts_every_rung_question_and_reply_at_the_types_decode_r
     per_rung = QUANTIZE_S + RUNG_SERVER_START_S
     expected = (2 * per_rung + 10 * 2 * 100 / 750  # F16 asked twice (determinism)
                 + 10 * 100 / DECODE_CAP_TOK_S)
-    assert ladder_seconds(request, "g6.xlarge", small) == pytest.approx(expected)
-    benched = check_ladder(questions, "F16,Q4_0", "--max-tokens 100")
+    assert ladder_seconds(settings, "g6.xlarge", small) == pytest.approx(expected)
+    benched = settings.model_copy(update={"ladder": settings.ladder.model_copy(update={"bench": True})})
     assert ladder_seconds(benched, "g6.xlarge", small) == pytest.approx(expected + 2 * RUNG_BENCH_S)
-    settings = CloudSettings(stacks=["a"], profile="tiny", studies=["sweep", "ladder", "eval"],
-                             **quality_settings(["ladder", "eval"], questions, "F16,Q4_0", "--max-tokens 100 "
-                                                "--no-bench", "--max-tokens 50 --repeat 2", None))
     seconds = study_seconds(settings, "g6.xlarge", small)
     assert set(seconds) == {"sweep", "ladder", "eval"}
     assert seconds["ladder"] == pytest.approx(expected)
@@ -132,7 +158,7 @@ def test_the_answers_page_lines_up_each_rigs_ladder_with_this_machines(tmp_path:
                              folder.rig_folder("g6-xlarge") / "runs" / "ladder-questions")
     questions = runs / "quality-cpu-gemma3-2026-12-03" / "questions.jsonl"
     settings = CloudSettings(stacks=["g6-xlarge"], profile="gemma3-270m", studies=["ladder"],
-                             **quality_settings(["ladder"], questions, "F16,Q4_K_M", "", "",
+                             **quality_settings(["ladder"], questions, "F16,Q4_K_M", None, None,
                                                 runs / "quality-h200-gemma3-2026-12-03" / "ladder"))
     rig = RigRecord(stack="g6-xlarge", status="finished", instance_type="g6.xlarge", market="spot",
                     usd_per_hour=0.5, runs=[folder.relative(ladder)])
@@ -166,7 +192,7 @@ def test_a_loop_that_swept_too_answers_both_questions_in_its_reports_glance(tmp_
     shutil.copyfile(speed, folder.root / "report" / "report.md")
     questions = runs / "quality-cpu-gemma3-2026-12-03" / "questions.jsonl"
     settings = CloudSettings(stacks=["p5en"], profile="gemma3-270m", studies=["sweep", "ladder"],
-                             **quality_settings(["ladder"], questions, "F16,Q4_K_M", "", "",
+                             **quality_settings(["ladder"], questions, "F16,Q4_K_M", None, None,
                                                 runs / "quality-cpu-gemma3-2026-12-03" / "ladder"))
     rig = RigRecord(stack="p5en", status="finished", instance_type="p5en.48xlarge", market="spot",
                     usd_per_hour=8.0, runs=[folder.relative(ladder)])
