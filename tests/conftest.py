@@ -210,7 +210,8 @@ def manifest(run_id: str, steps: list[StepWindow], **changes) -> RunManifest:
         ended_at="2027-01-15T09:00:00+00:00",
         profile="tiny",
         rig=RigInfo(kind="local"),
-        load=LoadSettings(user_steps=[s.users for s in steps], warmup_seconds=1, measure_seconds=10, max_tokens=21),
+        load=LoadSettings(user_steps=[max(1, s.users) for s in steps], warmup_seconds=1, measure_seconds=10,
+                          max_tokens=21),
         steps=steps,
     )
     return base.model_copy(update=changes)

@@ -248,16 +248,11 @@ def test_every_fault_kind_is_recorded_while_the_sweep_goes_on(tmp_path: Path) ->
         stall_seconds=3,
         fault_cycle=["none", "none", "none", "http_500", "disconnect", "malformed", "stall"],
     )
-    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=1, measure_seconds=2.5, max_tokens=8)
+    settings = LoadSettings(user_steps=[2, 3], warmup_seconds=1, measure_seconds=2.5, max_tokens=8,
+                            max_error_rate=0.9, read_timeout_seconds=0.5)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=4)
-        manifest = run_sweep(
-            run,
-            server.base_url,
-            progress=False,
-            max_error_rate=0.9,
-            read_timeout=0.5,
-        )
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert manifest.status == "complete", manifest.status_detail
     records = run.read_records()
     kinds = {r.error_kind for r in records}

@@ -117,8 +117,8 @@ def test_replicas_serve_under_a_supervised_mps_daemon_swept_and_stopped(built_ri
         assert header in tails and "Starting control daemon" in tails.split(header, 1)[1]
 
         local_runs = tmp_path / "runs"
-        copied = sweep(rig, profile, paths, steps="2", warmup=0.5, measure=1.5, local_runs=local_runs,
-                       rigbench=RIGBENCH)
+        copied = sweep(rig, profile, {"user_steps": [2], "warmup_seconds": 0.5, "measure_seconds": 1.5}, paths,
+                       local_runs=local_runs, rigbench=RIGBENCH)
         manifest = RunDir(copied[0]).read_manifest()
         assert manifest.status == "complete", manifest.status_detail
         assert manifest.server.mps == mps.info() and manifest.server.mps.ran and manifest.server.mps.started_here

@@ -92,8 +92,8 @@ def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, 
         with open_tunnel(rig, remote_port=base + 1) as local_port:  # the tunnel step opens one of these per replica
             assert httpx.get(f"http://127.0.0.1:{local_port}/health", timeout=10).status_code == 200
 
-        copied = sweep(rig, profile, paths, steps="2", warmup=0.5, measure=2.0, local_runs=local_runs,
-                       rigbench=RIGBENCH)
+        copied = sweep(rig, profile, {"user_steps": [2], "warmup_seconds": 0.5, "measure_seconds": 2.0}, paths,
+                       local_runs=local_runs, rigbench=RIGBENCH)
         run = RunDir(copied[0]).read_manifest()
         assert run.status == "complete", run.status_detail
         assert [(r.index, r.url, r.slots, r.gpu) for r in run.server.replicas] == [
@@ -118,7 +118,8 @@ def test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop(built_rig, 
         with pytest.raises(ProvisionError, match=rf"sweep: during the sweep replica 1 \(port {base + 1}\) exited "
                                                  r"and was restarted by its supervisor: \[supervisor\] llama-server "
                                                  r"exited with 137") as raised:
-            sweep(rig, profile, paths, steps="2", warmup=0.5, measure=4.0, local_runs=local_runs, rigbench=RIGBENCH)
+            sweep(rig, profile, {"user_steps": [2], "warmup_seconds": 0.5, "measure_seconds": 4.0}, paths,
+                  local_runs=local_runs, rigbench=RIGBENCH)
         killer.join(timeout=5)
         assert "marked failed" in str(raised.value)
         failed = [p for p in local_runs.iterdir() if p != copied[0]]

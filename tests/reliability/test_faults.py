@@ -415,8 +415,8 @@ def drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path: Path) -> DroppedSwee
     again = None
     try:
         with pytest.raises(ProvisionError) as raised:
-            sweep(connection, profile, paths, steps="2,4", warmup=0.5, measure=8.0, local_runs=local_runs,
-                  rigbench=RIGBENCH)
+            sweep(connection, profile, {"user_steps": [2, 4], "warmup_seconds": 0.5, "measure_seconds": 8.0}, paths,
+                  local_runs=local_runs, rigbench=RIGBENCH)
         killer.join(timeout=5)
         rig_run = only_run(remote_runs)
         # the rig's sweep goes on without the link; a new connection fetches everything it wrote

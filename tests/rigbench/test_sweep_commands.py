@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from analysis.report import write_report
 from core.rundir import RunDir
+from core.sweep_result import SweepResult
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.telemetry import parse_metrics
 from rigbench.cli import app
@@ -19,35 +20,22 @@ pytestmark = pytest.mark.integration
 
 
 def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(tmp_path: Path) -> None:
+    """The load from a file with a flag over it; the runs made named in the --result file."""
     config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
+    load = tmp_path / "load.toml"
+    load.write_text("user_steps = [2, 4]\nwarmup_seconds = 5\nmeasure_seconds = 1.5\nmax_tokens = 8\n")
     with GroundTruthServer(config, tmp_path / "a.jsonl") as a, GroundTruthServer(config, tmp_path / "b.jsonl") as b:
-        result = CliRunner().invoke(
-            app,
-            [
-                "sweep",
-                "--url",
-                f"off={a.base_url}",
-                "--url",
-                f"draft2={b.base_url}",
-                "--steps",
-                "2,4",
-                "--warmup",
-                "1",
-                "--measure",
-                "1.5",
-                "--processes",
-                "2",
-                "--runs-dir",
-                str(tmp_path / "runs"),
-                "--no-progress",
-                "--max-tokens",
-                "8",
-            ],
-        )
+        result = CliRunner().invoke(app, [
+            "sweep", "--url", f"off={a.base_url}", "--url", f"draft2={b.base_url}", "--load", str(load),
+            "--warmup", "1", "--processes", "2", "--runs-dir", str(tmp_path / "runs"), "--no-progress",
+            "--result", str(tmp_path / "made.json")])
     assert result.exit_code == 0, result.output
     runs = sorted((tmp_path / "runs").iterdir())
     manifests = [RunDir(path).read_manifest() for path in runs]
     assert [m.load.arm for m in manifests] == ["off", "draft2"]
+    assert {(m.load.warmup_seconds, m.load.measure_seconds, m.load.max_tokens) for m in manifests} == {(1.0, 1.5, 8)}
+    assert manifests[0].request_origins.max_tokens == "file"
+    assert SweepResult.read(tmp_path / "made.json") == SweepResult(runs=[str(path) for path in runs])
     assert manifests[0].linked_runs == [runs[1].name] and manifests[1].linked_runs == [runs[0].name]
     for path, manifest in zip(runs, manifests, strict=True):
         assert manifest.status == "complete" and manifest.load.processes == 2

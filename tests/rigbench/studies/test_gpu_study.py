@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 from analysis.study_report import write_study_report
 from core.errors import StudyError, UsageError
 from rigbench.commands.study import app
+from rigbench.local_rig import LocalRigOptions
 from rigbench.studies.gpu_study import GpuStudy, divergence
 
 DRY_RUN = ["--presets", "tiny-gemma4", "--scale", "0.1", "--processes", "1", "--backend", "cpu"]
@@ -54,7 +54,7 @@ def test_cpu_dry_run_writes_every_phase_and_a_report(tmp_path: Path, llama_build
 def test_past_the_deadline_runs_and_phases_are_skipped_and_said(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
     study = GpuStudy(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", deadline_seconds=50)
-    run = SimpleNamespace(user_steps=[1, 64], warmup_seconds=3, measure_seconds=15, label="e2b-best")
+    run = LocalRigOptions(label="e2b-best", load={"user_steps": [1, 64], "warmup_seconds": 3, "measure_seconds": 15})
     assert study.local_run(run) is None  # 2 x 18 s + 20 s of start-up and report > 50 s left: not started
     called = []
     study.phase("bench", lambda: called.append(1))
