@@ -12,6 +12,7 @@
     cache.py           the one cache root (RIGBENCH_CACHE, XDG_CACHE_HOME)
     digest.py          file sha256
     network.py         a free loopback port; whether a URL names this machine
+    table_file.py      a table of settings as a TOML or JSON file, read whole
     hub_download.py    a hub file resumed and sha256-checked (stdlib only: also runs alone on rigs)
     private_files.py   every file a command writes private to the user (the umask)
     load_file.py       a load written as a file (LoadSettings' fields): --load, the rig's upload

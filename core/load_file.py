@@ -10,12 +10,12 @@ file, when the load is made) or the trace's full entry as a run's manifest holds
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from core.errors import UsageError
 from core.rundir.models import LoadSettings
+from core.table_file import read_table
 
 # what a load file holds beyond LoadSettings' fields: a trace's speed next to a trace given by its path
 EXTRA_KEYS = ("trace_speed",)
@@ -25,17 +25,7 @@ AUTO_PROCESSES = "auto"  # ``processes`` sized once the server answers (``--proc
 def read_load_file(path: Path) -> dict[str, Any]:
     """The file's fields as given (checked together with the flags later); an unreadable file or an unknown
     key is refused in one line naming the file and the key."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"--load {path}: cannot read it ({error.strerror or error})") from None
-    try:
-        fields = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        kind = "JSON" if path.suffix == ".json" else "TOML (name it .json for JSON)"
-        raise UsageError(f"--load {path}: not {kind}: {error}") from None
-    if not isinstance(fields, dict):
-        raise UsageError(f"--load {path}: expected a table of LoadSettings' fields, found {type(fields).__name__}")
+    fields = read_table(path, "--load", "LoadSettings' fields")
     unknown = [key for key in fields if key not in LoadSettings.model_fields and key not in EXTRA_KEYS]
     if unknown:
         raise UsageError(f"--load {path}: unknown key {unknown[0]!r}; a load file holds LoadSettings' fields "

@@ -14,7 +14,6 @@ Every mistake is one line naming the key, as the user wrote it: ``--shots`` for 
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -24,6 +23,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from core.errors import UsageError
 from core.rundir.quality import PromptMode
 from core.strict import Strict
+from core.table_file import read_table
 
 MODES: tuple[str, ...] = get_args(PromptMode)
 
@@ -136,17 +136,7 @@ Settings = TypeVar("Settings", bound=AskSettings)
 def read_settings_file(path: Path, option: str = "--settings") -> dict[str, Any]:
     """A settings file's fields as written (checked with the flags later), ``shots_from`` read from the file's
     folder and made absolute (the file can be handed on); a file that cannot be read is one line naming it."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UsageError(f"{option} {path}: cannot read it ({error.strerror or error})") from None
-    try:
-        fields = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        kind = "JSON" if path.suffix == ".json" else "TOML (name it .json for JSON)"
-        raise UsageError(f"{option} {path}: not {kind}: {error}") from None
-    if not isinstance(fields, dict):
-        raise UsageError(f"{option} {path}: expected a table of settings, found {type(fields).__name__}")
+    fields = read_table(path, option, "settings")
     if isinstance(fields.get("shots_from"), str):
         fields["shots_from"] = str((path.parent / fields["shots_from"]).resolve())
     return fields
