@@ -7,13 +7,21 @@ Which price, by what the run is known to have run on:
 
 - *recorded*: a run whose manifest names an instance type (an AWS rig) is priced as that type:
   the price the rig recorded at run time for its market, the price book for the other market.
-  ``--price-as`` does not re-price it (a warning says so).
+  ``--price-as`` and ``--usd-per-hour`` do not re-price it (a warning says so).
 - *price-as*: any other run (a local machine) is priced only when the user says which known type
-  its machine counts as (``--price-as TYPE``), labelled ``(--price-as)``. Without it the run is not
-  priced at all: the report says once why (:func:`not_priced_line`) and shows no $ figure, since
-  a price of hardware the run did not use would read as a measurement.
+  its machine counts as (``--price-as TYPE``), labelled ``(--price-as)``, or
+- *given*: what it costs an hour (``--usd-per-hour USD``: the price book's ``given`` quote), labelled
+  ``given $USD/h (--usd-per-hour)``, claiming no instance type, market or GPU. Without either the run is not
+  priced at all: the report says once why (:func:`not_priced_line`) and shows no $ figure, since a price of
+  hardware the run did not use would read as a measurement.
 - *hypothetical*: ``rigbench plan --hypothetical TYPE`` extrapolates any run to another type,
   labelled ``(hypothetical)``.
+
+Every price but a recorded one is of hardware that did not measure the figures, so its label says
+whose did (:func:`measured_on`: the run's instance type, else its GPU, else its CPU), e.g.
+``g6e.xlarge on-demand (hypothetical), measured on CPU (2 cores)``: the label is the one spelling of a
+price in the report's tables and cost section, its plots' legends, summary.json, the plan and the gate, so
+no figure priced as an L40S reads as an L40S's measurement.
 
 A run priced as a type it did not run on is priced as the share of the type's GPUs it used
 (:func:`gpus_used`): for a type of N > 1 GPUs a run that used k of them is priced at k/N of the
@@ -33,7 +41,8 @@ from typing import Literal
 
 from analysis.figures import RunFigures
 from analysis.intervals import Estimate
-from analysis.prices import Market, PriceBook, PriceQuote
+from analysis.prices import GIVEN_PRICE_FLAG, Market, PriceBook, PriceQuote
+from analysis.run_name import machine_name as short_machine_name
 from core.gpus import find_gpu
 from core.instance_types import INSTANCE_TYPES, known_types
 from core.profile import flag_value
@@ -41,17 +50,24 @@ from core.rundir import RigInfo, RunManifest
 
 DEFAULT_REGION = "us-east-1"
 MARKETS: tuple[Market, ...] = ("on-demand", "spot")
-PriceBasis = Literal["recorded", "price-as", "hypothetical"]
-BASIS_SUFFIX: dict[str, str] = {"recorded": "", "price-as": " (--price-as)", "hypothetical": " (hypothetical)"}
+PriceBasis = Literal["recorded", "price-as", "hypothetical", "given"]
+BASIS_SUFFIX: dict[str, str] = {"recorded": "", "price-as": " (--price-as)", "hypothetical": " (hypothetical)",
+                                "given": f" ({GIVEN_PRICE_FLAG})"}
 
 
-def price_label(instance_type: str, market: str, basis: PriceBasis, gpu_share: int = 1) -> str:
-    """'g6.xlarge spot', 'g6.xlarge spot (--price-as)', 'per-GPU share (1/8) of p5en.48xlarge on-demand
-    (--price-as)': the one spelling of a price's name in tables, plots, summary.json and the gate."""
-    text = f"{instance_type} {market}"
-    if gpu_share > 1:
-        text = f"per-GPU share (1/{gpu_share}) of {text}"
-    return text + BASIS_SUFFIX[basis]
+def price_label(instance_type: str | None, market: str | None, basis: PriceBasis, gpu_share: int = 1,
+                measured_on: str | None = None, usd_per_hour: float | None = None) -> str:
+    """'g6.xlarge spot'; a price of hardware that did not measure the figures says whose did: 'g6.xlarge spot
+    (--price-as), measured on NVIDIA L4', 'per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured
+    on NVIDIA H200', 'given $0.5/h (--usd-per-hour), measured on CPU (2 cores)': the one spelling of a price's
+    name in tables, plots, summary.json, the plan and the gate. ``usd_per_hour``: the given price's."""
+    if basis == "given":
+        text = f"given ${usd_per_hour:g}/h"
+    else:
+        text = f"{instance_type} {market}"
+        if gpu_share > 1:
+            text = f"per-GPU share (1/{gpu_share}) of {text}"
+    return text + BASIS_SUFFIX[basis] + (f", measured on {measured_on}" if measured_on else "")
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,7 @@ class PriceChoice:
     quote: PriceQuote  # for a per-GPU share, usd_per_hour is already the share
     basis: PriceBasis = "recorded"
     gpu_share: int = 1  # the quote is 1/gpu_share of the instance's price
+    measured_on: str | None = None  # the machine that measured the figures, where it is not the priced type
 
     @property
     def hypothetical(self) -> bool:
@@ -68,7 +85,9 @@ class PriceChoice:
 
     @property
     def label(self) -> str:
-        return price_label(self.quote.instance_type, self.quote.market, self.basis, self.gpu_share)
+        quote = self.quote
+        return price_label(quote.instance_type, quote.market, self.basis, self.gpu_share, self.measured_on,
+                           quote.usd_per_hour)
 
 
 def gpu_description(instance_type: str) -> str | None:
@@ -105,6 +124,13 @@ def machine_name(rig: RigInfo) -> str:
     return f"{host} ({cpu + ', ' if cpu else ''}no GPU recorded)"
 
 
+def measured_on(manifest: RunManifest) -> str:
+    """The machine whose run measured the figures, as a price of other hardware names it: the instance type, else
+    the GPU, else the CPU (the machine part of the run's name, ``analysis.run_name``; no host name, so two runs on
+    alike machines share their prices' labels)."""
+    return short_machine_name(manifest)
+
+
 def _manifest_quote(manifest: RunManifest) -> PriceQuote | None:
     rig = manifest.rig
     if rig.price_per_hour is None or rig.market is None or rig.instance_type is None:
@@ -132,8 +158,16 @@ def not_priced_line(manifest: RunManifest) -> str:
     """The one line a run that is not priced gets, saying why and how to price it."""
     return (
         f"not priced: ran on {machine_name(manifest.rig)}, not a known instance type; "
-        "--price-as TYPE prices it as one"
+        f"--price-as TYPE prices it as one, {GIVEN_PRICE_FLAG} USD at a given hourly price"
     )
+
+
+def not_priced(manifest: RunManifest, price_as: list[str] | tuple[str, ...] | None, book: PriceBook) -> str | None:
+    """The run's not-priced line where nothing prices it: it ran on no priced type, and neither ``--price-as`` nor
+    ``--usd-per-hour`` was given; else None (a price the book lacks is a warning instead)."""
+    if price_as or book.given is not None or ran_on_a_priced_type(manifest):
+        return None
+    return not_priced_line(manifest)
 
 
 def _recorded_choices(manifest: RunManifest, book: PriceBook, warnings: list[str]) -> list[PriceChoice]:
@@ -185,7 +219,7 @@ def _choices_as(
         if quote is None:
             warnings.append(f"no {market} price for {instance_type} in {region}; left out")
         else:
-            choices.append(PriceChoice(per_gpu_share(quote, share), basis, share))
+            choices.append(PriceChoice(per_gpu_share(quote, share), basis, share, measured_on(manifest)))
     return choices
 
 
@@ -230,7 +264,8 @@ def price_choices(
     warnings: list[str],
     hypothetical: tuple[str, ...] | list[str] | None = None,
 ) -> list[PriceChoice]:
-    """The prices a run is costed at (see the module docstring); missing ones become warnings. An
+    """The prices a run is costed at (see the module docstring): ``price_as`` and the book's given price
+    (``--usd-per-hour``) for a run on no priced type, ``hypothetical`` for any; missing ones become warnings. An
     unknown type in either list is refused (UsageError, exit 2), naming its flag."""
     price_as = known_types(price_as or [], "--price-as")
     hypothetical = known_types(hypothetical or [], "--hypothetical")
@@ -244,10 +279,17 @@ def price_choices(
                     f"--price-as {instance_type} not applied: the run ran on {rig.instance_type} (its manifest "
                     "says so) and is priced as that"
                 )
+        if book.given is not None:
+            warnings.append(
+                f"{GIVEN_PRICE_FLAG} {book.given.usd_per_hour:g} not applied: the run ran on {rig.instance_type} (its "
+                "manifest says so) and is priced as that"
+            )
         priced_as = [rig.instance_type]
     else:
         for instance_type in price_as:
             choices += _choices_as(manifest, book, instance_type, "price-as", warnings)
+        if book.given is not None:
+            choices.append(PriceChoice(book.given, "given", measured_on=measured_on(manifest)))
         priced_as = price_as
     for instance_type in hypothetical:
         if instance_type not in priced_as:

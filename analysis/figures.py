@@ -79,7 +79,7 @@ import pandas as pd
 from analysis import intervals
 from analysis.energy import GpuTrace, StepEnergy, gpu_traces, idle_power_w, step_energy
 from analysis.goodput import StepGoodput, step_goodput
-from analysis.intervals import Estimate
+from analysis.intervals import Estimate, number
 from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.sessions import StepSessions, step_sessions
 from analysis.step import StepFigures
@@ -258,13 +258,13 @@ def aggregate_throughput(
     edges = np.linspace(start, end, SUB_WINDOWS + 1)
     spread = intervals.mean([tokens_between(a, b) / (b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)])
     shift = (total - spread_total) / length  # the interval moves with what the counts changed
-    estimate = Estimate(
+    estimate = intervals.bounded(Estimate(  # moved down, it can cross 0: no rate is negative
         total / length,
         None if spread.low is None else spread.low + shift,
         None if spread.high is None else spread.high + shift,
         SUB_WINDOWS,
         f"bootstrap over {SUB_WINDOWS} sub-windows",
-    )
+    ))
     with np.errstate(invalid="ignore"):
         across = (t_first < start) | (t_last >= end)
     edge = {
@@ -305,6 +305,27 @@ def _lag_figures(lags: np.ndarray) -> dict[str, float | None]:
     return {"p50": float(np.quantile(lags, 0.5)), "p99": float(np.quantile(lags, 0.99)), "max": float(lags.max())}
 
 
+NOTHING_BEHIND = "none: every request running in the window failed, or none ran"
+
+
+def stopped(requests: Requests) -> np.ndarray:
+    """Requests the harness stopped (the sweep's end, Ctrl-C) while they streamed well: no error of theirs."""
+    return requests["interrupted"] & requests.frame["error_kind"].isna().to_numpy()
+
+
+def healthy(requests: Requests) -> np.ndarray:
+    """Requests that ended well or were still going well when the harness stopped them: what a rate can stand on."""
+    return requests["ok"] | stopped(requests)
+
+
+def outcomes(requests: Requests, chosen: np.ndarray) -> dict[str, int]:
+    """How the ``chosen`` requests ended: ``ok``, each error kind, ``interrupted`` (stopped by the harness)."""
+    counts = {"ok": int((chosen & requests["ok"]).sum()), "interrupted": int((chosen & stopped(requests)).sum())}
+    kinds = requests.frame["error_kind"][chosen].value_counts()
+    counts.update({str(kind): int(count) for kind, count in kinds.items() if count})
+    return {kind: count for kind, count in counts.items() if count}
+
+
 def method_counts(codes: np.ndarray) -> dict[str, int]:
     """Requests per token-counting method (``token_method``'s codes), every method named (0 where none used it)."""
     counts = np.bincount(codes, minlength=len(TOKEN_METHODS))
@@ -335,6 +356,11 @@ def step_figures(
     total, aggregate, edge_attribution = aggregate_throughput(
         requests, start, end, arrivals, index if on_schedule else None)
     t_end = requests["t_end"]
+    with np.errstate(invalid="ignore"):
+        running = (requests["t_start"] < end) & (t_end >= start)  # ran in the window, whenever they started
+    before = running & (requests["t_start"] < start)
+    if not (running & healthy(requests)).any():  # only failures streamed into it, or nothing ran: no rate stands
+        aggregate = intervals.empty(0, NOTHING_BEHIND)
     completed = int((ok & (t_end >= start) & (t_end < end)).sum())
     near_cut = _decoding_in(requests, start, end) & ~ok
     server = requests["server_tok_s"][measured_ok]
@@ -362,6 +388,8 @@ def step_figures(
         requests=int(measured.sum()),
         ok=int(measured_ok.sum()),
         errors=errors,
+        interrupted=int((measured & stopped(requests)).sum()),
+        running_at_start=outcomes(requests, before),
         output_tokens=total,
         aggregate_tok_s=aggregate,
         request_rate=completed / (end - start),
@@ -372,7 +400,7 @@ def step_figures(
         ttft_s=_percentiles(requests["ttft_s"][measured_ok]),
         itl_s=_percentiles(requests["itl_s"][measured_ok]),
         e2e_s=_percentiles(requests["e2e_s"][measured_ok]),
-        draft_acceptance=intervals.ratio_of_sums(accepted, draft_n),
+        draft_acceptance=intervals.ratio_of_sums(accepted, draft_n, share=True),
         tokens_per_decode_step=float(predicted.sum() / steps_taken) if steps_taken > 0 else None,
         server_counter_tok_s=counter_tok_s(telemetry, index),
         server_counter_granularity_tok_s=counter_granularity(requests, telemetry, index, max_tokens),
@@ -491,38 +519,117 @@ def counter_tok_s(telemetry: list[TelemetrySnapshot], index: int) -> float | Non
 
 def typical_request_seconds(records: pd.DataFrame, max_tokens: int | None) -> float | None:
     """How long one request of this step takes: the median end-to-end of successful ones, else
-    (none finished) a partial request's time to its last chunk scaled up to ``max_tokens``."""
+    (none finished) a partial request's time to its last chunk scaled up to ``max_tokens`` (not of one that
+    timed out: its pace before it stalled says nothing of how long a request takes)."""
     finished = records["e2e_s"][records["ok"]].dropna()
     if len(finished):
         return float(finished.median())
-    partial = records[(records["content_chunks"] > 0) & records["t_last_token"].notna()]
+    partial = records[(records["content_chunks"] > 0) & records["t_last_token"].notna()
+                      & (records["error_kind"] != "timeout").to_numpy()]
     if not len(partial) or not max_tokens:
         return None
     scale = np.maximum(1.0, max_tokens / partial["content_chunks"].to_numpy())
     return float(np.median((partial["t_last_token"] - partial["t_start"]).to_numpy() * scale))
 
 
-def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: int | None) -> str:
-    """The step's window held fewer finished requests than users: per-request figures come from
-    few or no requests, and the aggregate rests on partial ones."""
+# What a failed request's kind says happened (the kinds are loadtest.streaming's); the line names it, not a guess
+CAUSES = {
+    "timeout": "streams stalled past the read timeout",
+    "connect": "connections were refused (is the server still running?)",
+    "disconnect": "the server closed streams before they finished",
+    "server_error": "the server ended streams with an error event",
+    "malformed_sse": "the server sent events that are not OpenAI-style JSON",
+    "bad_model": "the server did not know the model name",
+    "client_error": "rigbench's own request code failed",
+}
+
+
+def cause(kind: str, read_timeout: float | None = None) -> str:
+    """What happened to requests that ended as ``kind``."""
+    if kind == "timeout" and read_timeout is not None:
+        return f"streams stalled past the read timeout ({read_timeout:g} s, --read-timeout)"
+    if kind in CAUSES:
+        return CAUSES[kind]
+    return f"the server answered HTTP {kind[5:]}" if kind.startswith("http_") else f"requests failed ({kind})"
+
+
+def failures(figures: StepFigures) -> dict[str, int]:
+    """The failed requests that ran in the step's window, by kind: those started in it and those running into it."""
+    counts = dict(figures.errors)
+    for kind, count in figures.running_at_start.items():
+        if kind not in ("ok", "interrupted"):
+            counts[kind] = counts.get(kind, 0) + count
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def counted(counts: Mapping[str, int]) -> str:
+    """``timeout 4, http_503 1``."""
+    return ", ".join(f"{kind} {count}" for kind, count in counts.items())
+
+
+def failures_said(counts: Mapping[str, int], read_timeout: float | None = None) -> str:
+    """``timeout 4: streams stalled past the read timeout (10 s, --read-timeout)``, the most common kind's cause
+    named (``timeout 4, http_503 1, most timeout: ...`` with several)."""
+    top = next(iter(counts))
+    most = f", most {top}" if len(counts) > 1 else ""
+    return f"{counted(counts)}{most}: {cause(top, read_timeout)}"
+
+
+def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: int | None,
+                         read_timeout: float | None = None) -> str:
+    """The step's window held fewer finished requests than users, and why, from what happened: every request
+    running in it failed (its figures are absent), some failed, the window is shorter than a request, or the
+    users were not all sending."""
+    name = f"step {figures.index} ({figures.users} users)"
+    window = f"{figures.window_seconds:.1f} s window"
+    failed = failures(figures)
+    if figures.aggregate_tok_s.value is None:  # nothing healthy ran in the window: every request in it failed
+        if not failed:
+            return (f"{name}: no request ran in its {window}, so the step has no aggregate, latency or per-user "
+                    "figure: the users were not sending (see the load that ran)")
+        return (f"{name}: every request running in its {window} failed ({failures_said(failed, read_timeout)}), "
+                "so the step has no aggregate, latency or per-user figure; a longer window would not help")
     seconds = typical_request_seconds(frame[frame["step"] == figures.index], max_tokens)
+    opening = f"{name}: only {figures.completed_in_window} request(s) completed inside its {window}, fewer than its " \
+              "users"
+    if failed and (seconds is None or 2 * seconds <= figures.window_seconds):
+        # a request fits the window twice over (or none shows how long one takes): the failures are the cause
+        taken = f" though one takes ~{seconds:.1f} s" if seconds else ""
+        return f"{opening}{taken}: requests running in it failed ({failures_said(failed, read_timeout)})"
+    if seconds is not None and 2 * seconds <= figures.window_seconds:
+        started = figures.users_started
+        why = (f"only {started} of its {figures.users} users were running when it opened"
+               if started is not None and started < figures.users else "the users were not all sending "
+               "(see the load that ran)")
+        return f"{opening} though one takes ~{seconds:.1f} s: not a window too short: {why}"
     granularity = figures.server_counter_granularity_tok_s
-    advice = f"measure at least ~{np.ceil(2 * seconds):.0f} s" if seconds else "measure longer"
     counter = figures.server_counter_tok_s
-    beside = f"{counter:.1f} tok/s" if counter is not None else "not recorded"
+    beside = f"{number(counter)} tok/s" if counter is not None else "not recorded"
     if counter is not None:  # llama-server adds a request's tokens to its counter when the request ends
         beside += " (it counts finished requests only, so it reads low here"
-        beside += f"; it moves by ~{granularity:.1f} tok/s per request)" if granularity else ")"
+        beside += f"; it moves by ~{number(granularity)} tok/s per request)" if granularity else ")"
+    also = f"; besides, requests running in it failed ({failures_said(failed, read_timeout)})" if failed else ""
+    taken, advice = (f" (one takes ~{seconds:.1f} s)", f"measure at least ~{np.ceil(2 * seconds):.0f} s") if seconds \
+        else ("", "measure longer")
     return (
-        f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
-        f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request "
-        f"(one takes ~{seconds:.1f} s): {advice}. Aggregate {figures.aggregate_tok_s.value:.1f} tok/s counts partial "
-        f"requests' streamed tokens; server counter {beside}"
-        if seconds
-        else f"step {figures.index} ({figures.users} users): only {figures.completed_in_window} request(s) completed "
-        f"inside its {figures.window_seconds:.1f} s window, fewer than its users: window shorter than a request: "
-        f"{advice}. Aggregate {figures.aggregate_tok_s.value:.1f} tok/s; server counter {beside}"
+        f"{opening}: window shorter than a request{taken}: {advice}. Aggregate "
+        f"{number(figures.aggregate_tok_s.value)} tok/s counts partial requests' streamed tokens; server counter "
+        f"{beside}{also}"
     )
+
+
+REFUSALS = ("connect", "http_503", "http_429")  # answers after which a user backs off before it sends again
+
+
+def shortfall_cause(figures: StepFigures) -> str:
+    """Why a closed-loop step held fewer requests in flight than users, from what its records show."""
+    started = figures.users_started
+    if started is not None and started < figures.users:
+        return f"only {started} of its {figures.users} users were running when the window opened"
+    refused = {kind: count for kind, count in failures(figures).items() if kind in REFUSALS}
+    if refused:
+        return f"users backed off after the server refused requests ({counted(refused)}) instead of sending"
+    return "users were not all started, or waited between requests instead of sending"
 
 
 SCHEDULE_TOLERANCE_S = 1e-3
@@ -547,7 +654,9 @@ def window_energy(requests: Requests, figures: StepFigures, traces: dict[int, Gp
     edges = np.linspace(start, end, SUB_WINDOWS + 1)
     t_first, t_last, tokens = (requests[name][near] for name in ("t_first_token", "t_last_token", "output_tokens"))
     sub_tokens = [tokens_in_window(t_first, t_last, tokens, a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-    return step_energy(traces, cpu_samples, start, end, figures.output_tokens, sub_tokens)
+    # no aggregate, no energy per token either: the tokens would be those of failed requests alone
+    tokens = figures.output_tokens if figures.aggregate_tok_s.value is not None else 0.0
+    return step_energy(traces, cpu_samples, start, end, tokens, sub_tokens)
 
 
 def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFigures:
@@ -582,6 +691,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
         )
     steps = []
     max_tokens = manifest.load.max_tokens if manifest.load else None
+    read_timeout = manifest.load.read_timeout_seconds if manifest.load else None
     targets = slo if slo is not None else (manifest.load.slo if manifest.load else None)
     traces, cpu_samples = gpu_traces(read_gpu_samples(run.path)), read_cpu_energy_samples(run.path)
     for window in manifest.steps:
@@ -594,7 +704,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
         figures = step_figures(requests, window, run.telemetry, max_tokens, arrivals,
                                window_on_schedule(manifest, window), targets)
         if window.rate is None and figures.completed_in_window < window.users:
-            warnings.append(short_window_warning(frame, figures, max_tokens))
+            warnings.append(short_window_warning(frame, figures, max_tokens, read_timeout))
         if traces or cpu_samples:
             figures.energy = window_energy(requests, figures, traces, cpu_samples)
         if manifest.load is not None and manifest.load.sessions is not None:
@@ -606,8 +716,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
             )
         if figures.load_reached is not None and figures.load_reached < MARK_BELOW:
             why = ("the load generator fell behind (latency still counts from the intended starts)"
-                   if window.rate is not None else
-                   "users were not all started, or waited (backoff after refusals) instead of sending")
+                   if window.rate is not None else shortfall_cause(figures))
             busy = (figures.load_reached * window.users, SESSION_BUSY) if requests.sessions and window.rate is None \
                 else (figures.mean_in_flight, "requests in flight")
             warnings.append(describe_shortfall(name, figures.load_reached, busy[0], figures.sent_rate, window.rate,

@@ -15,7 +15,7 @@ Definitions (the report repeats them):
   meeting every target / judged requests, with its Clopper-Pearson interval; per target, the share
   meeting that one.
 - Goodput = judged requests meeting every target / the window's seconds (req/s), and their output
-  tokens / the window's seconds (tok/s).
+  tokens / the window's seconds (tok/s); absent (not 0) when no request was judged.
 - Conversations (records with a ``conversation``): one with a measured request in the step meets when
   every such request ended ok and met every target (a turn cut by the sweep's own stop is not judged).
 - The step against a target: the target's percentile over the measured requests, a failed one counted
@@ -62,8 +62,9 @@ class StepGoodput(Strict):
     conversations: int = Field(0, description="conversations with a judged turn in the step")
     conversations_met: int = 0
     conversations_met_share: Estimate | None = None
-    goodput_req_s: float
-    goodput_tok_s: float
+    goodput_req_s: float | None = Field(description="requests meeting every target per second of the window; None "
+                                        "when no request was judged (nothing stands behind a rate)")
+    goodput_tok_s: float | None = Field(description="their output tokens per second of the window; None likewise")
 
     @property
     def verdict(self) -> SloVerdict:
@@ -137,8 +138,9 @@ def step_goodput(
         conversations=total,
         conversations_met=met_conversations,
         conversations_met_share=conversation_share,
-        goodput_req_s=met / seconds,
-        goodput_tok_s=float(np.asarray(output_tokens, dtype=float)[meets_all].sum()) / seconds,
+        goodput_req_s=met / seconds if judged_count else None,
+        goodput_tok_s=float(np.asarray(output_tokens, dtype=float)[meets_all].sum()) / seconds
+        if judged_count else None,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from analysis.goodput import StepGoodput, TargetJudgement
-from analysis.intervals import Estimate
+from analysis.intervals import Estimate, decimals, number
 from analysis.report_model import RunSection
 from core.rundir.capacity_search import slo_quantile
 
@@ -43,10 +43,8 @@ def reading_cell(key: str, value: float | None, low: float | None, high: float |
     scale, _, digits = SCALE[figure]
     if value is None:
         return f"- {verdict}"
-    text = f"{value * scale:.{digits}f}"
-    if low is not None and high is not None:
-        text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
-    return f"{text} {verdict}"
+    scaled = Estimate(value * scale, *(None if v is None else v * scale for v in (low, high)), 0, "")
+    return f"{scaled.short(digits)} {verdict}"
 
 
 def judgement_cell(key: str, judgement: TargetJudgement) -> str:
@@ -57,9 +55,11 @@ def judgement_cell(key: str, judgement: TargetJudgement) -> str:
 def share_cell(estimate: Estimate | None) -> str:
     if estimate is None or estimate.value is None:
         return "-"
-    if estimate.low is None or estimate.high is None:
-        return f"{estimate.value:.0%}"
-    return f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]"
+    value, low, high = (None if v is None else v * 100 for v in (estimate.value, estimate.low, estimate.high))
+    places = decimals(value, low, high, digits=0)  # whole percent, more where a share would round away
+    if low is None or high is None:
+        return f"{value:.{places}f}%"
+    return f"{value:.{places}f}% [{low:.{places}f}%, {high:.{places}f}%]"
 
 
 def goodput_rows(section: RunSection) -> list[dict[str, object]]:
@@ -72,8 +72,8 @@ def goodput_rows(section: RunSection) -> list[dict[str, object]]:
             "users" if step.rate is None else "req/s": step.load_label.split()[0],
             "judged requests": goodput.judged,
             "met every target ↑": share_cell(goodput.met_share),
-            "goodput req/s ↑": f"{goodput.goodput_req_s:.2f}",
-            "goodput tok/s ↑": f"{goodput.goodput_tok_s:,.1f}",
+            "goodput req/s ↑": "-" if goodput.goodput_req_s is None else number(goodput.goodput_req_s, 2),
+            "goodput tok/s ↑": "-" if goodput.goodput_tok_s is None else number(goodput.goodput_tok_s, 1, grouped=True),
         }
         if goodput.conversations:
             row["conversations met ↑"] = f"{share_cell(goodput.conversations_met_share)} of {goodput.conversations}"

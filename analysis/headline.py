@@ -8,9 +8,14 @@ sections (the steps summary.json holds, formatted as the tables format them), so
 and the tables cannot disagree. The same text ends ``rigbench local`` and ``rigbench sweep`` on the
 terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
 
-- the *best step* has the highest aggregate output tok/s;
+- the *best step* has the highest aggregate output tok/s; a step whose aggregate is absent (every
+  request running in its window failed) is none, and a run with no aggregate at all says what
+  happened at each step instead;
+- at the best step, what one user sees: TTFT p90, then median per-user decode speed;
 - the *knee* is the first step past which no larger step's aggregate tok/s interval lies wholly
-  above this step's: more load gained nothing beyond noise. When each step up to the largest kept
+  above this step's: more load gained nothing beyond noise. The sentence gives the knee's interval
+  and the highest larger step's figure, the two the rule compared (a larger step's value may lie
+  above the knee's interval while its interval does not). When each step up to the largest kept
   gaining beyond noise, the sweep found no knee;
 - the *per-user floor* is :data:`PER_USER_FLOOR_TOK_S` of median per-user decode speed (the
   ``--min-tok-s`` rigbench cloud plans for unless told otherwise), read on the figure's value;
@@ -19,8 +24,9 @@ terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
   (``analysis.ceiling``), else the bandwidth roofline's reading (``analysis.roofline``);
 - *what limits the card*, where the run's telemetry shows it, is one sentence per finding of
   ``analysis.card_limits`` (replicas taking turns on a GPU without MPS, or one server limited by its own loop);
-- $/Mtok is given at the best step for the prices the run is priced at (its own instance type, or
-  the type ``--price-as`` names); a run that is not priced gets no $ figure here either;
+- $/Mtok is given at the best step for the prices the run is priced at (its own instance type, the
+  type ``--price-as`` names, or an hourly price given); a run that is not priced says so and how to
+  price it (:data:`NOT_PRICED`);
 - across runs, the run with the highest best aggregate is said to serve more than another only
   when the ratio of their best aggregates has a 95% interval wholly above 1 (the two intervals
   combined in log space, as the comparison tables combine them); else "no difference beyond noise".
@@ -32,7 +38,8 @@ from collections.abc import Sequence
 
 from analysis.card_limits import card_limits, glance_sentence
 from analysis.ceiling import served_slots
-from analysis.intervals import Estimate, ratio_of_estimates
+from analysis.figures import failures, failures_said
+from analysis.intervals import Estimate, decimals, ratio_of_estimates
 from analysis.report_model import RunSection
 from analysis.roofline import reading
 from analysis.run_name import short_names
@@ -40,7 +47,8 @@ from analysis.step import StepFigures
 
 PER_USER_FLOOR_TOK_S = 10.0
 DEFINITIONS = (
-    "At a glance: the best step is the one with the highest aggregate output tok/s; the knee is the first step "
+    "At a glance: the best step is the one with the highest aggregate output tok/s, with what one user sees there "
+    "(TTFT p90, median per-user decode speed) and its $/Mtok where the run is priced; the knee is the first step "
     "past which no larger step's aggregate tok/s interval lies wholly above this step's (more load gained nothing "
     f"beyond noise); the per-user floor is {PER_USER_FLOOR_TOK_S:g} tok/s of median per-user decode speed (what "
     "rigbench cloud plans for by default), read on the figure's value; what limited the best step is read from "
@@ -93,6 +101,7 @@ def knee_step(steps: Sequence[StepFigures]) -> StepFigures | None:
 
 
 def knee_sentence(steps: Sequence[StepFigures]) -> str:
+    """The knee by its rule, with the figures the rule compared: the knee's interval and the highest larger step's."""
     knee = knee_step(steps)
     if knee is None:
         return ""
@@ -100,11 +109,19 @@ def knee_sentence(steps: Sequence[StepFigures]) -> str:
     bare = [at(step) for step in measured if step.aggregate_tok_s.low is None or step.aggregate_tok_s.high is None]
     caveat = (f" ({', '.join(bare)} had no interval: there the point value stands in for it, so noise is not "
               "ruled out)") if bare else ""
+    absent = [at(step) for step in steps if step.aggregate_tok_s.value is None]
+    if absent:
+        caveat += f" ({', '.join(absent)} had no aggregate to compare: see the warnings)"
     if knee is measured[-1]:
-        return (f"Aggregate still gained beyond noise at the largest step, {at(knee)} (above the interval "
-                f"at {at(measured[-2])}): no knee within the sweep{caveat}.")
-    return (f"The knee is at {at(knee)}: no larger step's aggregate lies above its interval "
-            f"({figure(knee.aggregate_tok_s)} tok/s), so more load gained nothing beyond noise{caveat}.")
+        below = measured[-2]
+        return (f"Aggregate still gained beyond noise at the largest step: its interval at {at(knee)} "
+                f"({figure(knee.aggregate_tok_s)} tok/s) lies wholly above the one at {at(below)} "
+                f"({figure(below.aggregate_tok_s)}): no knee within the sweep{caveat}.")
+    later = [step for step in measured if step.load > knee.load]
+    top = max(later, key=lambda step: step.aggregate_tok_s.value or 0.0)
+    return (f"The knee is at {at(knee)}: no larger step's aggregate interval lies wholly above this one's "
+            f"({figure(knee.aggregate_tok_s)} tok/s; the highest larger step, {at(top)}, has "
+            f"{figure(top.aggregate_tok_s)}), so more load gained nothing beyond noise{caveat}.")
 
 
 def floor_sentence(steps: Sequence[StepFigures], floor: float = PER_USER_FLOOR_TOK_S) -> str:
@@ -135,15 +152,45 @@ def floor_sentence(steps: Sequence[StepFigures], floor: float = PER_USER_FLOOR_T
     return text + missing + "."
 
 
+NOT_PRICED = "Cost: not priced: give --price-as TYPE or --usd-per-hour USD."
+
+
 def cost_sentence(section: RunSection, best: StepFigures) -> str:
-    """$/Mtok at the best step for each price the run is priced at; nothing for a run that is not priced."""
+    """$/Mtok at the best step for each price the run is priced at (its own, not a hypothetical type's); a run that
+    is not priced is told how to price it."""
     position = section.figures.steps.index(best)
     costs = [
         f"${figure(cost, 3)} per million output tokens at {choice.label}"
         for choice, cost in zip(section.prices, section.cost_rows[position], strict=True)
         if not choice.hypothetical and cost.value is not None
     ]
-    return f"At that step output costs {', and '.join(costs)}." if costs else ""
+    return f"At that step output costs {', and '.join(costs)}." if costs else NOT_PRICED
+
+
+def latency_clause(step: StepFigures) -> str:
+    """What one user sees at ``step``: time to first token (p90), then decode speed (median)."""
+    ttft, speed = step.ttft_s["p90"], step.per_user_tok_s
+    if ttft.value is None and speed.value is None:
+        return "no request finished inside its window there, so latency was not measured"
+    said = []
+    if ttft.value is not None:
+        said.append(f"a user waits {figure(ttft, 3)} s for the first token (TTFT p90)")
+    if speed.value is not None:
+        said.append(f"{'then ' if said else 'a user '}reads {figure(speed)} tok/s (median per-user decode speed)")
+    return "there " + " and ".join(said)
+
+
+def nothing_measured(section: RunSection) -> str:
+    """A run no step of which has an aggregate: what happened at each step instead."""
+    load = section.figures.run.manifest.load
+    read_timeout = load.read_timeout_seconds if load is not None else None
+    said = []
+    for step in by_load(section):
+        failed = failures(step)
+        said.append(f"at {at(step)} every request running in the window failed ({failures_said(failed, read_timeout)})"
+                    if failed else f"at {at(step)} no request ran in the window")
+    return (f"No step has an aggregate output rate: {'; '.join(said)}. No throughput, latency or cost stands on "
+            "that: see the warnings.")
 
 
 def _limit_reading(section: RunSection, step: StepFigures) -> str:
@@ -187,8 +234,8 @@ def run_headline(section: RunSection, sections: Sequence[RunSection] = ()) -> st
     steps = by_load(section)
     best = best_step(section)
     if best is None:
-        return "No step measured an aggregate output rate, so there is nothing to summarise: see the warnings."
-    opening = (f"Best aggregate output {figure(best.aggregate_tok_s)} tok/s at {at(best)} "
+        return nothing_measured(section)
+    opening = (f"Best aggregate output {figure(best.aggregate_tok_s)} tok/s at {at(best)}; {latency_clause(best)} "
                "(95% intervals in brackets).")
     parts = [opening, knee_sentence(steps), floor_sentence(steps), cost_sentence(section, best),
              limit_sentence(section, best), glance_sentence(card_limits(section, sections))]
@@ -196,9 +243,12 @@ def run_headline(section: RunSection, sections: Sequence[RunSection] = ()) -> st
 
 
 def _percent(ratio: Estimate) -> str:
-    text = f"{(ratio.value or 0.0) - 1:+.1%}"
-    if ratio.low is not None and ratio.high is not None:
-        text += f" [{ratio.low - 1:+.1%}, {ratio.high - 1:+.1%}]"
+    """``+12.3% [+4.5%, +20.1%]``: the ratio's change in percent, with the decimals it needs (``decimals``)."""
+    change = [None if v is None else (v - 1) * 100 for v in (ratio.value or 1.0, ratio.low, ratio.high)]
+    places = decimals(*change, digits=1)
+    text = f"{change[0]:+.{places}f}%"
+    if change[1] is not None and change[2] is not None:
+        text += f" [{change[1]:+.{places}f}%, {change[2]:+.{places}f}%]"
     return text
 
 

@@ -7,6 +7,16 @@ observations behind it and the method. Small samples use ``scipy.stats.bootstrap
 answers are already exact enough, so: percentiles get the distribution-free order-statistic
 interval (binomial ranks), means the normal interval, ratios and geometric means the delta
 method. The method used is written beside the figure.
+
+An interval never reaches past what the figure can be: a normal or delta-method interval is
+symmetric and, on a skewed sample, can cross 0, so an interval of a figure that cannot be negative
+(a mean or a ratio of sums of values none of which is negative: a rate, a latency, a count) is cut
+at 0, and a share (a ratio of sums each part of which is part of its whole: drafts accepted of drafted) at 1
+(:func:`bounded`; the method then says so). Bootstrap percentile, order-statistic, log-space and
+Clopper-Pearson intervals lie inside what is possible by construction.
+
+A figure is written (:meth:`Estimate.format`) with the decimals it needs (:func:`decimals`): at least
+the table's, more where fewer would round it away (0.245 ms is not "0 [0, 0]").
 """
 
 from __future__ import annotations
@@ -23,6 +33,37 @@ BOOTSTRAP_MAX_N = 1500
 N_RESAMPLES = 999
 SEED = 20260
 _Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))
+MAX_DECIMALS = 9
+VALUE_DIGITS = 4  # significant digits of a value beyond which its interval's width adds no decimals
+
+
+def _place(magnitude: float, significant: int) -> int:
+    """The decimals that show ``significant`` significant digits of a nonzero ``magnitude``."""
+    return significant - 1 - math.floor(math.log10(abs(magnitude)))
+
+
+def decimals(value: float | None, low: float | None = None, high: float | None = None, digits: int = 1) -> int:
+    """How many decimals a figure is written with: at least ``digits`` (the table's), and more where fewer would
+    round the figure away: one significant digit of its interval's width, so the interval's ends stay apart (up
+    to ``VALUE_DIGITS`` significant digits of the value: an interval narrower than that is written as one point),
+    and of the value itself two significant digits where it has no interval (or a zero-width one), else one.
+    At most MAX_DECIMALS."""
+    needed = [digits]
+    width = high - low if low is not None and high is not None else 0.0
+    known = value is not None and value != 0 and math.isfinite(value)
+    if known and width <= abs(value) * 1e-9:  # equal ends but for float rounding: a zero-width interval
+        width = 0.0
+    if width > 0 and math.isfinite(width):
+        needed.append(min(_place(width, 1), _place(value, VALUE_DIGITS)) if known else _place(width, 1))
+    if known:
+        needed.append(_place(value, 1 if width > 0 else 2))
+    return max(0, min(max(needed), MAX_DECIMALS))
+
+
+def number(value: float, digits: int = 1, grouped: bool = False) -> str:
+    """A plain figure (no interval) with the decimals it needs: ``digits``, more where fewer would round it away;
+    ``grouped``: thousands separated by commas."""
+    return f"{value:{',' if grouped else ''}.{decimals(value, digits=digits)}f}"
 
 
 @dataclass(frozen=True)
@@ -39,11 +80,16 @@ class Estimate:
         return asdict(self)
 
     def format(self, digits: int = 1) -> str:
+        """``value [low, high] n=...`` with at least ``digits`` decimals, more where the figure needs them
+        (:func:`decimals`); an interval open at one end (a cost whose throughput interval reaches 0) shows ∞."""
         if self.value is None:
             return f"- (n={self.n})"
-        text = f"{self.value:.{digits}f}"
+        places = decimals(self.value, self.low, self.high, digits)
+        text = f"{self.value:.{places}f}"
         if self.low is not None and self.high is not None:
-            text += f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+            text += f" [{self.low:.{places}f}, {self.high:.{places}f}]"
+        elif self.low is not None:
+            text += f" [{self.low:.{places}f}, ∞]"
         return text + f" n={self.n}"
 
     def short(self, digits: int = 1) -> str:
@@ -51,8 +97,22 @@ class Estimate:
         return self.format(digits).rsplit(" n=", 1)[0]
 
 
-def empty(n: int = 0) -> Estimate:
-    return Estimate(None, None, None, n, "none")
+def empty(n: int = 0, method: str = "none") -> Estimate:
+    """No figure: nothing stands behind one (``method`` may say why)."""
+    return Estimate(None, None, None, n, method)
+
+
+def bounded(estimate: Estimate, floor: float | None = 0.0, ceiling: float | None = None) -> Estimate:
+    """The estimate with its interval cut to ``[floor, ceiling]``, what the figure can be (the method says so where
+    it was cut); the value is never moved."""
+    low, high, cut = estimate.low, estimate.high, []
+    if floor is not None and low is not None and low < floor:
+        low, cut = floor, [*cut, f"{floor:g}"]
+    if ceiling is not None and high is not None and high > ceiling:
+        high, cut = ceiling, [*cut, f"{ceiling:g}"]
+    if not cut:
+        return estimate
+    return Estimate(estimate.value, low, high, estimate.n, f"{estimate.method}, cut at {' and '.join(cut)}")
 
 
 def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -131,11 +191,14 @@ def mean(values: Sequence[float] | np.ndarray) -> Estimate:
         low, high = _bootstrap((x,), lambda s, axis: np.mean(s, axis=axis))
         return Estimate(value, low, high, n, "bootstrap")
     half = _Z * float(np.std(x, ddof=1)) / math.sqrt(n)
-    return Estimate(value, value - half, value + half, n, "normal")
+    floor = 0.0 if x.min() >= 0 else None  # the mean of values none of which is negative is not negative
+    return bounded(Estimate(value, value - half, value + half, n, "normal"), floor)
 
 
-def ratio_of_sums(numerator: Sequence[float] | np.ndarray, denominator: Sequence[float] | np.ndarray) -> Estimate:
-    """sum(a) / sum(b) over paired observations, e.g. drafted tokens accepted / drafted."""
+def ratio_of_sums(numerator: Sequence[float] | np.ndarray, denominator: Sequence[float] | np.ndarray,
+                  share: bool = False) -> Estimate:
+    """sum(a) / sum(b) over paired observations, e.g. drafted tokens accepted / drafted; ``share``: each a is a part
+    of its b (accepted of drafted), so the ratio is at most 1 and its interval is cut there."""
     a = np.asarray(numerator, dtype=float)
     b = np.asarray(denominator, dtype=float)
     keep = np.isfinite(a) & np.isfinite(b)
@@ -151,7 +214,10 @@ def ratio_of_sums(numerator: Sequence[float] | np.ndarray, denominator: Sequence
         return Estimate(value, low, high, n, "bootstrap")
     residual = a - value * b
     half = _Z * float(np.std(residual, ddof=1)) / (math.sqrt(n) * float(np.mean(b)))
-    return Estimate(value, value - half, value + half, n, "delta method")
+    # parts none of which is negative give a ratio that is not; a share is not above 1
+    floor = 0.0 if a.min() >= 0 and b.min() >= 0 else None
+    ceiling = 1.0 if share else None
+    return bounded(Estimate(value, value - half, value + half, n, "delta method"), floor, ceiling)
 
 
 def _log_geomean_of_means(groups: Sequence[np.ndarray]) -> tuple[float, float]:

@@ -27,10 +27,14 @@ target's 95% interval within it, no failed request), so its capacity is that loa
 end of that probe's aggregate tok/s interval, priced as that probe's run is; its own targets stand in
 for ``min_tok_s`` and ``ttft_p90_s``.
 
-Which rigs: a run's plans come from its prices (``analysis.cost``): the type it ran on, or the type
-``--price-as`` says its machine counts as, and only with ``--hypothetical`` types it is
-extrapolated to. A run with no price is not ranked (its "not priced" line says why). For a price
-that is a per-GPU share of a multi-GPU instance, an "instance" is one GPU of it.
+Which rigs: a run's plans come from its prices (``analysis.cost``): the type it ran on, the type
+``--price-as`` says its machine counts as, or the hourly price ``--usd-per-hour`` gives it, and only with
+``--hypothetical`` types it is extrapolated to. A run with no price is not ranked (its "not priced" line
+says why). For a price that is a per-GPU share of a multi-GPU instance, an "instance" is one GPU of it;
+for a given price, a machine like the one measured. A price of hardware that did not measure the run
+names the machine that did in its label (``g6e.xlarge on-demand (hypothetical), measured on CPU (2
+cores)``) and in the plan's JSON (``measured_on``): a plan read off a CPU run and priced as an L40S
+says so on every line.
 
 Plans are ranked by $/h, then $/Mtok. Beside each plan: the share of the card's bandwidth roof
 (``analysis.roofline``) that the last measured step meeting the targets reached, so a plan that
@@ -100,9 +104,12 @@ class Plan:
         return f"{self.roof.aggregate_fraction:.1%} at {where}"
 
     def instances_text(self) -> str:
-        """'3 instance(s)', or '3 GPU(s), each 1/8 of a p5en.48xlarge' for a per-GPU share."""
+        """'3 instance(s)', '3 GPU(s), each 1/8 of a p5en.48xlarge' for a per-GPU share, or '3 machine(s) like the
+        one measured' at a given price."""
         if self.price.gpu_share > 1:
             return f"{self.instances} GPU(s), each 1/{self.price.gpu_share} of a {self.price.quote.instance_type}"
+        if self.price.basis == "given":
+            return f"{self.instances} machine(s) like the one measured"
         return f"{self.instances} instance(s)"
 
     def to_dict(self) -> dict:
@@ -116,6 +123,8 @@ class Plan:
             "hypothetical": self.price.hypothetical,
             "price_basis": self.price.basis,
             "gpu_share": self.price.gpu_share,
+            "price_label": self.price.label,
+            "measured_on": self.price.measured_on,  # the machine that measured it, where it is not the priced type
             **capacity,
             "aggregate_tok_s_at_capacity": self.capacity.aggregate_tok_s,
             "basis": self.capacity.basis,

@@ -4,8 +4,10 @@ The x axis is the user count for closed-loop runs and the offered rate (requests
 ones. A report that holds both kinds draws each kind in its own files (``<name>.png`` for the
 user runs, ``<name>-by-rate.png`` for the rate runs): the two loads share no axis.
 matplotlib runs on the Agg backend (no display on a rig or in CI). The $/Mtok plot has one
-line per run and price (on-demand, spot, --price-as and hypothetical types), labelled as in the
-report: a run keeps its colour and marker in every plot, a price has its own line style. When no
+line per run and price (on-demand, spot, --price-as and hypothetical types, a --usd-per-hour price),
+labelled as in the report, so a price of hardware that did not measure the run names the machine
+that did ("g6e.xlarge on-demand (--price-as), measured on CPU (2 cores)", ``analysis.cost``): a run
+keeps its colour and marker in every plot, a price has its own line style. When no
 run is priced there is no $/Mtok plot (the overview's panel says "not priced"): an empty axis
 would read as a price of zero or a failed draw.
 
@@ -37,6 +39,7 @@ from PIL import Image  # noqa: E402
 from analysis.intervals import Estimate  # noqa: E402
 from analysis.report_model import RunSection  # noqa: E402
 from analysis.run_name import run_names  # noqa: E402
+from core.whole_files import whole_file  # noqa: E402
 
 Points = list[tuple[float, Estimate]]
 X_LABELS = {False: "concurrent users", True: "offered load (requests/s)"}
@@ -190,7 +193,9 @@ def _save(figure, path: Path) -> None:
     image = Image.frombuffer("RGBA", figure.canvas.get_width_height(physical=True), figure.canvas.buffer_rgba(),
                              "raw", "RGBA", 0, 1).convert("RGB")
     plt.close(figure)
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
+    palette = image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    with whole_file(path, "wb") as handle:  # a full disk leaves no cut PNG (core.whole_files)
+        palette.save(handle, format="PNG", optimize=True)
 
 
 def _draw(path: Path, name: str, group: list[RunSection], open_loop: bool) -> None:

@@ -11,12 +11,18 @@ was observed, because a $/Mtok figure is only as good as the price behind it.
 - ``rigbench prices fetch`` saves quotes to a cache snapshot (``$RIGBENCH_PRICE_CACHE`` or
   ``prices.json`` under the cache root, ``~/.cache/rigbench`` by default); lookups prefer the
   cache, then the bundled snapshot ``analysis/data/prices.json``, so reports work offline.
+- Given: ``--usd-per-hour USD`` (``rigbench report`` and ``rigbench plan``) is an hourly price the user
+  gives for a machine that is no known instance type (:func:`given_quote`). It claims no type, region or
+  market (those fields are None), and the book carries it (:attr:`PriceBook.given`) to every price
+  decision, so a run priced at it goes through the same quotes and choices as one priced with
+  ``--price-as`` (``analysis.cost``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -25,19 +31,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from core.cache import cache_root
-from core.errors import AnalysisError
+from core.errors import AnalysisError, UsageError
+from core.rundir.models import Market
 from core.validation import describe_validation_error
 
-Market = Literal["on-demand", "spot"]
 PRICING_REGION = "us-east-1"
 SPOT_PRODUCT = "Linux/UNIX"
 SPOT_LOOKBACK = dt.timedelta(hours=6)
 
 
 class PriceQuote(BaseModel):
-    instance_type: str
-    region: str
-    market: Market
+    """An hourly price and where it came from. ``instance_type``, ``region`` and ``market`` are None only for a
+    price given by hand (:func:`given_quote`), which claims none of them."""
+
+    instance_type: str | None
+    region: str | None
+    market: Market | None
     availability_zone: str | None = None
     usd_per_hour: float
     source: str
@@ -46,7 +55,8 @@ class PriceQuote(BaseModel):
 
     def describe(self) -> str:
         where = self.availability_zone or self.region
-        text = f"{self.instance_type} {self.market} {where} ${self.usd_per_hour:.4f}/h ({self.source}, {self.as_of})"
+        named = "" if self.instance_type is None else f"{self.instance_type} {self.market} {where} "
+        text = f"{named}${self.usd_per_hour:.4f}/h ({self.source}, {self.as_of})"
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -218,17 +228,50 @@ def _key_text(quote: PriceQuote) -> tuple:
     return tuple(part or "" for part in _key(quote))
 
 
-class PriceBook:
-    """Quotes in order of preference: the cache snapshot first, then the bundled one."""
+GIVEN_PRICE_FLAG = "--usd-per-hour"
+GIVEN_PRICE_HELP = (
+    "price runs made on no known instance type (a local machine, a CPU) at this hourly price in USD, above 0: "
+    "no instance type or GPU is claimed, and each figure says it is priced at the given $/h and which machine "
+    "measured it (like --price-as, with your own price; a run on a known type keeps that type's price)"
+)
 
-    def __init__(self, quotes: list[PriceQuote]):
+
+def given_quote(usd_per_hour: float | None) -> PriceQuote | None:
+    """The price given with ``--usd-per-hour``, as a quote of no instance type; None when none was given. A price
+    that is not a finite number above 0 is refused in one line (UsageError, exit 2) before anything is read."""
+    if usd_per_hour is None:
+        return None
+    if not (math.isfinite(usd_per_hour) and usd_per_hour > 0):
+        raise UsageError(
+            f"{GIVEN_PRICE_FLAG}: {usd_per_hour:g} is not an hourly price; give what the machine costs in USD per "
+            f"hour, above 0 (e.g. {GIVEN_PRICE_FLAG} 0.50)"
+        )
+    return PriceQuote(
+        instance_type=None,
+        region=None,
+        market=None,
+        usd_per_hour=usd_per_hour,
+        source=f"given with {GIVEN_PRICE_FLAG}",
+        as_of=_now().date().isoformat(),
+    )
+
+
+class PriceBook:
+    """Quotes in order of preference: the cache snapshot first, then the bundled one; and ``given``, the price
+    given for machines that are no known instance type (``--usd-per-hour``), if one was."""
+
+    def __init__(self, quotes: list[PriceQuote], given: PriceQuote | None = None):
         self.quotes = quotes
+        self.given = given
 
     @classmethod
-    def default(cls, cache: Path | None = None) -> PriceBook:
+    def default(cls, cache: Path | None = None, usd_per_hour: float | None = None) -> PriceBook:
+        """The cache and bundled snapshots; ``usd_per_hour``: the ``--usd-per-hour`` price, refused unless above 0
+        (before any file is read)."""
+        given = given_quote(usd_per_hour)
         cache = cache or default_cache_path()
         quotes = read_snapshot(cache).quotes if cache.exists() else []
-        return cls(quotes + bundled_snapshot().quotes)
+        return cls(quotes + bundled_snapshot().quotes, given)
 
     def find(self, instance_type: str, region: str, market: Market, zone: str | None = None) -> PriceQuote | None:
         """The AZ's own quote when asked and known; otherwise the highest quote of the

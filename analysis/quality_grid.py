@@ -25,6 +25,7 @@ from tabulate import tabulate  # noqa: E402
 from analysis.quality_compare import Paired, check_same_questions, describe_prompt, format_p, paired  # noqa: E402
 from analysis.quality_report import RungResult, load_ladder  # noqa: E402
 from core.errors import AnalysisError  # noqa: E402
+from core.whole_files import unwritten_said_as, whole_file, write_whole  # noqa: E402
 
 BOTH_RIGHT, BOTH_WRONG, DIFFERENT = 0, 1, 2
 COLOURS = ListedColormap(["#4caf50", "#424242", "#ff9800"])
@@ -167,7 +168,8 @@ def draw_grid(grid: dict, path: Path) -> Path:
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    with whole_file(path, "wb") as handle:
+        figure.savefig(handle, format="png")
     plt.close(figure)
     return path
 
@@ -273,6 +275,8 @@ def machine_against_quantization(grid: dict) -> list[str]:
     return lines
 
 
+@unwritten_said_as(AnalysisError, "every file is written whole or not at all, so none is cut; free space "
+                   "there, then write it again")
 def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = False,
                leave_out_different_files: bool = False, labels: tuple[str, str] | None = None) -> Path:
     """``labels``: the names the page gives the two machines (default: each ladder's GPU or CPU)."""
@@ -280,7 +284,7 @@ def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = Fal
                            leave_out_different_files=leave_out_different_files, labels=labels)
     out.mkdir(parents=True, exist_ok=True)
     draw_grid(grid, out / "grid.png")
-    (out / "grid.md").write_text(render_grid(grid))
+    write_whole(out / "grid.md", render_grid(grid))
     summary = {
         "a": grid["a"],
         "b": grid["b"],
@@ -289,5 +293,5 @@ def write_grid(a: Path, b: Path, out: Path, *, allow_different_files: bool = Fal
         "first_lost": grid["first_lost"],
         "left_out": grid["left_out"],
     }
-    (out / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_whole(out / "grid.json", json.dumps(summary, indent=1) + "\n")
     return out / "grid.md"

@@ -33,6 +33,7 @@ from analysis.quality_compare import (  # noqa: E402
 from core.errors import AnalysisError  # noqa: E402
 from core.rundir.quality import LadderManifest, RepeatMismatch  # noqa: E402
 from core.rundir.quality_files import EvalDir, LadderDir  # noqa: E402
+from core.whole_files import unwritten_said_as, whole_file, write_whole  # noqa: E402
 
 REPORT = "report.md"
 SUMMARY = "quality.json"
@@ -181,7 +182,8 @@ def plot_speed_vs_right(rungs: list[RungResult], path: Path) -> Path:
     axes.set_title("Speed against accuracy per rung (red: significant loss)")
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path)
+    with whole_file(path, "wb") as handle:
+        figure.savefig(handle, format="png")
     plt.close(figure)
     return path
 
@@ -262,6 +264,8 @@ def render_ladder(
     return "\n".join(lines)
 
 
+@unwritten_said_as(AnalysisError, "every file is written whole or not at all, so none is cut; free space "
+                   "there, then write it again")
 def write_ladder_report(
     folder: Path, *, within: int = 2, price_per_hour: float | None = None, price_source: str | None = None
 ) -> Path:
@@ -271,7 +275,7 @@ def write_ladder_report(
         folder, manifest, rungs, within=within, price_per_hour=price_per_hour, price_source=price_source
     )
     plot_speed_vs_right(rungs, folder / PLOT)
-    (folder / REPORT).write_text(text)
+    write_whole(folder / REPORT, text)
     summary = {
         "ladder_id": manifest.ladder_id,
         "reference": manifest.reference,
@@ -297,5 +301,5 @@ def write_ladder_report(
         ],
         "best_trade": best.name if (best := best_trade(rungs)) else None,
     }
-    (folder / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    write_whole(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
     return folder / REPORT

@@ -38,7 +38,7 @@ from analysis.goodput import __doc__ as GOODPUT_DEFINITIONS
 from analysis.goodput_section import goodput_section
 from analysis.headline import DEFINITIONS as GLANCE_DEFINITIONS
 from analysis.headline import headline, headline_text
-from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate
+from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate, number
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
 from analysis.replicas_section import replicas_section
@@ -55,6 +55,7 @@ from core.instance_types import known_types
 from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
 from core.rundir.capacity_search import expand_searches
+from core.whole_files import unwritten_said_as, write_whole
 from core.workload import describe_arrivals, describe_lengths
 
 REPORT_FORMATS = ("md", "html", "csv")
@@ -65,6 +66,7 @@ ONE_USER_MARK = "¹"
 
 
 def _ms(estimate: Estimate) -> str:
+    """A per-token gap in milliseconds: whole ones, more decimals where the figure needs them (0.245 ms)."""
     if estimate.value is None:
         return f"- (n={estimate.n})"
     scaled = Estimate(
@@ -95,15 +97,27 @@ def load_cell(step: StepFigures) -> int | str:
     return f"{step.rate:g}" if step.rate is not None else step.users
 
 
+def _counts(counts: Mapping[str, int]) -> str:
+    """``timeout 2, http_500 1``; ``0`` for none."""
+    return ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "0"
+
+
+def running_cell(step: StepFigures) -> str:
+    """Requests running as the window opened (started in the warm-up or an earlier step), and how they ended."""
+    total = sum(step.running_at_start.values())
+    return f"{total} ({_counts(step.running_at_start)})" if total else "0"
+
+
 def step_table(section: RunSection) -> str:
     rows = []
     for step in section.figures.steps:
-        errors = ", ".join(f"{k} {v}" for k, v in sorted(step.errors.items())) or "0"
         rows.append(
             [
                 load_cell(step),
                 step.requests,
-                errors,
+                _counts(step.errors),
+                step.interrupted,
+                running_cell(step),
                 _short(step.aggregate_tok_s),
                 _short(step.client_tok_s),
                 _short(step.server_tok_s),
@@ -117,6 +131,8 @@ def step_table(section: RunSection) -> str:
         load_header(section.figures.open_loop),
         "requests",
         f"errors {LOWER}",
+        "interrupted",
+        "running as it opened (how they ended)",
         f"aggregate tok/s {HIGHER}",
         f"median per-user tok/s (client) {HIGHER}",
         f"median per-user tok/s (server) {HIGHER}",
@@ -181,8 +197,8 @@ def _counter_cell(step: StepFigures) -> str:
     if step.server_counter_tok_s is None:
         return "-"
     if step.server_counter_granularity_tok_s is None:
-        return f"{step.server_counter_tok_s:.1f}"
-    return f"{step.server_counter_tok_s:.1f} ±{step.server_counter_granularity_tok_s:.1f}"
+        return number(step.server_counter_tok_s)
+    return f"{number(step.server_counter_tok_s)} ±{number(step.server_counter_granularity_tok_s)}"
 
 
 def detail_table(section: RunSection) -> str:
@@ -196,13 +212,13 @@ def detail_table(section: RunSection) -> str:
                 _ms_triple(step.itl_s),
                 _ms_triple(step.tpot_s),
                 _s_triple(step.e2e_s),
-                f"{step.request_rate:.2f}",
+                number(step.request_rate, 2),
                 step.geomean_tok_s.format(1),
                 step.server_tok_s_mean.format(1),
                 step.draft_acceptance.format(3),
                 tokens_per_step,
                 _counter_cell(step),
-                "-" if step.server_timings_tok_s is None else f"{step.server_timings_tok_s:.1f}",
+                "-" if step.server_timings_tok_s is None else number(step.server_timings_tok_s),
             ]
         )
     headers = [
@@ -225,7 +241,7 @@ def detail_table(section: RunSection) -> str:
 def _lag_ms(lags: dict[str, float | None]) -> str:
     if not lags:
         return "-"
-    return " / ".join(f"{lags[key] * 1000:.1f}" for key in ("p50", "p99", "max"))
+    return " / ".join("-" if lags.get(key) is None else number(lags[key] * 1000) for key in ("p50", "p99", "max"))
 
 
 def arrivals_table(section: RunSection) -> str:
@@ -233,8 +249,8 @@ def arrivals_table(section: RunSection) -> str:
     rows = [
         [
             load_cell(step),
-            "-" if step.sent_rate is None else f"{step.sent_rate:.2f}",
-            f"{step.request_rate:.2f}",
+            "-" if step.sent_rate is None else number(step.sent_rate, 2),
+            number(step.request_rate, 2),
             _lag_ms(step.start_lag_s),
         ]
         for step in section.figures.steps
@@ -256,6 +272,7 @@ PRICE_FLAGS = {
     "recorded": "",
     "price-as": " (priced as this type because --price-as says so: the run did not run on it)",
     "hypothetical": " **HYPOTHETICAL: this run did not run on this instance type**",
+    "given": " (the hourly price given with --usd-per-hour: no instance type or GPU is claimed)",
 }
 
 
@@ -279,8 +296,8 @@ def cost_section(section: RunSection) -> list[str]:
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
     for run_cost in section.run_costs:
         lines.append(
-            f"- whole run at {run_cost.price.label}: {run_cost.seconds / 3600:.3f} h x "
-            f"${run_cost.price.quote.usd_per_hour:.4f}/h = ${run_cost.usd:.4f} ({run_cost.basis})"
+            f"- whole run at {run_cost.price.label}: {number(run_cost.seconds / 3600, 3)} h x "
+            f"${number(run_cost.price.quote.usd_per_hour, 4)}/h = ${number(run_cost.usd, 4)} ({run_cost.basis})"
         )
     return lines
 
@@ -410,6 +427,13 @@ def render(report: Report) -> str:
         f"Intervals: 95%, scipy.stats.bootstrap (percentile, {N_RESAMPLES} resamples, fixed seed) up to "
         f"{BOOTSTRAP_MAX_N:,} observations; "
         "beyond that order-statistic intervals for percentiles, normal for means, delta method for ratios. "
+        "An interval is cut at what the figure can be: no rate, latency, count or cost below 0, no share above 1 "
+        "(a normal or delta-method interval, or the aggregate's moved by the edge requests' counts, can reach past "
+        "them; the method says where it was cut); a $/Mtok interval whose throughput interval reaches 0 is open "
+        "above (∞). Each figure has at least the table's decimals, more where fewer would round it away (at least "
+        "one significant digit of its interval's width, two of a value without one). "
+        "A figure with nothing behind it is absent (-), not 0: a step every request of which running in its "
+        "window failed has no aggregate, $/Mtok or energy per token. "
         "n beside each figure is the number of requests (sub-windows for aggregate tok/s).",
         "",
         "$/Mtok = hourly price / (aggregate output tok/s x 3600) x 1e6; its interval follows from the throughput's.",
@@ -456,12 +480,15 @@ def parse_formats(text: str, option: str = "--format") -> tuple[str, ...]:
     return REPORT_FORMATS if "all" in chosen else tuple(name for name in REPORT_FORMATS if name in chosen)
 
 
+@unwritten_said_as(AnalysisError, "every file is written whole or not at all, so none is cut; free space there, "
+                   "or write the report to another folder (rigbench report RUN --out DIR)")
 def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = ("md",),
                 comparisons: list[RunComparison] | None = None,
                 energy_prices: EnergyPrices | None = None) -> list[Path]:
     """Render already-built sections in ``formats`` (compare with the first run when there are
     several, unless the caller has: ``compare_sections``'s result); summary.json and plots/ are
-    written whatever the formats. Returns the report files."""
+    written whatever the formats, each file whole or not at all. Returns the report files; a file that
+    cannot be written (a full disk) is one ``AnalysisError`` naming it."""
     unknown = sorted(set(formats) - set(REPORT_FORMATS))
     if unknown or not formats:
         found = ", ".join(unknown) or "none"
@@ -475,9 +502,9 @@ def write_files(sections: list[RunSection], out: Path, formats: Sequence[str] = 
     written = []
     if "md" in formats:
         report_path = out / "report.md"
-        report_path.write_text(markdown)
+        write_whole(report_path, markdown)
         written.append(report_path)
-    (out / SUMMARY_FILE).write_text(summary_text(build_summary(report)))
+    write_whole(out / SUMMARY_FILE, summary_text(build_summary(report)))
     if "html" in formats:
         written.append(write_html(markdown, out))
     if "csv" in formats:

@@ -27,6 +27,7 @@ import pyarrow.csv as pa_csv
 from analysis.load import TIMING_KEYS
 from analysis.report_model import Report, RunSection
 from core.rundir import RequestRecord
+from core.whole_files import whole_file
 
 STEPS_CSV = "steps.csv"
 REQUESTS_CSV = "requests.csv"
@@ -112,7 +113,7 @@ def write_requests_csv(sections: list[RunSection], path: Path) -> None:
     """requests.csv through Arrow's CSV writer (C++: a million records in a second, where pandas takes
     tens): the header unquoted, text quoted, floats in their shortest exact form, missing values empty."""
     names = ["run_id", "label", *record_columns()]
-    with open(path, "wb") as sink:
+    with whole_file(path, "wb") as sink:
         sink.write((",".join(names) + "\n").encode())
         for section in sections:
             pa_csv.write_csv(request_table(section), sink, pa_csv.WriteOptions(include_header=False))
@@ -121,6 +122,7 @@ def write_requests_csv(sections: list[RunSection], path: Path) -> None:
 def write_csv(report: Report) -> list[Path]:
     """``steps.csv`` and ``requests.csv`` in the report's folder."""
     steps, requests = report.out_dir / STEPS_CSV, report.out_dir / REQUESTS_CSV
-    step_frame(report.sections).to_csv(steps, index=False)
+    with whole_file(steps) as sink:
+        step_frame(report.sections).to_csv(sink, index=False)
     write_requests_csv(report.sections, requests)
     return [steps, requests]

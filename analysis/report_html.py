@@ -20,6 +20,7 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 
 from core.errors import AnalysisError
+from core.whole_files import write_whole
 
 REPORT_HTML = "report.html"
 # Nothing from the network or the disk: data: images, the inline style and script only.
@@ -90,5 +91,5 @@ def render_html(markdown: str, base: Path) -> str:
 def write_html(markdown: str, out: Path) -> Path:
     """``out/report.html`` from the report's markdown, whose image links are relative to ``out``."""
     path = out / REPORT_HTML
-    path.write_text(render_html(markdown, out))
+    write_whole(path, render_html(markdown, out))
     return path

@@ -17,9 +17,8 @@ from analysis.compare import StepComparison, compare_runs
 from analysis.cost import (
     PriceChoice,
     dollars_per_mtok_estimate,
-    not_priced_line,
+    not_priced,
     price_choices,
-    ran_on_a_priced_type,
     run_uptime_seconds,
 )
 from analysis.energy import EnergyPrices
@@ -74,10 +73,11 @@ def build_section(
     hypothetical: list[str] | None = None,
     slo: Mapping[str, float] | None = None,
 ) -> RunSection:
-    """``price_as``: the types a run on no known type counts as (``--price-as``); ``hypothetical``: types to
-    extrapolate every run to (``plan --hypothetical``); ``decode_bytes``: model summaries by sha256, for a run
-    whose manifest records none (its roofline); ``ceilings``: llama-batched-bench results named by hand,
-    besides those found beside the run; ``slo``: targets to judge goodput by instead of the run's own."""
+    """``price_as``: the types a run on no known type counts as (``--price-as``; the book's ``given`` price,
+    ``--usd-per-hour``, prices such a run too); ``hypothetical``: types to extrapolate every run to (``plan
+    --hypothetical``); ``decode_bytes``: model summaries by sha256, for a run whose manifest records none (its
+    roofline); ``ceilings``: llama-batched-bench results named by hand, besides those found beside the run;
+    ``slo``: targets to judge goodput by instead of the run's own."""
     run = load_run(path)
     figures = run_figures(run, slo)
     model = run.manifest.model
@@ -86,10 +86,8 @@ def build_section(
         decode = decode_bytes.get(model.sha256)
     warnings = figures.warnings
     prices = price_choices(run.manifest, book, price_as, warnings, hypothetical)
-    not_priced = None
-    if not price_as and not ran_on_a_priced_type(run.manifest):
-        not_priced = not_priced_line(run.manifest)  # said once, in the cost section: not a warning to count
-    elif not prices:
+    unpriced = not_priced(run.manifest, price_as, book)  # said once, in the cost section: not a warning to count
+    if unpriced is None and not prices:
         warnings.append("no price known for this run: $/Mtok and run cost are left out (not zero)")
     cost_rows = [
         [dollars_per_mtok_estimate(choice.quote.usd_per_hour, step.aggregate_tok_s) for choice in prices]
@@ -98,7 +96,7 @@ def build_section(
     seconds, basis = run_uptime_seconds(figures, warnings)
     run_costs = [RunCost(choice, seconds, basis) for choice in prices] if seconds is not None else []
     return RunSection(figures, prices, cost_rows, run_costs, warnings, run_roofline(figures, decode),
-                      ceiling_for(run, ceilings), not_priced=not_priced)
+                      ceiling_for(run, ceilings), not_priced=unpriced)
 
 
 @dataclass

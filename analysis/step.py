@@ -30,6 +30,11 @@ class StepFigures(Strict):
     requests: int
     ok: int
     errors: dict[str, int]
+    interrupted: int = Field(0, description="measured requests the harness stopped (the sweep's end, Ctrl-C) while "
+                             "they streamed; neither ok nor an error")
+    running_at_start: dict[str, int] = Field(
+        default_factory=dict, description="requests started before the window (its warm-up, an earlier step) still "
+        "running as it opened, by how they ended: ok, an error kind, interrupted")
     output_tokens: float
     aggregate_tok_s: Estimate
     request_rate: float

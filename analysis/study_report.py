@@ -35,6 +35,7 @@ from core.llama_bench import BenchReport
 from core.profile import RESERVED_SERVER_FLAGS, split_flags
 from core.rundir import RunDir
 from core.validation import describe_validation_error
+from core.whole_files import unwritten_said_as, write_whole
 
 PUBLISHED_L4_FILE = Path(__file__).resolve().parent / "data" / "published-l4.json"
 SEED_L4 = json.loads(PUBLISHED_L4_FILE.read_text())["figures"]
@@ -515,6 +516,8 @@ def bench_ceilings(study: Path, preset: str) -> tuple[float | None, dict]:
     return tg0, summary_of(read_bench(study / f"bench-{preset}-depth.json"))
 
 
+@unwritten_said_as(AnalysisError, "every file is written whole or not at all, so none is cut; free space "
+                   "there, then write it again")
 def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) -> Path:
     """Write STUDY/REPORT.md and STUDY/plots/; returns the report's path. Sections this study did
     not measure (autotune, long context) are taken from the first ``earlier`` study that did, and
@@ -574,5 +577,5 @@ def write_study_report(study: Path | str, earlier: Iterable[Path | str] = ()) ->
         *seed_section(arms),
     ]
     report = study / "REPORT.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_whole(report, "\n".join(lines) + "\n")
     return report

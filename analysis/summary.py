@@ -45,19 +45,27 @@ SCHEMA_FILE = Path(__file__).resolve().parent / "data" / f"summary-v{SUMMARY_VER
 
 class AppliedPrice(PriceQuote):
     """A price a run was costed at, and on what grounds (``analysis.cost``): ``basis`` says whether the
-    run ran on that type, was priced as it by ``--price-as``, or is extrapolated to it (``hypothetical``,
-    kept for older readers); ``gpu_share`` N > 1 means usd_per_hour is 1/N of the instance's price."""
+    run ran on that type, was priced as it by ``--price-as``, is extrapolated to it (``hypothetical``,
+    kept for older readers), or is the hourly price given with ``--usd-per-hour`` (``given``: no instance
+    type, region or market); ``gpu_share`` N > 1 means usd_per_hour is 1/N of the instance's price;
+    ``measured_on`` names the machine that measured the figures, where that is not ``instance_type``."""
 
     model_config = ConfigDict(extra="forbid")
 
     hypothetical: bool
-    basis: PriceBasis | None = Field(None, description="recorded, price-as or hypothetical; older files lack it")
+    basis: PriceBasis | None = Field(None, description="recorded, price-as, hypothetical or given "
+                                     "(--usd-per-hour); older files lack it")
     gpu_share: int = Field(1, ge=1, description="usd_per_hour is 1/gpu_share of the instance's price")
+    measured_on: str | None = Field(None, description="the machine whose run measured the figures priced here "
+                                    "(its instance type, else its GPU, else its CPU), where it is not the priced "
+                                    "instance_type: price-as, hypothetical, given; None: the run ran on the type "
+                                    "(recorded), or an older file")
 
     @property
     def label(self) -> str:
         basis = self.basis or ("hypothetical" if self.hypothetical else "recorded")
-        return price_label(self.instance_type, self.market, basis, self.gpu_share)
+        return price_label(self.instance_type, self.market, basis, self.gpu_share, self.measured_on,
+                           self.usd_per_hour)
 
 
 class RunCostSummary(Strict):
@@ -123,7 +131,7 @@ def run_summary(section: RunSection, sections: list[RunSection] | None = None) -
             "steps": section.figures.steps,
             "prices": [
                 {**choice.quote.model_dump(), "hypothetical": choice.hypothetical, "basis": choice.basis,
-                 "gpu_share": choice.gpu_share}
+                 "gpu_share": choice.gpu_share, "measured_on": choice.measured_on}
                 for choice in section.prices
             ],
             "usd_per_mtok": [dict(zip(section.cost_labels, row, strict=True)) for row in section.cost_rows],

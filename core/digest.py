@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from core.cache import cache_root
+from core.whole_files import write_whole
 
 BLOCK = 1 << 20
 
@@ -38,9 +38,7 @@ def remembered_sha256(path: Path | str, cache: Path | None = None) -> str:
     known = {k: v for k, v in known.items() if not k.startswith(f"{path}|")} | {key: digest}
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
-        partial = store.with_name(f"digests.{os.getpid()}.json")
-        partial.write_text(json.dumps(known, indent=0))
-        os.replace(partial, store)
+        write_whole(store, json.dumps(known, indent=0))
     except OSError:
         pass  # a read-only cache only costs the next reader the same read
     return digest

@@ -1,5 +1,5 @@
 """Loopback ports: a free one for servers and tunnels this process starts, whether a given one can
-still be bound, and whether a URL names this machine."""
+still be bound, whether a URL names this machine, and a server's URL made again from its parts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ import socket
 import urllib.parse
 
 
+def server_url(scheme: str, host: str, port: int) -> str:
+    """``scheme://host:port``, an IPv6 address in brackets as a URL writes it (``http://[::1]:8080``): the one
+    way a URL is made again from the host and port a manifest or a server keeps."""
+    bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"{scheme}://{bracketed}:{port}"
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
+    with socket.socket(_family(host)) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
@@ -18,7 +29,7 @@ def bind_error(host: str, port: int) -> OSError | None:
     """What binding ``host:port`` meets now (``EADDRINUSE`` when a server listens there), or None
     when the port is free. SO_REUSEADDR, as servers set it: a port whose last connections are in
     TIME_WAIT is free to them, and so it is here."""
-    with socket.socket() as sock:
+    with socket.socket(_family(host)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from core.strict import Strict
+from core.whole_files import write_whole
 
 
 class SweepResult(Strict):
@@ -18,10 +19,8 @@ class SweepResult(Strict):
     failures: list[str] = Field(default_factory=list, description="'RUN: status (detail)' of each run not complete")
 
     def write(self, path: Path) -> None:
-        """Written whole or not at all (a reader never sees half a file)."""
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.model_dump_json(indent=1) + "\n")
-        partial.replace(path)
+        """Written whole or not at all (a reader never sees half a file, a full disk leaves no part of one)."""
+        write_whole(path, self.model_dump_json(indent=1) + "\n")
 
     @classmethod
     def read(cls, path: Path) -> SweepResult:

@@ -111,7 +111,7 @@ class PackageIndex:
         parts = urllib.parse.urlsplit(self.url)
         if parts.password is None:
             return self.url
-        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"  # the host as given: [IPv6] kept
         return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
@@ -201,7 +201,7 @@ def index_request(url: str) -> urllib.request.Request:
     parts = urllib.parse.urlsplit(url)
     if parts.username is None:
         return urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    netloc = parts.netloc.rpartition("@")[2]  # the host and port as given (an IPv6 host keeps its brackets)
     request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=netloc)),
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
     pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"

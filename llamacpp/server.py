@@ -27,7 +27,7 @@ import httpx
 import psutil
 
 from core.errors import LlamaCppError
-from core.network import bind_error, free_port
+from core.network import bind_error, free_port, server_url
 
 LOOPBACK = "127.0.0.1"
 WILDCARDS = ("0.0.0.0", "::")
@@ -94,7 +94,7 @@ class LocalServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return server_url("http", self.host, self.port)
 
     def log_tail(self, lines: int = 20) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -8,6 +8,11 @@ with full jitter (a random share of the doubled wait, so users that were refused
 not return together), and never less than the server's ``Retry-After`` (itself bounded by
 ``RETRY_AFTER_CAP_S``, so a server asking for an hour does not end the step in silence). Any
 other answer resets the wait. An open loop does not back off: its arrival schedule is the load.
+
+A refused connection doubles only up to ``CONNECT_CAP_S``: nothing listens, so a retry costs the
+server nothing (its kernel answers), and a server that restarts (``LoadSettings.outage_seconds``,
+``--ride-out``) gets its users back within a second of listening again, not after up to 5 s more
+of an outage that is over.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 
 FIRST_S = 0.05
 CAP_S = 5.0
+CONNECT_CAP_S = 1.0
 RETRY_AFTER_CAP_S = 30.0
 # The answers that mean "not now": the server is gone, overloaded or asks the client to slow down.
 REFUSAL_KINDS = frozenset({"connect", "http_429", "http_502", "http_503", "http_504"})
@@ -53,7 +59,8 @@ class Backoff:
         if error_kind not in REFUSAL_KINDS:
             self.wait_s = self.ceiling_s = 0.0
             return 0.0
-        self.ceiling_s = min(CAP_S, max(FIRST_S, self.ceiling_s * 2))
+        cap = CONNECT_CAP_S if error_kind == "connect" else CAP_S
+        self.ceiling_s = min(cap, max(FIRST_S, self.ceiling_s * 2))
         wait = self.rng.uniform(FIRST_S, self.ceiling_s)
         if retry_after_s is not None:
             wait = max(wait, min(retry_after_s, RETRY_AFTER_CAP_S))

@@ -1,9 +1,11 @@
 """The sweep's bookkeeping inside the Locust master (or local) process.
 
 At every step boundary it writes the ``StepWindow`` into the manifest and appends a
-telemetry snapshot; every second it checks the error rate and, past the threshold, marks
-the run ``failed`` with a message that says why and stops Locust. Workers never run this:
-they only send requests and write their shards.
+telemetry snapshot; every second it applies the error rules of ``loadtest.error_watch`` (each step's
+error rate, the server gone, an outage ridden out) and, when one says stop, marks the run ``failed``
+with a message that says why and stops Locust; an outage ridden out is a manifest warning, one still
+under way when the sweep ends fails the run. Workers never run this: they only send requests and
+write their shards.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from loadtest.load_context import run_view
 from loadtest.load_process import load_process
 from loadtest.locust_options import LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE
 from loadtest.long_context import context_for_tokens
-from loadtest.schedule import Position, Stage, boundaries, locate
+from loadtest.schedule import Position, Stage, boundaries, locate, stage_label, step_starts
 from loadtest.telemetry import (
     BUSIEST_PROCESS_CPU_METRIC,
+    CPU_WARN_PERCENT,
     LOADGEN_CPU_METRIC,
     MACHINE_CPU_METRIC,
     ServerTelemetry,
@@ -67,6 +70,9 @@ class SweepController:
         self.context_tokens = context_for_tokens(environment.host, self.view.settings.context_tokens)[1]
         self.failed: str | None = None
         self.interrupted: str | None = None
+        settings = self.view.settings
+        self.watch = ErrorWatch(settings.max_error_rate, getattr(self.options, "min_requests_for_error_rate", 10),
+                                settings.outage_seconds)
         self.completed_steps = -1
         self.t0: float | None = None
         self.greenlets: list[gevent.Greenlet] = []
@@ -103,8 +109,15 @@ class SweepController:
                     with contextlib.suppress(Exception):
                         self._at_boundary(t0, elapsed, index, boundary)
         self._note_cap_waits()
+        with contextlib.suppress(Exception):  # the last second's requests, then an outage the sweep ended in
+            self._observe_errors()
+        self._note_outages_ridden()
         manifest = self.run.read_manifest()
         if manifest.status != "running":
+            return
+        unfinished = self.watch.unfinished_outage(time.time())
+        if unfinished is not None:
+            self._mark_failed(unfinished, since=self.watch.away_since)
             return
         complete = self.completed_steps == len(self.stages) - 1
         self.run.update_manifest(
@@ -190,7 +203,7 @@ class SweepController:
         if boundary == "start":
             self._open_step(t0, index, stage)
         elif boundary == "measure" and running is not None:
-            self._note_users_started(index, stage, running)
+            self._note_users_started(index, stage, running, cpu)
         elif boundary == "end":
             self._close_step(index, t0 + elapsed, cpu)
         # Only once written: a controller killed mid-scrape, or a close that failed, leaves the
@@ -225,22 +238,30 @@ class SweepController:
         count = getattr(self.environment.runner, "user_count", None)
         return count if isinstance(count, int) else None
 
-    def _note_users_started(self, index: int, stage: Stage, running: int) -> None:
-        """The users running as the window opens go in its step; fewer than the step names is said."""
+    def _note_users_started(self, index: int, stage: Stage, running: int, cpu: dict[str, float]) -> None:
+        """The users running as the window opens go in its step; fewer than the step names is said, with
+        why: a load process that was busy over the warm-up (``cpu``: its readings since the step's start)
+        could not start them, else the warm-up was shorter than starting them took."""
         assert self.run is not None
         manifest = self.run.read_manifest()
         steps = _with_step_changed(manifest.steps, index, users_started=running)
         warnings = list(manifest.warnings)
         if running < stage.users:
+            busiest = cpu.get(BUSIEST_PROCESS_CPU_METRIC, 0.0)
+            why = (f"a load process was {busiest:.0f}% busy over the warm-up: it could not start them in time; "
+                   "spread the users over --processes N" if busiest > CPU_WARN_PERCENT else
+                   "the warm-up was shorter than starting them took; lengthen --warmup")
             warnings.append(
                 f"step {index} ({stage.users} users): {running} of its {stage.users} users had started when its "
                 f"measured window opened, after {stage.warmup:g} s of warm-up: the window measured a smaller load; "
-                "lengthen --warmup, or spread the users over --processes N"
+                + why
             )
         self.run.update_manifest(steps=steps, warnings=warnings)
 
     def _close_step(self, index: int, measure_end: float, cpu: dict[str, float]) -> None:
         assert self.run is not None
+        if self.failed is not None:
+            return  # a failed sweep completes no more steps (an outage's failure set the last one back)
         manifest = self.run.read_manifest()
         steps = _with_step_changed(manifest.steps, index, measure_end=measure_end)
         warnings = list(manifest.warnings) + cpu_warnings(index, cpu)
@@ -284,28 +305,54 @@ class SweepController:
         self.interrupted = detail
         self.environment.runner.quit()
 
-    # --- error threshold -------------------------------------------------------------
-    def _fail(self, detail: str) -> None:
+    # --- error rules -----------------------------------------------------------------
+    def _mark_failed(self, detail: str, since: float | None = None) -> None:
+        """The run fails with ``detail``; when the server went away at ``since``, the steps that ended after it
+        are not complete (a ``--resume`` runs them again)."""
         self.failed = detail
         log.error(self.failed)
-        if self.run is not None:
-            self.run.update_manifest(status="failed", status_detail=self.failed, ended_at=utc_now())
         self.environment.process_exit_code = FAILED_EXIT_CODE
+        if self.run is None:
+            return
+        changes: dict = {}
+        if since is not None and self.t0 is not None:
+            ended = [index for index, (start, stage) in enumerate(zip(step_starts(self.stages), self.stages,
+                                                                       strict=True))
+                     if self.t0 + start + stage.duration <= since]
+            self.completed_steps = min(self.completed_steps, ended[-1] if ended else -1)
+            changes["last_complete_step"] = self.completed_steps if self.completed_steps >= 0 else None
+        self.run.update_manifest(status="failed", status_detail=self.failed, ended_at=utc_now(), **changes)
+
+    def _fail(self, detail: str, since: float | None = None) -> None:
+        self._mark_failed(detail, since)
         self.environment.runner.quit()
+
+    def _observe_errors(self) -> str | None:
+        """The error rules over the master's totals now, judged for the step under way."""
+        stats = self.environment.stats
+        entry = stats.entries.get((LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE))
+        errors = [(str(error.error), error.occurrences) for error in stats.errors.values()]
+        requests, failures = (entry.num_requests, entry.num_failures) if entry is not None else (0, 0)
+        now = time.time()
+        position = locate(self.stages, now - self.t0) if self.t0 is not None else None
+        step = f"step {position.index} ({stage_label(position.users, position.rate)})" if position else ""
+        return self.watch.observe(requests, failures, errors, users=_senders(position), step=step, now=now)
+
+    def _note_outages_ridden(self) -> None:
+        """Each outage the sweep rode out, as a manifest warning."""
+        ridden, self.watch.ridden = self.watch.ridden, []
+        if ridden and self.run is not None:
+            manifest = self.run.read_manifest()
+            self.run.update_manifest(warnings=[*manifest.warnings, *ridden])
 
     def _watch_errors(self) -> None:
         """Once a second, the error rules of ``loadtest.error_watch`` over the master's totals."""
-        watch = ErrorWatch(self.view.settings.max_error_rate, self.options.min_requests_for_error_rate)
         while True:
             gevent.sleep(1.0)
-            stats = self.environment.stats
-            entry = stats.entries.get((LOCUST_REQUEST_NAME, LOCUST_REQUEST_TYPE))
-            errors = [(str(error.error), error.occurrences) for error in stats.errors.values()]
-            requests, failures = (entry.num_requests, entry.num_failures) if entry is not None else (0, 0)
-            position = locate(self.stages, time.time() - self.t0) if self.t0 is not None else None
-            detail = watch.observe(requests, failures, errors, users=_senders(position))
+            detail = self._observe_errors()
+            self._note_outages_ridden()
             if detail is not None:
-                self._fail(detail)
+                self._fail(detail, since=self.watch.away_since)
                 return
 
 

@@ -58,7 +58,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from core.errors import LoadTestError
-from core.network import free_port
+from core.network import free_port, server_url
 
 # The overload answers, in llama-server's words where it has them; each carries Retry-After.
 OVERLOAD = {
@@ -576,7 +576,7 @@ class GroundTruthServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return server_url("http", self.host, self.port)
 
     def __enter__(self) -> GroundTruthServer:
         """Start the child and wait until it, and not another process, answers /health. A free port is

@@ -48,6 +48,8 @@ from core.workload import (
     parse_think,
     parse_turns,
 )
+from loadtest.process_capacity import check_users_per_process
+from loadtest.schedule import ARRIVALS_PER_WINDOW, open_loop_windows
 from loadtest.trace import trace_rate, trace_source
 
 TURNS_DEFAULT = "1-4"
@@ -70,7 +72,8 @@ def add_arguments(parser: Any) -> None:
     add("--arrival", default=setting_default("arrival"), help=ARRIVAL_HELP)
     add("--arrival-seed", type=int, default=setting_default("arrival_seed"), help=ARRIVAL_SEED_HELP)
     add("--warmup", type=float, default=SWEEP_WARMUP_SECONDS, help="warm-up seconds per step")
-    add("--measure", default=SWEEP_MEASURE, help=MEASURE_HELP)
+    add("--measure", default="", help=f"{MEASURE_HELP}; default {SWEEP_MEASURE}, and for --rates each step's "
+        f"window as long as its rate needs for {ARRIVALS_PER_WINDOW} arrivals on average, if that is longer")
     add("--run-dir", default="", help="run directory to fill (default: a new one under --runs-dir)")
     add("--runs-dir", default="runs", help="where a new run directory goes")
     add("--model-name", default="default", help="model name sent in each request")
@@ -85,6 +88,8 @@ def add_arguments(parser: Any) -> None:
     add("--context-tokens", type=int, default=setting_default("context_tokens"),
         help="document tokens ahead of each prompt")
     add("--read-timeout", type=float, default=SWEEP_READ_TIMEOUT_S, help="seconds a stream may stall")
+    add("--ride-out", type=float, default=setting_default("outage_seconds"), help="seconds the sweep waits for a "
+        "server that refuses every request (restarting, loading) to answer again; longer, it stops (0: at once)")
     add("--drain", type=float, default=SWEEP_DRAIN_SECONDS, help=DRAIN_HELP)
     add("--max-error-rate", type=float, default=SWEEP_MAX_ERROR_RATE,
         help="stop the sweep above this share of failed requests")
@@ -127,13 +132,21 @@ def settings_from(options: Any) -> LoadSettings:
     """The run's load settings from the parsed options (refused, naming the option, when malformed)."""
     trace, user_steps, rate_steps = load_steps(options.steps or None, options.rates or None, options.trace or None,
                                                options.trace_speed)
-    measure = parse_seconds(options.measure, "--measure")
-    seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
+    if options.measure:
+        measure = parse_seconds(options.measure, "--measure")
+        seconds_per_step(measure, len(rate_steps or user_steps), "--measure", "rate" if rate_steps else "user")
+    else:
+        default = parse_seconds(SWEEP_MEASURE, "--measure")
+        measure = default if not rate_steps or trace is not None else open_loop_windows(  # type: ignore[assignment]
+            rate_steps, parse_arrival(options.arrival), parse_arrival_shape(options.arrival), floor=float(default))
     if options.arrival_seed < 0:
         raise UsageError(f"--arrival-seed: expected a whole number >= 0, found {options.arrival_seed}")
     check_pin_slots(options.pin_slots, bool(rate_steps), max(1, options.processes or 1))
     if options.drain < 0:
         raise UsageError(f"--drain: expected seconds >= 0, found {options.drain:g}")
+    if options.ride_out < 0:
+        raise UsageError(f"--ride-out: expected seconds >= 0, found {options.ride_out:g}")
+    check_users_per_process(user_steps, max(1, options.processes or 1), 1)
     if len(replica_hosts(options)) > 1 and options.pin_slots:  # a malformed --replica-urls is refused here too
         raise UsageError("--pin-slots with --replica-urls: slot i exists on one server, not on each replica; leave one "
                          "out")
@@ -162,6 +175,7 @@ def settings_from(options: Any) -> LoadSettings:
         max_error_rate=options.max_error_rate,
         read_timeout_seconds=options.read_timeout,
         timeline=options.timeline,
+        outage_seconds=options.ride_out,
     )
 
 
@@ -238,7 +252,7 @@ def hand_run_flags(settings: LoadSettings) -> list[str]:
                "--max-tokens", str(settings.max_tokens), "--temperature", repr(settings.temperature),
                "--prompts", settings.prompts, "--context-tokens", str(settings.context_tokens),
                "--drain", repr(settings.drain_seconds), "--max-error-rate", repr(settings.max_error_rate),
-               "--read-timeout", repr(settings.read_timeout_seconds)]
+               "--read-timeout", repr(settings.read_timeout_seconds), "--ride-out", repr(settings.outage_seconds)]
     switches = (("--cache-prompt", settings.cache_prompt), ("--ignore-eos", settings.ignore_eos),
                 ("--pin-slots", settings.pin_slots), ("--timeline", settings.timeline))
     options += [flag for flag, on in switches if on]

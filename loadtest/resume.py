@@ -12,6 +12,7 @@ directory written by exactly one sweep process, so its shards, telemetry and man
 from __future__ import annotations
 
 import contextlib
+import shlex
 
 from core.errors import LoadTestError, RunDirError
 from core.rundir import RunDir, RunManifest, ServerInfo, new_manifest, server_at
@@ -29,12 +30,13 @@ def remaining_steps(manifest: RunManifest) -> list[int] | list[float]:
 
 
 def resume_url(manifest: RunManifest, url: str | None) -> str:
-    """``--url`` if given (a new rig), else the server the interrupted run used."""
+    """``--url`` if given (a new rig), else the server the interrupted run used, as it reached it (its
+    scheme, an IPv6 host in brackets)."""
     if url:
         return url
     if manifest.server is None or not manifest.server.host:
         raise LoadTestError(f"{manifest.run_id}: the manifest names no server; pass --url http://HOST:PORT")
-    return f"http://{manifest.server.host}:{manifest.server.port}"
+    return manifest.server.url
 
 
 def check_resumable(old: RunDir) -> RunManifest:
@@ -59,6 +61,19 @@ def check_resumable(old: RunDir) -> RunManifest:
     return manifest
 
 
+def go_on_command(run: RunDir, url: str | None = None) -> str | None:
+    """The command that runs an interrupted run's remaining steps (``rigbench sweep --resume RUN``, with
+    ``--url URL`` where its server is gone: ``url`` says what to write there), or None when the run was
+    not interrupted or has nothing left to run."""
+    try:
+        manifest = check_resumable(run)
+    except (LoadTestError, RunDirError):
+        return None
+    if manifest.status != "interrupted":
+        return None
+    return f"rigbench sweep --resume {shlex.quote(str(run.path))}" + (f" --url {url}" if url else "")
+
+
 def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
     """Create the linked run for the rest of ``old``'s sweep; returns it and the server URL."""
     manifest = check_resumable(old)
@@ -71,7 +86,7 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
         f"{manifest.profile}-resumed",
         manifest.profile,
         load=manifest.load.remaining(manifest.load.step_count - len(steps)),
-        server=server.model_copy(update={"host": reached.host, "port": reached.port}),
+        server=server.model_copy(update={"host": reached.host, "port": reached.port, "scheme": reached.scheme}),
         rig=manifest.rig,
         build=manifest.build,
         model=manifest.model,

@@ -11,11 +11,20 @@ belongs to the step and phase in which it *started* (an open-loop request: was *
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from core.errors import LoadTestError
 from core.lists import seconds_per_step
 from core.rundir import LoadSettings
+
+# The arrivals an open-loop step's measured window holds on average when its window is rigbench's default:
+# a poisson count of mean 30 falls under half of it (the sweep fails a step that ran under half its load,
+# ``core.load_reached.FAIL_BELOW``) with a probability of 0.1 %, where a 3 s window at 1 req/s holds 3 and
+# falls under half one time in five. Gamma arrivals of shape k < 1 are burstier (their count's variance is
+# about mean / k), so their windows hold 30 / k; constant arrivals need only two (a window's count is then
+# off by one at most).
+ARRIVALS_PER_WINDOW = 30
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,16 @@ def make_rate_stages(rate_steps: list[float], warmup: float, measure: Measure) -
     if warmup < 0 or any(window <= 0 for window in windows):
         raise LoadTestError(f"expected warm-up >= 0 s and measured windows > 0 s, found {warmup} and {measure}")
     return [Stage(0, warmup, window, rate) for rate, window in zip(rate_steps, windows, strict=True)]
+
+
+def open_loop_windows(rates: list[float], arrival: str, shape: float | None, floor: float) -> list[float]:
+    """The default measured window of each rate step: ``floor`` seconds, or as long as its rate needs to
+    hold ``ARRIVALS_PER_WINDOW`` arrivals on average (whole seconds), whichever is longer."""
+    if arrival == "constant":
+        needed = 2.0
+    else:
+        needed = ARRIVALS_PER_WINDOW / min(1.0, shape) if arrival == "gamma" and shape else ARRIVALS_PER_WINDOW
+    return [max(floor, float(math.ceil(needed / rate))) for rate in rates]
 
 
 def stages_for(settings: LoadSettings) -> list[Stage]:

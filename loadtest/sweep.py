@@ -41,17 +41,20 @@ from core.load_reached import (
     user_held_until,
 )
 from core.network import free_port
-from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
+from core.rundir import LoadSettings, RunDir, RunManifest, StepWindow, utc_now
 from core.rundir.columns import read_record_table
 from core.signals import stop_signals_as_keyboard_interrupt
 from loadtest import LOCUSTFILE
+from loadtest.arrivals import step_arrivals
+from loadtest.backoff import REFUSAL_KINDS
+from loadtest.error_watch import fix_for, kinds_said
 from loadtest.http_errors import describe_http_error
 from loadtest.late_starts import LateStarts, is_measured
 from loadtest.lengths import longest_prompt
 from loadtest.locust_options import hand_run_flags
 from loadtest.long_context import context_for_tokens, document_tokens
 from loadtest.process_capacity import read_capacity
-from loadtest.schedule import stage_label, stages_for, total_duration
+from loadtest.schedule import ARRIVALS_PER_WINDOW, open_loop_windows, stage_label, stages_for, total_duration
 from loadtest.token_counts import count_cut_requests
 
 REPO_ROOT = LOCUSTFILE.parent.parent
@@ -59,6 +62,8 @@ LOCUST_LOG = "locust.log"
 # where infra/templates/spot_watcher.sh writes its notice on the rig (RIGBENCH_SPOT_MARKER overrides both)
 RIG_INTERRUPTION_MARKER = Path("/opt/dlami/nvme/rigbench/spot-interruption.json")
 WORKER_GRACE_SECONDS = 15.0  # a --processes worker still writing its last records after the master exited
+# A step that ran short with at least this share of its requests failed is short for its failures.
+FAILED_SHARE = 0.1
 
 
 def locust_command(run: RunDir, base_url: str, settings: LoadSettings, *, stop_timeout: float = 0.0,
@@ -239,7 +244,8 @@ def run_sweep(
             process = subprocess.Popen(
                 # from the repository root, ``python -m locust`` imports this checkout's packages
                 # even where the project is not installed (a bare GPU machine)
-                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True,
+                preexec_fn=_take_sigint,
             )
             try:
                 _watch(process, run, settings, progress)
@@ -300,13 +306,12 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
             "status": "failed",
             "status_detail": (
                 f"step {step.index} ({stage_label(step.users, step.rate)}): no request of the step ended successfully "
-                f"in its measured window (the others: {seen}), so nothing was measured; if requests were still "
-                "streaming when the "
-                "sweep ended, give the step a longer --measure"
+                f"in its measured window (the others: {seen}), so nothing was measured; "
+                + _nothing_measured_cause(others.get(step.index, {}))
             ),
         }
     if manifest.status == "complete" and "status" not in changes:
-        shortfall = _load_shortfall(table, steps, measured, manifest)
+        shortfall = _load_shortfall(table, steps, measured, manifest, others)
         if shortfall is not None:
             changes |= {"status": "failed", "status_detail": shortfall}
     capacity = read_capacity()
@@ -325,9 +330,22 @@ def _judge_records(run: RunDir, manifest: RunManifest, settings: LoadSettings) -
     return run.update_manifest(**changes) if changes else manifest
 
 
-def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, manifest: RunManifest) -> str | None:
+def _nothing_measured_cause(others: dict[str, int]) -> str:
+    """Why a step's window holds no successful request, from what its requests did instead."""
+    failed = {kind: count for kind, count in others.items() if kind != "interrupted"}
+    if failed:
+        dominant = max(failed.items(), key=lambda item: item[1])[0]
+        return f"its requests failed ({kinds_said(failed)}): {fix_for(dominant)}"
+    if others:
+        return "its requests were still streaming when the sweep ended: give the step a longer --measure or --drain"
+    return "no request of it was sent: the load generator did not start it (see locust.log)"
+
+
+def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, manifest: RunManifest,
+                    others: dict[int, dict[str, int]]) -> str | None:
     """The first step that ran under ``FAIL_BELOW`` of the load it names (core.load_reached), as the reason
-    the run fails: its figures would stand for a load that never ran."""
+    the run fails: its figures would stand for a load that never ran. The line says what happened
+    (``_shortfall_cause``; ``others``: each step's requests that did not end well, by kind)."""
     starts, ends = table.column("t_start").to_numpy(), table.column("t_end").to_numpy()
     busy = "requests in flight"
     if manifest.load is not None and manifest.load.sessions is not None:  # a user's think time is its load too
@@ -343,19 +361,76 @@ def _load_shortfall(table: pa.Table, steps: np.ndarray, measured: np.ndarray, ma
         reached = load_reached(window.users, window.rate, in_flight, sent)
         if reached is not None and reached < FAIL_BELOW:
             label = f"step {window.index} ({stage_label(window.users, window.rate)})"
+            requests = int((steps == window.index).sum())
             return (describe_shortfall(label, reached, in_flight, sent, window.rate, busy)
-                    + f", under {FAIL_BELOW:.0%}: its figures would stand for a load that did not run; give the "
-                    "step a longer --warmup, fewer users or --processes N")
+                    + f", under {FAIL_BELOW:.0%}: its figures would stand for a load that did not run; "
+                    + _shortfall_cause(window, manifest, others.get(window.index, {}), requests,
+                                       None if sent is None else round(sent * (end - start))))
     return None
 
 
+def _shortfall_cause(window: StepWindow, manifest: RunManifest, others: dict[str, int], requests: int,
+                     sent: int | None) -> str:
+    """What made a step run less load than it names, as found in its records and window: its requests
+    failed (a closed-loop user waits after a refusal, so refusals empty the window), an open loop's window
+    held too few of its random arrivals or the load generator fell behind its schedule, the users had not
+    all started, or (nothing else found) the users waited between requests on the load generator."""
+    failed = {kind: count for kind, count in others.items() if kind != "interrupted"}
+    failures = sum(failed.values())
+    if requests and failures >= FAILED_SHARE * requests:
+        dominant = max(failed.items(), key=lambda item: item[1])[0]
+        waited = (", and its users waited after each refusal as the server asked (backing off)"
+                  if window.rate is None and dominant in REFUSAL_KINDS else "")
+        return f"{failures} of its {requests} requests failed ({kinds_said(failed)}){waited}: {fix_for(dominant)}"
+    load = manifest.load
+    length = (window.measure_end or window.measure_start) - window.measure_start
+    if window.rate is not None and sent is not None and load is not None:
+        scheduled = _scheduled_in_window(window, load)
+        if scheduled is not None and scheduled < FAIL_BELOW * window.rate * length:
+            needed = open_loop_windows([window.rate], load.arrival, load.arrival_shape, floor=0.0)[0]
+            return (f"its schedule put {scheduled} arrivals in its {length:g} s window where {window.rate:g} req/s "
+                    f"names {window.rate * length:.0f}: a window this short holds too few of its random arrivals; "
+                    f"give --measure {needed:g} or more (about {ARRIVALS_PER_WINDOW} arrivals on average)")
+        if scheduled is not None and sent < scheduled:
+            return (f"the load generator sent {sent} of the {scheduled} arrivals its schedule put in the window: it "
+                    "fell behind (see the late-start warnings); use --processes N, or lower rates")
+    if window.rate is None and window.users_started is not None and window.users_started < window.users:
+        return (f"only {window.users_started} of its {window.users} users had started when its window opened: "
+                "lengthen --warmup, or spread the users over --processes N")
+    if window.rate is None:
+        return ("its users were between requests for most of the window, with no error to show for it: the load "
+                "generator could not keep them sending; spread the users over --processes N")
+    return "the load generator did not send its schedule; use --processes N, or lower rates"
+
+
+def _scheduled_in_window(window: StepWindow, load: LoadSettings) -> int | None:
+    """How many arrivals a rate step's schedule put in its measured window (None for a trace: its window's
+    rate is already the schedule's)."""
+    if load.trace is not None or window.rate is None or window.measure_end is None:
+        return None
+    start, end = window.measure_start - window.started_at, window.measure_end - window.started_at
+    offsets = step_arrivals(window.rate, end, load.arrival, load.arrival_seed, load.arrival_shape)
+    return int(np.count_nonzero(offsets >= start))
+
+
+def _take_sigint() -> None:
+    """In the Locust child before it starts: SIGINT as Python's default (KeyboardInterrupt), even where this
+    process was started with it ignored (a script's ``cmd &``), since ``_stop`` stops Locust with it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stop(process: subprocess.Popen, grace: float) -> None:
-    """Ask Locust to stop (it writes its last records and stats), then insist."""
+    """Stop Locust as Ctrl-C in a terminal does: SIGINT to its whole session (the master and any
+    ``--processes`` workers), the one stop signal Locust takes at every moment of a run. (A headless
+    run with a shape takes SIGTERM only once the shape has ended: before then SIGTERM kills it where
+    it stands, and the requests in flight go unrecorded.) Each process then stops its users at once,
+    as at the sweep's end, so every request still streaming is recorded ``interrupted`` with what it
+    had received, and Locust writes its stats. SIGKILL after ``grace``, or at a second Ctrl-C."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGINT)
     try:
         process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()

@@ -362,7 +362,7 @@ def search_capacity(
     search = CapacitySearch(
         search_id=folder.name, created_at=utc_now(), mode=plan.mode, targets=plan.targets,
         first_load=plan.first_load, resolution=plan.resolution, resolution_relative=plan.relative,
-        max_load=plan.max_load, url=f"http://{server.host}:{server.port}" if server is not None else None)
+        max_load=plan.max_load, url=server.url if server is not None else None)
     write_search(folder, search)
     say(f"capacity search {folder}: the most {plan.unit} meeting {targets_text(plan.targets)}")
     bisection = Bisection(plan)

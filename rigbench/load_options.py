@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ from core.rundir import LoadSettings
 from core.rundir.models import RequestOrigins, SettingOrigin, TraceSource
 from core.workload import LENGTH_EXAMPLE
 from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, load_steps, workload_fields
+from loadtest.process_capacity import check_users_per_process
+from loadtest.schedule import ARRIVALS_PER_WINDOW, open_loop_windows
 from loadtest.trace import trace_rate, trace_source
 from rigbench.load_processes import PROCESSES_HELP, parse_processes
 
@@ -55,6 +58,9 @@ from rigbench.load_processes import PROCESSES_HELP, parse_processes
 STEP_FIELDS = ("user_steps", "rate_steps", "trace")
 REQUEST_FIELDS = ("max_tokens", "temperature", "ignore_eos", "cache_prompt")
 CONTEXT = "load_options_context"
+RIDE_OUT_DEFAULT = LoadSettings.model_fields["outage_seconds"].default
+OPEN_LOOP_WINDOWS_HELP = (f"; left out, a rate step's window is as long as its rate needs for {ARRIVALS_PER_WINDOW} "
+                          "arrivals on average, if that is longer")
 
 
 def _options(warmup: float, measure: str, note: str) -> list[tuple[str, Any, Any]]:
@@ -68,7 +74,7 @@ def _options(warmup: float, measure: str, note: str) -> list[tuple[str, Any, Any
         ("arrival", str, typer.Option("poisson", "--arrival", help=ARRIVAL_HELP)),
         ("arrival_seed", int, typer.Option(0, "--arrival-seed", min=0, help=ARRIVAL_SEED_HELP)),
         ("warmup", float, typer.Option(warmup, "--warmup", min=0.0, help="warm-up seconds per step" + note)),
-        ("measure", str, typer.Option(measure, "--measure", help=MEASURE_HELP + note)),
+        ("measure", str, typer.Option(measure, "--measure", help=MEASURE_HELP + note + OPEN_LOOP_WINDOWS_HELP)),
         ("max_tokens", int | None, typer.Option(None, "--max-tokens", min=1, help="tokens per reply; default: the "
                                                 "profile's, else 256")),
         ("ignore_eos", bool | None, typer.Option(None, "--ignore-eos/--no-ignore-eos", help="every reply runs to "
@@ -109,6 +115,10 @@ def _options(warmup: float, measure: str, note: str) -> list[tuple[str, Any, Any
                                                help="stop the sweep above this share of failed requests (0 to 1)")),
         ("read_timeout", float, typer.Option(SWEEP_READ_TIMEOUT_S, "--read-timeout", min=0.1, help="seconds a "
                                              "stream may stall (the pre-flight reply too)")),
+        ("ride_out", float, typer.Option(RIDE_OUT_DEFAULT, "--ride-out", min=0.0, help="seconds the sweep waits "
+                                         "for a server that refuses every request (restarting, loading) to answer "
+                                         "again, recording the refusals; longer, it stops naming the outage (0: "
+                                         "stop at once)")),
         ("timeline", bool, typer.Option(False, "--timeline", help="also keep every chunk's arrival time")),
     ]
 
@@ -124,6 +134,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "think": ("sessions",), "system_prompt_tokens": ("sessions",), "prompt_length": ("prompt_length",),
     "output_length": ("output_length",), "workload_seed": ("workload_seed",), "slo": ("slo",),
     "max_error_rate": ("max_error_rate",), "read_timeout": ("read_timeout_seconds",), "timeline": ("timeline",),
+    "ride_out": ("outage_seconds",),
 }
 
 
@@ -205,7 +216,7 @@ def flag_fields(values: dict[str, Any]) -> dict[str, Any]:
         "context_tokens": parse_counts(values["context_tokens"], "--context-tokens", minimum=0, example="0,8192"),
         "processes": processes, "pin_slots": values["pin_slots"], "drain_seconds": values["drain"],
         "max_error_rate": values["max_error_rate"], "read_timeout_seconds": values["read_timeout"],
-        "timeline": values["timeline"],
+        "timeline": values["timeline"], "outage_seconds": values["ride_out"],
     }
 
 
@@ -244,6 +255,11 @@ def load_fields(flags: LoadFlags) -> tuple[dict[str, Any], dict[str, SettingOrig
     fields: dict[str, Any] = {key: value for key, value in from_flags.items() if key not in given}
     fields |= from_file
     fields |= {key: value for key, value in from_flags.items() if key in given}
+    if "measure_seconds" not in given and "measure_seconds" not in from_file and fields.get("rate_steps") \
+            and fields.get("trace") is None:
+        # rate steps in the command's default windows: each long enough for its random arrivals
+        fields["measure_seconds"] = open_loop_windows(fields["rate_steps"], fields.get("arrival", "poisson"),
+                                                      fields.get("arrival_shape"), floor=from_flags["measure_seconds"])
     named: dict[str, SettingOrigin] = {key: "flag" if key in given else "file" for key in REQUEST_FIELDS
                                        if key in given or key in from_file}
     return fields, named
@@ -279,6 +295,10 @@ def settle_load(fields: dict[str, Any], *, request: RequestDefaults, request_fro
         key = ".".join(str(part) for part in problem["loc"])
         said = problem["msg"].removeprefix("Value error, ")
         raise UsageError(f"{where}: {key}: {said}" if key else f"{where}: {said}") from None
+    try:
+        check_users_per_process(settings.user_steps, processes, os.cpu_count() or 1)
+    except UsageError as error:
+        raise UsageError(str(error) if where == "the load flags" else f"{where}: {error}") from None
     return LoadRequest(settings, contexts, processes is None, RequestOrigins(**origins))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -41,11 +42,14 @@ from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
 from loadtest.preflight import CheckedServer
 from loadtest.process_capacity import read_capacity, require_capacity
+from loadtest.resume import go_on_command
 from loadtest.sweep import interrupted_error
 from rigbench.load_options import settle_load
 from rigbench.sweep_runs import SweepPlan, sweep_servers
 
 # The local rig's load where its caller gives none: a quick look (rigbench sweep's windows are 10 s and 30 s).
+# Its 3 s window is for user steps: `rigbench local --rates` sizes each rate's window for its arrivals
+# (rigbench.load_options.load_fields), and a caller that gives rate_steps here gives its windows too.
 LOCAL_LOAD: dict[str, Any] = {"user_steps": parse_counts(DEFAULT_USER_STEPS, "--steps"), "warmup_seconds": 1.0,
                               "measure_seconds": 3.0}
 
@@ -301,6 +305,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         if replicas is not None:  # each replica logs beside the others
             for index, each in enumerate(replicas.servers):
                 each.log_path = first.path / f"llama-server-{index}.log"
+        stopped: RunIncomplete | None = None
         try:
             with served_under_mps(prepared, first.path / "mps", console) as mps, \
                     replicas if replicas is not None else prepared.server:
@@ -314,15 +319,18 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                 sweep_servers(plan, result)
         except KeyboardInterrupt:
             mark_ended(first, "interrupted", "Ctrl-C or SIGTERM")
-            raise interrupted_error(first) from None
-        except RunIncomplete:
-            raise
+            stopped = interrupted_error(first)
+        except RunIncomplete as error:  # a spot notice, or a sweep that could not go on
+            stopped = error
         except RigbenchError as error:  # the run folder exists: exit 1 (a run that failed), not 2
             mark_ended(first, "failed", str(error))
-            raise RunIncomplete(f"{first.path}: run failed: {error}") from None
+            stopped = RunIncomplete(f"{first.path}: run failed: {error}")
         except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
             mark_ended(first, "failed", f"{type(error).__name__}: {error}")
             raise
+        if stopped is not None:  # the servers have stopped: the report of what ran, then how to go on
+            say_what_ran([Path(path) for path in result.runs], options.profile, console)
+            raise stopped
         report, glance = write_report_with_headline([Path(path) for path in result.runs])
         console.print(f"\nAt a glance:\n{glance}\n", markup=False, highlight=False, soft_wrap=True)
         console.print(f"report: {report}")
@@ -331,6 +339,29 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
             # look like a success.
             raise RunIncomplete(f"{'; '.join(result.failures)}; report at {report}")
         return report
+
+
+def say_what_ran(runs: list[Path], profile: str, console: Console) -> None:
+    """After a stop: the report of what ran, as the end of a run writes it (when a step was measured), and
+    for an interrupted run the commands that go on with its remaining steps. A second Ctrl-C leaves the
+    report unwritten (no file of it half-written) and says how to write it."""
+    write_it = "rigbench report " + " ".join(shlex.quote(str(run)) for run in runs)
+    try:
+        report, glance = write_report_with_headline(runs)
+    except RigbenchError as error:  # nothing measured yet, or a disk that is full: said, and the stop goes on
+        console.print(f"no report: {error}", markup=False, highlight=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        console.print(f"no report: stopped again while it was written; write it with {write_it}", markup=False,
+                      highlight=False, soft_wrap=True)
+    else:
+        console.print(f"\nAt a glance:\n{glance}\n", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
+    for run in runs:
+        command = go_on_command(RunDir(run), url="URL")
+        if command is not None:
+            console.print(f"go on with its remaining steps: serve the model again (rigbench serve --profile "
+                          f"{shlex.quote(profile)} prints its URL), then {command}; then {write_it} reports the "
+                          "whole sweep", markup=False, highlight=False, soft_wrap=True)
 
 
 def local_manifest(prepared: PreparedServer, settings: LoadSettings, label: str, mps: MpsInfo | None,

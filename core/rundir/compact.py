@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 
 from core.errors import RunDirError
 from core.rundir import RunDir
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
+from core.whole_files import whole_file
 
 # Files gzipped in place (name -> name + ".gz"); records shards are matched separately. Replicas log one file
 # each, and the MPS control daemon its own in the run's mps/ folder.
@@ -26,12 +26,11 @@ QUALITY_FILES = ("answers.jsonl", "server.log")  # in each eval folder
 
 
 def gzip_file(path: Path) -> Path:
-    """``path`` -> ``path.gz`` (mtime kept, written beside then renamed, original removed)."""
+    """``path`` -> ``path.gz`` (mtime kept, written whole or not at all, original removed once it is)."""
     target = path.with_name(path.name + ".gz")
-    partial = target.with_name(target.name + ".part")
-    with open(path, "rb") as source, gzip.GzipFile(partial, "wb", mtime=int(path.stat().st_mtime)) as sink:
+    with (open(path, "rb") as source, whole_file(target, "wb") as raw,
+          gzip.GzipFile(path.name, "wb", fileobj=raw, mtime=int(path.stat().st_mtime)) as sink):
         shutil.copyfileobj(source, sink)
-    os.replace(partial, target)
     path.unlink()
     return target
 

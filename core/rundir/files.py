@@ -30,16 +30,13 @@ from pydantic import ValidationError
 from core.errors import RunDirError
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
+from core.whole_files import write_whole
 
 
 def write_json_atomic(path: Path, payload: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file (created 0600)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    """Write via a temporary file and rename, so readers never see half a file (created 0600, synced): on a
+    full disk the file keeps what it held and no temporary is left (``core.whole_files``)."""
+    write_whole(path, payload, private=True, sync=True)
 
 
 class RunDir:

@@ -38,6 +38,7 @@ def server_at(url: str, args: list[str] | None = None, slots: int | None = None,
         args=list(args or []),
         host=parts.hostname or "",
         port=parts.port if parts.port is not None else DEFAULT_PORTS.get(parts.scheme, 80),
+        scheme="https" if parts.scheme == "https" else "http",
         parallel_slots=slots,
         slots_from=slots_from if slots is not None else None,
     )

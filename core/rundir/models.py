@@ -11,10 +11,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from core.lists import SWEEP_DRAIN_SECONDS, SWEEP_MAX_ERROR_RATE, SWEEP_READ_TIMEOUT_S
+from core.network import server_url
 from core.rundir.hardware import HardwareInfo
 from core.strict import Strict
 
 SCHEMA_VERSION = 1
+# how an instance is bought: one spelling for the run record and the price list
+Market = Literal["on-demand", "spot"]
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 Phase = Literal["warmup", "measure"]
 # How a request's output tokens were counted, most exact first: the server's final ``usage``; the
@@ -41,7 +44,7 @@ class RigInfo(Strict):
     instance_type: str | None = None
     region: str | None = None
     availability_zone: str | None = None
-    market: Literal["spot", "on-demand"] | None = None
+    market: Market | None = None
     price_per_hour: float | None = None
     price_source: str | None = None
     launch_time: str | None = None
@@ -146,6 +149,8 @@ class ServerInfo(Strict):
     args: list[str]
     host: str
     port: int
+    scheme: Literal["http", "https"] = Field("http", description="how the server was reached (runs from before "
+                                             "it was recorded: http)")
     parallel_slots: int | None = None
     slots_from: SlotsFrom | None = None
     endpoint: str = "/v1/chat/completions"
@@ -155,6 +160,11 @@ class ServerInfo(Strict):
                                         "empty for one server")
     mps: MpsInfo | None = Field(None, description="CUDA's Multi-Process Service for the replicas; None: not "
                                 "recorded (a server given by URL, or a run from before it was)")
+
+    @property
+    def url(self) -> str:
+        """The server's root URL, as it was reached (an IPv6 host in brackets)."""
+        return server_url(self.scheme, self.host, self.port)
 
 
 # Where a request setting came from: its flag, the rig profile, the server (the model it lists), or
@@ -278,8 +288,14 @@ class LoadSettings(Strict):
     workload_seed: int = Field(0, ge=0, description="seed of the turns, think times and drawn lengths")
     slo: dict[str, float] = Field(default_factory=dict, description="service-level targets in seconds by figure "
                                   "and percentile (e.g. ttft_p90): each step's goodput is judged against them")
-    max_error_rate: float = Field(SWEEP_MAX_ERROR_RATE, ge=0, le=1, description="the share of failed requests "
-                                  "above which the sweep stops")
+    max_error_rate: float = Field(SWEEP_MAX_ERROR_RATE, ge=0, le=1, description="the share of a step's failed "
+                                  "requests above which the sweep stops")
+    # 10 s: a supervised llama-server that crashed is back (restarted, its model read from the page cache) in a
+    # few seconds, and a server that is gone is still named within a third of a default 30 s window
+    outage_seconds: float = Field(10.0, ge=0, description="how long the sweep waits for a server that refuses "
+                                  "every request (refused connections, 502/503/504, 429) to answer again: the "
+                                  "refusals are recorded and the sweep goes on; longer, it stops naming the "
+                                  "outage (0: stop at once)")
     read_timeout_seconds: float = Field(SWEEP_READ_TIMEOUT_S, gt=0, description="seconds a stream may stall")
     timeline: bool = Field(False, description="also keep every chunk's arrival time")
 

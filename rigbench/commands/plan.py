@@ -3,9 +3,10 @@ R requests per second (open-loop sweeps, ``--rates``) at the targets; or from a 
 (``rigbench sweep --find-max``), whose largest load meeting its own service-level targets is the capacity; or from
 an autotune folder (``rigbench autotune``), whose kept trial is the card's best measured configuration.
 
-Only priced rigs are ranked: a run on a known instance type, or one whose machine ``--price-as``
-names a type for. Other types enter only when ``--hypothetical`` names them, labelled so: a
-recommendation of a type nobody measured must be asked for."""
+Only priced rigs are ranked: a run on a known instance type, one whose machine ``--price-as``
+names a type for, or one ``--usd-per-hour`` gives an hourly price. Other types enter only when
+``--hypothetical`` names them, labelled so: a recommendation of a type nobody measured must be asked for.
+Every price of hardware that did not measure the run names the machine that did (``analysis.cost``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import typer
 
 from analysis.goodput_section import targets_text
 from analysis.plan import Targets, plan_table, plans_for_sections
-from analysis.prices import PriceBook
+from analysis.prices import GIVEN_PRICE_HELP, PriceBook
 from analysis.report_model import build_section
 from core.errors import UsageError
 from core.instance_types import known_types
@@ -28,8 +29,9 @@ from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 NO_PLAN_EXIT_CODE = 3
 EXIT_CODES = (
     "Exit codes: 0 a rig meets the targets (the recommendation is printed); 3 no measured rig meets them; "
-    "2 a bad option or run directory, an unknown instance type in --price-as or --hypothetical, no run priced "
-    "(none ran on a known type: give --price-as or --hypothetical), or a --gguf that is no given run's model."
+    "2 a bad option or run directory, an unknown instance type in --price-as or --hypothetical, a --usd-per-hour "
+    "not above 0, no run priced (none ran on a known type: give --price-as, --usd-per-hour or --hypothetical), "
+    "or a --gguf that is no given run's model."
 )
 
 
@@ -65,8 +67,10 @@ def plan(
     ),
     hypothetical: list[str] = typer.Option(
         [], "--hypothetical", metavar="TYPE[,TYPE]", help="also rank every run extrapolated to these known "
-        "types, labelled hypothetical (without it only the types the runs ran on, or --price-as, are ranked)",
+        "types, labelled hypothetical (without it only the types the runs ran on, --price-as or --usd-per-hour are "
+        "ranked)",
     ),
+    usd_per_hour: float | None = typer.Option(None, "--usd-per-hour", metavar="USD", help=GIVEN_PRICE_HELP),
     out: Path | None = typer.Option(None, "--out", help="also write the ranked plans as JSON to this file"),
     gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
 ) -> None:
@@ -83,7 +87,7 @@ def plan(
                          "search's folder brings its own targets")
     price_as = known_types(price_as, "--price-as")
     hypothetical = known_types(hypothetical, "--hypothetical")
-    book = PriceBook.default()
+    book = PriceBook.default(usd_per_hour=usd_per_hour)  # a --usd-per-hour not above 0 is refused here
     tunings = {path: kept_run(path) for path in runs if path not in searches and is_tuning(path)}
     paths = [best_probe(path, searches[path]) if path in searches else tunings[path][0] if path in tunings else path
              for path in runs]
@@ -95,7 +99,8 @@ def plan(
     if len(unpriced) == len(sections):
         why = "; ".join(f"{section.label}: {section.not_priced or 'no price known'}" for section in unpriced)
         raise UsageError(f"no run is priced, so there is nothing to rank ({why}); give --price-as TYPE (what the "
-                         "machine counts as) or --hypothetical TYPE[,TYPE] (`rigbench prices list` shows the types)")
+                         "machine counts as), --usd-per-hour USD (what it costs) or --hypothetical TYPE[,TYPE] "
+                         "(`rigbench prices list` shows the types)")
     targets = Targets(users=users or 0, min_tok_s=min_tok_s if min_tok_s is not None else 0.0,
                       ttft_p90_s=ttft_p90 if ttft_p90 is not None else math.inf, rate=rate)
     plans = plans_for_sections(sections, targets, by_run)
@@ -125,9 +130,14 @@ def plan(
         payload = {"targets": given, "capacity_searches": searched, "plans": [plan.to_dict() for plan in plans]}
         out.write_text(json.dumps(payload, indent=2) + "\n")
     if any(plan.price.hypothetical for plan in plans):
-        typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on (--hypothetical)")
+        typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on (--hypothetical), "
+                   "to figures measured on the machine each names")
     if any(plan.price.basis == "price-as" for plan in plans):
-        typer.echo("\nprices marked (--price-as) apply the type given for a machine that is no known type")
+        typer.echo("\nprices marked (--price-as) apply the type given for a machine that is no known type, to "
+                   "figures measured on the machine each names")
+    if any(plan.price.basis == "given" for plan in plans):
+        typer.echo("\nprices marked (--usd-per-hour) are the hourly price given for a machine that is no known "
+                   "type, applied to figures measured on the machine each names")
     for section in unpriced:
         typer.echo(f"not ranked: {section.label}: {section.not_priced or 'no price known (see its warnings)'}")
     for section in sections:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from analysis.energy import EnergyPrices
+from analysis.prices import GIVEN_PRICE_HELP, PriceBook
 from analysis.report import build_sections, comparison_table, default_out_dir, parse_formats, write_files
 from analysis.report_model import compare_sections
 from core.instance_types import known_types
@@ -18,7 +19,7 @@ from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 EXIT_CODES = (
     "Exit codes: 0 written; 2 a run directory that cannot be read, an unknown --format, an unknown instance type "
-    "in --price-as, or a --gguf that is no given run's model."
+    "in --price-as, a --usd-per-hour not above 0, or a --gguf that is no given run's model."
 )
 FORMAT_HELP = (
     "comma-separated: md (report.md), html (report.html: one self-contained page, plots embedded, sortable "
@@ -38,9 +39,10 @@ def report(
     out: Path | None = typer.Option(None, "--out", help="folder for the report (default: the run's own folder)"),
     price_as: list[str] = typer.Option(
         [], "--price-as", help="price runs made on no known instance type (a local machine) as this known type: "
-        "what the machine counts as; without it such a run is not priced. A run on one GPU of a multi-GPU type is "
-        "priced per GPU (repeatable, or comma-separated; `rigbench prices list` shows the types)",
+        "what the machine counts as; without it (or --usd-per-hour) such a run is not priced. A run on one GPU of a "
+        "multi-GPU type is priced per GPU (repeatable, or comma-separated; `rigbench prices list` shows the types)",
     ),
+    usd_per_hour: float | None = typer.Option(None, "--usd-per-hour", metavar="USD", help=GIVEN_PRICE_HELP),
     formats: str = typer.Option("md", "--format", help=FORMAT_HELP),
     gguf: list[Path] = typer.Option([], "--gguf", help=GGUF_HELP),
     ceiling: list[Path] = typer.Option(
@@ -65,10 +67,11 @@ def report(
     chosen = parse_formats(formats)  # a bad --format stops here, before anything is read or written
     price_as = known_types(price_as, "--price-as")  # and an unknown type
     targets = parse_slo(slo) if slo else None  # and a target it cannot read
+    book = PriceBook.default(usd_per_hour=usd_per_hour)  # and a --usd-per-hour not above 0
     # an autotune folder stands for its trials' runs (the profile's line first), a capacity search's for its probes
     probes = expand_searches([run for path in runs for run in (tuning_runs(path) if is_tuning(path) else [path])])
-    sections = build_sections(probes, price_as, decode_bytes=decode_bytes_for_runs(probes, gguf), ceilings=ceiling,
-                              slo=targets)
+    sections = build_sections(probes, price_as, book, decode_bytes=decode_bytes_for_runs(probes, gguf),
+                              ceilings=ceiling, slo=targets)
     # a pair that cannot be compared: the report says why; a search's probes differ in load by design
     comparisons = [] if any(map(is_search, runs)) else compare_sections(sections)
     for comparison in comparisons:

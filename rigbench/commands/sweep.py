@@ -26,7 +26,7 @@ from core.rundir.models import ReplicaInfo, RequestOrigins, SlotsFrom
 from core.sweep_result import SweepResult
 from loadtest.preflight import DEFAULT_MODEL_NAME, CheckedServer, check_context, check_health, check_reply, check_url
 from loadtest.prompts import load_prompts
-from loadtest.resume import check_resumable, resume_url, start_resumed_run
+from loadtest.resume import check_resumable, go_on_command, resume_url, start_resumed_run
 from loadtest.sweep import default_interruption_marker
 from loadtest.telemetry import server_slots
 from rigbench.capacity_search import FIND_MAX_HELP, MAX_LOAD_HELP, RESOLUTION_HELP, check_search_flags, search_plan
@@ -180,6 +180,10 @@ def sweep(
             profile, server, settings, request.origins, replicas), model_name=model_name, preflight=not no_preflight,
             replicas=replicas, search=search, progress=progress, marker=marker)
         sweep_servers(plan, result)
+    except RunIncomplete:  # stopped (Ctrl-C, SIGTERM, a spot notice) or failed: what ran, and how to go on
+        if result.runs and result.search is None:
+            say_headline([Path(path) for path in result.runs])
+        raise
     finally:
         if result_file is not None:
             result.write(result_file)
@@ -190,14 +194,20 @@ def sweep(
 
 
 def say_headline(paths: list[Path]) -> None:
-    """What the runs found, as their report would open, and the command that writes that report."""
+    """What the runs found, as their report would open, and the command that writes that report (none when
+    there is nothing to report: the report would refuse as the headline did); for a run that was
+    interrupted, the command that runs its remaining steps."""
     try:
         sections = build_sections(paths, decode_bytes=decode_bytes_for_runs(paths, []))
     except AnalysisError as error:
         typer.echo(f"no headline: {error}")
     else:
         typer.echo(f"\nAt a glance:\n{headline_text(sections)}\n")
-    typer.echo("write the report: rigbench report " + " ".join(shlex.quote(str(path)) for path in paths))
+        typer.echo("write the report: rigbench report " + " ".join(shlex.quote(str(path)) for path in paths))
+    for path in paths:
+        command = go_on_command(RunDir(path))
+        if command is not None:
+            typer.echo(f"go on with its remaining steps: {command}")
 
 
 def _resume(old_path: Path, urls: list[str], marker: Path | None, *, progress: bool, model: str | None,
@@ -229,7 +239,7 @@ def _resume(old_path: Path, urls: list[str], marker: Path | None, *, progress: b
     kind, steps = ("rates", load.rate_steps) if load.open_loop else ("steps", load.user_steps)
     typer.echo(f"resuming {old.path.name}: {kind} {steps} into {run.path} against {server_url}")
     manifest = sweep_one(run, server_url, model, progress=progress, marker=marker)
-    say_headline([run.path])
     if manifest.status != "complete":
         result.failures.append(f"{run.path.name}: {manifest.status} ({manifest.status_detail})")
-        raise RunIncomplete(result.failures[-1])
+        raise RunIncomplete(result.failures[-1])  # the command says what ran (sweep's RunIncomplete)
+    say_headline([run.path])

@@ -17,7 +17,7 @@ from analysis.figures import RunFigures, run_figures
 from analysis.intervals import Estimate
 from analysis.load import LoadedRun, load_run
 from analysis.plan import Targets, capacity, crossing, plan_for, rank
-from analysis.prices import PriceBook, PriceQuote
+from analysis.prices import PriceBook, PriceQuote, given_quote
 from analysis.step import StepFigures
 from core.errors import UsageError
 from core.rundir import MachineInfo, RigInfo
@@ -59,12 +59,12 @@ def test_a_local_rig_is_not_priced_unless_price_as_names_what_it_counts_as(kit):
     assert not ran_on_a_priced_type(manifest)
     assert not_priced_line(manifest) == (
         "not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; "
-        "--price-as TYPE prices it as one"
+        "--price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price"
     )
     choices = price_choices(manifest, book, ["g6.xlarge"], warnings)
     assert [(c.label, c.quote.usd_per_hour, c.basis) for c in choices] == [
-        ("g6.xlarge on-demand (--price-as)", 0.8048, "price-as"),
-        ("g6.xlarge spot (--price-as)", 0.4, "price-as"),
+        ("g6.xlarge on-demand (--price-as), measured on CPU", 0.8048, "price-as"),
+        ("g6.xlarge spot (--price-as), measured on CPU", 0.4, "price-as"),
     ]
     # priced at the user's word, but the price is of a machine with an L4 and this one recorded no GPU
     assert warnings == [
@@ -79,7 +79,7 @@ def test_a_run_on_one_h200_is_priced_as_its_share_of_an_eight_gpu_instance(kit):
     book = PriceBook([quote("p5en.48xlarge", usd=63.296)])
     warnings: list[str] = []
     (choice,) = price_choices(manifest, book, ["p5en.48xlarge"], warnings)
-    assert choice.label == "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+    assert choice.label == "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured on NVIDIA H200"
     assert (choice.gpu_share, choice.basis) == (8, "price-as")
     assert choice.quote.usd_per_hour == pytest.approx(63.296 / 8)
     assert choice.quote.note == "per-GPU share: 1/8 of the instance's $63.2960/h"
@@ -89,18 +89,19 @@ def test_a_run_on_one_h200_is_priced_as_its_share_of_an_eight_gpu_instance(kit):
 
 def test_hypothetical_types_extrapolate_any_run_and_say_so(kit):
     rig = RigInfo(kind="aws", instance_type="g6.xlarge", region="us-east-1")
-    book = PriceBook([quote(), quote("g6e.xlarge", usd=1.861), quote("p5.48xlarge", usd=55.04)])
+    book = PriceBook([quote(), quote("g6e.xlarge", usd=1.861), quote("p5.48xlarge", usd=55.04)], given_quote(0.5))
     warnings: list[str] = []
     choices = price_choices(kit.manifest("r", [kit.window()], rig=rig), book, ["g6e.xlarge"], warnings,
                             ["g6.xlarge", "p5.48xlarge"])
     assert [c.label for c in choices] == [
         "g6.xlarge on-demand",  # what it ran on; hypothetical g6.xlarge would only repeat it
-        "per-GPU share (1/8) of p5.48xlarge on-demand (hypothetical)",
+        "per-GPU share (1/8) of p5.48xlarge on-demand (hypothetical), measured on g6.xlarge",
     ]
     assert choices[1].quote.usd_per_hour == pytest.approx(6.88) and choices[1].hypothetical
     assert warnings == [
         "no spot price for g6.xlarge in us-east-1; run `rigbench prices fetch`",
         "--price-as g6e.xlarge not applied: the run ran on g6.xlarge (its manifest says so) and is priced as that",
+        "--usd-per-hour 0.5 not applied: the run ran on g6.xlarge (its manifest says so) and is priced as that",
         "no spot price for p5.48xlarge in us-east-1; left out",
     ]
 
@@ -296,16 +297,18 @@ def test_a_4gpu_g_type_is_priced_by_the_gpus_the_run_used(kit) -> None:
         assert warnings == [], warnings
         return [(c.label, round(c.quote.usd_per_hour, 4)) for c in choices]
 
-    whole = [("g6.12xlarge on-demand (--price-as)", 4.6016), ("g6.12xlarge spot (--price-as)", 2.0)]
-    quarter = [("per-GPU share (1/4) of g6.12xlarge on-demand (--price-as)", 1.1504),
-               ("per-GPU share (1/4) of g6.12xlarge spot (--price-as)", 0.5)]
+    on = ", measured on NVIDIA L4"
+    whole = [("g6.12xlarge on-demand (--price-as)" + on, 4.6016), ("g6.12xlarge spot (--price-as)" + on, 2.0)]
+    quarter = [("per-GPU share (1/4) of g6.12xlarge on-demand (--price-as)" + on, 1.1504),
+               ("per-GPU share (1/4) of g6.12xlarge spot (--price-as)" + on, 0.5)]
     assert priced([], [0, 1, 2, 3], 4) == whole, "one replica per GPU"
     assert priced(["-sm", "layer"], [], 4) == whole, "one server split by layer over the four GPUs it saw"
     assert priced(["--split-mode", "row"], [], 4) == whole
-    assert priced([], [0, 1, 0, 1], 2)[0] == ("per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)", 2.3008)
+    assert priced([], [0, 1, 0, 1], 2)[0] == ("per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)" + on, 2.3008)
     assert priced([], [0], 1) == priced(["-sm", "none"], [], 4) == priced(["-dev", "CUDA0"], [], 4) == quarter
     assert priced(["-dev", "CUDA0,CUDA1", "-sm", "none"], [], 4) == quarter, "-sm none: the main GPU only"
-    assert priced(["-dev", "CUDA0,CUDA1"], [], 4)[0][0] == "per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)"
+    half = "per-GPU share (1/2) of g6.12xlarge on-demand (--price-as)" + on
+    assert priced(["-dev", "CUDA0,CUDA1"], [], 4)[0][0] == half
     assert priced([], [], 0) == quarter, "nothing says more than one GPU"
     on_the_type = RigInfo(kind="aws", instance_type="g6.12xlarge", region="us-east-1")
     assert priced([], [0], 1, rig=on_the_type) == [("g6.12xlarge on-demand", 4.6016), ("g6.12xlarge spot", 2.0)]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from analysis import intervals
 from analysis.figures import counter_rate, counter_tok_s, decode_call_rates, run_figures
 from analysis.load import load_run
+from analysis.report import write_report
 from core.errors import AnalysisError
-from core.rundir import RunDir, TelemetrySnapshot
+from core.rundir import LoadSettings, RunDir, TelemetrySnapshot
 
 
 def test_aggregate_throughput_counts_straddling_requests_pro_rata(kit):
@@ -218,3 +222,57 @@ def test_a_counter_over_replicas_is_their_sum_and_none_when_a_replica_was_not_re
     # replica 1's end snapshot failed: the rig's rate is unknown, not replica 0's alone
     broken = [*both[:3], snapshot(1, "end", 110.1, 340, error="timed out")]
     assert counter_tok_s(broken, 0) is None and decode_call_rates(broken, [0]) == {}
+
+
+def test_a_step_whose_every_request_timed_out_has_no_figures_and_its_counts_and_warning_say_so(kit):
+    """Issue 46: step 0 (2 users) streams well; at step 1 (4 users) the server streams every token and never sends
+    [DONE]: each request, started in the warm-up, streamed its 300 tokens into the window and timed out after it.
+    No one got those tokens: the step's aggregate (and $/Mtok) is absent, not a number and not 0; the glance's best
+    step is the 2-user one; the step table counts the 4 timed-out requests running as the window opened; the
+    warning names the timeouts, not a short window."""
+    t0 = kit.T0
+    healthy = [kit.record(f"a{user}-{n}", users=2, t_start=t0 + 98 + n * 2.6 + user * 0.1, tokens=21)
+               for user in range(2) for n in range(5)]
+    stalled = [kit.record(f"b{user}", step=1, users=4, phase="warmup", t_start=t0 + 196, ttft=1.0, decode=6.0,
+                          tokens=300).model_copy(update={
+                              "t_end": t0 + 213.0, "error_kind": "timeout", "completion_tokens": None, "timings": None,
+                              "streamed_tokens": 300, "http_status": 200})
+               for user in range(4)]
+    load = LoadSettings(user_steps=[2, 4], warmup_seconds=4, measure_seconds=10, max_tokens=300,
+                        read_timeout_seconds=10)
+    steps = [kit.window(0, 2), kit.window(1, 4, start=t0 + 200, end=t0 + 210)]
+    path = kit.make_run("r1", steps, {"p0": healthy + stalled}, load=load)
+    figures = run_figures(load_run(path))
+    two, four = figures.steps
+    assert two.aggregate_tok_s.value > 0 and four.aggregate_tok_s.value is None
+    assert (four.requests, four.errors, four.running_at_start) == (0, {}, {"timeout": 4})
+    [warning] = [w for w in figures.warnings if w.startswith("step 1 (4 users)")]
+    assert warning == ("step 1 (4 users): every request running in its 10.0 s window failed (timeout 4: streams "
+                       "stalled past the read timeout (10 s, --read-timeout)), so the step has no aggregate, latency "
+                       "or per-user figure; a longer window would not help")
+    markdown = write_report([path], price_as=["g6.xlarge"]).read_text()
+    glance = markdown.split("## At a glance\n\n", 1)[1].split("\n", 1)[0]
+    assert glance.startswith(f"Best aggregate output {two.aggregate_tok_s.short()} tok/s at 2 users;")
+    row = next(line for line in markdown.splitlines() if line.startswith("|       4 |") and "timeout" in line)
+    assert [cell.strip() for cell in row.strip("|").split("|")][1:6] == ["0", "0", "0", "4 (timeout 4)", "- (n=0)"]
+    summary = json.loads((path / "summary.json").read_text())["runs"][0]
+    assert all(cost["value"] is None for cost in summary["usd_per_mtok"][1].values())
+
+
+def test_an_interval_never_reaches_below_zero(kit):
+    """The aggregate's interval is its sub-windows' moved by what the edge requests' own counts changed: a request
+    whose server counts put 1 of its 100 tokens inside the window (spread over its span: 50) moves it down past 0.
+    A normal interval of a mean of values none of which is negative is cut at 0 too, a share's at 1."""
+    t0 = kit.T0
+    edge = kit.record("a", phase="warmup", t_start=t0 + 94.5, ttft=0.5, decode=10.0, tokens=100)
+    edge = edge.model_copy(update={"content_chunks": 100, "window_chunks": 1, "window_tokens": 1})
+    inside = [kit.record(f"b{n}", t_start=t0 + 106 + n * 0.3, ttft=0.1, decode=0.1, tokens=2) for n in range(4)]
+    step = run_figures(load_run(kit.make_run("r1", [kit.window()], {"p0": [edge, *inside]}))).steps[0]
+    assert step.output_tokens == pytest.approx(1 + 8)
+    assert step.aggregate_tok_s.low == 0.0 and step.aggregate_tok_s.method.endswith("cut at 0")
+    skewed = intervals.mean([0.0] * 1999 + [1000.0])  # mean 0.5; a normal interval of +-1.4
+    assert (skewed.low, skewed.method) == (0.0, "normal, cut at 0")
+    accepted = intervals.ratio_of_sums([2.0] * 1999 + [0.0], [2.0] * 1999 + [50.0], share=True)  # accepted/drafted
+    assert accepted.high <= 1.0
+    # a $/Mtok whose throughput interval reaches 0 has no upper bound: written open, not as no interval at all
+    assert intervals.Estimate(277.8, 138.9, None, 10, "bootstrap").short() == "277.8 [138.9, ∞]"

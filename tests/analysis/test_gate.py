@@ -42,7 +42,7 @@ FIXED_LENGTH_E2B = RUNS / "gpu-h200-profiles-2026-11-30/runs/20261130T083256Z-ge
 # the runs were made on one H200 of a lent machine: priced as its share of a p5en.48xlarge (8x H200), which the
 # bundled snapshot prices on demand only
 PRICE_AS = ["p5en.48xlarge"]
-ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured on NVIDIA H200"
 
 
 def figure(value: float | None, low: float | None = None, high: float | None = None) -> Estimate:

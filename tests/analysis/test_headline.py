@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.headline import PER_USER_FLOOR_TOK_S
+from analysis.figures import run_figures
+from analysis.headline import PER_USER_FLOOR_TOK_S, knee_sentence
+from analysis.intervals import Estimate, decimals
+from analysis.load import load_run
 from analysis.report import write_report
 from core.rundir import RigInfo
 from rigbench.decode_bytes import decode_bytes_for_runs
@@ -48,7 +51,9 @@ def glance(markdown: str) -> list[str]:
 
 
 def formatted(estimate: dict, digits: int = 1) -> tuple[str, str, str]:
-    return tuple(f"{estimate[key]:.{digits}f}" for key in ("value", "low", "high"))  # type: ignore[return-value]
+    """value, low and high as the tables write them (with the decimals the figure needs: ``intervals.decimals``)."""
+    places = decimals(estimate["value"], estimate["low"], estimate["high"], digits)
+    return tuple(f"{estimate[key]:.{places}f}" for key in ("value", "low", "high"))  # type: ignore[return-value]
 
 
 def per_user(step: dict) -> dict:
@@ -72,18 +77,32 @@ def knee(steps: list[dict]) -> dict | None:
 def check_run_headline(text: str, steps: list[dict]) -> None:
     """The best step, the knee and the floor of one run's paragraph, against its steps in summary.json."""
     top = best(steps)
-    found = re.search(rf"Best aggregate output {FIGURE} tok/s at {LOAD}", text)
+    found = re.search(rf"Best aggregate output {FIGURE} tok/s at {LOAD}; ", text)
     assert found, text
     assert found.groups()[:3] == formatted(top["aggregate_tok_s"]) and int(found.group(4)) == top["users"]
+    if top["ttft_s"]["p90"]["value"] is None:  # the window was shorter than a request there
+        assert text[found.end():].startswith("no request finished inside its window there, so latency was not "
+                                             "measured"), text
+    else:
+        found = re.match(rf"there a user waits {FIGURE} s for the first token \(TTFT p90\) and then reads {FIGURE} "
+                         rf"tok/s \(median per-user decode speed\)", text[found.end():])
+        assert found, text
+        assert found.groups()[:3] == formatted(top["ttft_s"]["p90"], 3)
+        assert found.groups()[3:] == formatted(per_user(top))
     expected = knee(steps)
     if expected is None:
         assert "no knee within the sweep" in text and "The knee is at" not in text
     else:
-        found = re.search(rf"The knee is at {LOAD}: no larger step's aggregate lies above its interval \({FIGURE} "
-                          "tok/s\\)", text)
+        # the rule compares intervals, and the sentence says so with both figures it compared
+        found = re.search(rf"The knee is at {LOAD}: no larger step's aggregate interval lies wholly above this one's "
+                          rf"\({FIGURE} tok/s; the highest larger step, {LOAD}, has {FIGURE}\)", text)
         assert found, text
         assert int(found.group(1)) == expected["users"]
-        assert found.groups()[1:] == formatted(expected["aggregate_tok_s"])
+        assert found.groups()[1:4] == formatted(expected["aggregate_tok_s"])
+        larger = [step for step in steps if step["users"] > expected["users"] and step["aggregate_tok_s"]["value"]]
+        highest = max(larger, key=lambda step: step["aggregate_tok_s"]["value"])
+        assert int(found.group(5)) == highest["users"] and found.groups()[5:] == formatted(highest["aggregate_tok_s"])
+        assert float(highest["aggregate_tok_s"]["low"]) <= float(expected["aggregate_tok_s"]["high"])
     measured = [step for step in steps if per_user(step)["value"] is not None]
     below = [step for step in measured if per_user(step)["value"] < PER_USER_FLOOR_TOK_S]
     if below:
@@ -107,7 +126,8 @@ def test_a_committed_runs_headline_reads_back_from_its_summary(name: str, tmp_pa
     markdown, summary = render(tmp_path, [RUNS / name])
     (paragraph,) = glance(markdown)
     check_run_headline(paragraph, summary["runs"][0]["steps"])
-    assert "$" not in paragraph and "priced" not in paragraph  # not priced: no $ figure, the Cost section says why
+    # not priced: no $ figure, and the glance says how to price it
+    assert "$" not in paragraph and "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in paragraph
 
 
 def test_the_h200_runs_headline_says_what_limited_it_from_the_roofline(tmp_path: Path, monkeypatch) -> None:
@@ -206,3 +226,37 @@ def test_the_headline_opens_report_html_too(kit, tmp_path: Path) -> None:
     body = page.split("<main>", 1)[1]
     assert body.index("<h2>At a glance</h2>") < body.index(f"<p>{html.escape(paragraph, quote=False)}</p>")
     assert body.index(f"<p>{html.escape(paragraph, quote=False)}</p>") < body.index("<table>")
+
+
+def test_the_knee_sentence_says_the_rule_it_applies_and_agrees_with_the_figures_it_prints(kit) -> None:
+    """Issue 46: the 8-user step's 2847.0 lies above the 2-user step's interval [2413.8, 2821.9], but its own interval
+    [2700.0, 3000.0] does not lie wholly above it: by the rule (intervals compared) the knee is at 2 users, and the
+    sentence says that rule and prints both figures, not "no larger step's aggregate lies above its interval"."""
+    steps = run_figures(load_run(sweep(kit, "knee", speed=30.0, users=(1, 2, 8)))).steps
+    for step, figure in zip(steps, [(1200.0, 1100.0, 1300.0), (2618.7, 2413.8, 2821.9), (2847.0, 2700.0, 3000.0)],
+                            strict=True):
+        step.aggregate_tok_s = Estimate(*figure, 10, "bootstrap over 10 sub-windows")
+    assert knee_sentence(steps) == (
+        "The knee is at 2 users: no larger step's aggregate interval lies wholly above this one's (2618.7 [2413.8, "
+        "2821.9] tok/s; the highest larger step, 8 users, has 2847.0 [2700.0, 3000.0]), so more load gained nothing "
+        "beyond noise.")
+    steps[2].aggregate_tok_s = Estimate(3100.0, 2900.0, 3300.0, 10, "bootstrap over 10 sub-windows")
+    assert knee_sentence(steps) == (
+        "Aggregate still gained beyond noise at the largest step: its interval at 8 users (3100.0 [2900.0, 3300.0] "
+        "tok/s) lies wholly above the one at 2 users (2618.7 [2413.8, 2821.9]): no knee within the sweep.")
+
+
+def test_at_a_glance_answers_throughput_latency_and_cost(kit) -> None:
+    """Issue 46: the glance answers what a reader asks: how much the rig serves, what one user waits and reads, and
+    what a token costs, or, for a run that is not priced, how to price it."""
+    path = sweep(kit, "local", speed=30.0)
+    markdown = write_report([path]).read_text()
+    best_step = best(json.loads((path / "summary.json").read_text())["runs"][0]["steps"])
+    (paragraph,) = glance(markdown)
+    ttft, speed = (Estimate(**figure).short(digits) for figure, digits in
+                   ((best_step["ttft_s"]["p90"], 3), (per_user(best_step), 1)))
+    assert (f"; there a user waits {ttft} s for the first token (TTFT p90) and then reads {speed} tok/s (median "
+            "per-user decode speed)") in paragraph
+    assert "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in paragraph
+    priced = write_report([path], kit.root / "priced", price_as=["g6.xlarge"]).read_text()
+    assert "per million output tokens at g6.xlarge" in glance(priced)[0] and "not priced" not in glance(priced)[0]

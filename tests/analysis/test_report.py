@@ -82,7 +82,7 @@ def test_single_run_report_opens_with_the_headline_then_the_narrow_table_then_th
 
 NOT_PRICED = (
     "not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; "
-    "--price-as TYPE prices it as one"
+    "--price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price"
 )
 
 
@@ -92,8 +92,9 @@ def test_a_local_machine_that_is_no_known_type_is_not_priced_and_says_so_once(ki
     text = write_report([path]).read_text()
     cost = text.split("### Cost", 1)[1].split("###", 1)[0]
     assert cost.strip() == "Not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; " \
-        "--price-as TYPE prices it as one."
-    assert text.lower().count("not priced") == 1
+        "--price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price."
+    assert text.lower().count("not priced") == 2  # the Cost section says why, the glance says how to price it
+    assert "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in text.split("## local", 1)[0]
     assert not re.search(r"\$\s?\d", text) and "| $/Mtok" not in text and "g6.xlarge" not in text
     assert "### Warnings (0)" in text  # said once, in the cost section: not a warning to count
     assert not (path / "plots" / "usd_per_mtok.png").exists()  # no $ plot, rather than an empty one
@@ -159,7 +160,7 @@ def test_cli_report_compare_plan_prices(kit, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     ranked = [line for line in result.output.splitlines() if line.startswith("|      1 ")]
     assert ranked and "drafter" in ranked[0]
-    assert "recommended: local drafter at g6.xlarge spot (--price-as): " in result.output
+    assert "recommended: local drafter at g6.xlarge spot (--price-as), measured on CPU: " in result.output
     assert "hypothetical" not in result.output
     plans = json.loads(plan_json.read_text())["plans"]
     assert plans[0]["hypothetical"] is False and plans[0]["price_basis"] == "price-as" and plans[0]["instances"] >= 1
@@ -180,3 +181,26 @@ def test_cli_error_is_one_line_without_traceback(tmp_path):
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0
     assert "no such directory" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_a_small_figure_keeps_the_digits_its_interval_needs(kit):
+    """Issue 46: ITL and TPOT of 0.245 ms were written "0 [0, 0] ms" (whole milliseconds). Each figure is written with
+    the decimals it needs: its value to within half its last digit of summary.json's, its interval's ends apart."""
+    t0 = kit.T0
+    records = [kit.record(f"r{n}", t_start=t0 + 100 + n * 0.3, ttft=0.01, decode=0.0049 + n * 2e-5, tokens=21)
+               for n in range(30)]  # 20 gaps of 0.245 ms and up
+    path = kit.make_run("fast", [kit.window()], {"p0": records})
+    markdown = write_report([path]).read_text()
+    step = json.loads((path / "summary.json").read_text())["runs"][0]["steps"][0]
+    lines = markdown.splitlines()
+    at = next(n for n, line in enumerate(lines) if "ITL per chunk" in line and line.startswith("|"))
+    header, row = lines[at], lines[at + 2]
+    cells = dict(zip((c.strip() for c in header.strip("|").split("|")), (c.strip() for c in row.strip("|").split("|")),
+                     strict=True))
+    for column, figure in (("ITL per chunk p50/p90/p99 ms ↓", "itl_s"), ("TPOT per token p50/p90/p99 ms ↓", "tpot_s")):
+        for text, p in zip(cells[column].split(" / "), ("p50", "p90", "p99"), strict=True):
+            found = re.fullmatch(r"(\d+\.(\d+)) \[(\d+\.\d+), (\d+\.\d+)\]", text)
+            assert found, text
+            value, low, high = (step[figure][p][key] * 1000 for key in ("value", "low", "high"))
+            assert abs(float(found.group(1)) - value) <= 0.5 * 10 ** -len(found.group(2)) and value > 0.2
+            assert (found.group(3) != found.group(4)) == (round(low, 6) != round(high, 6)), text

@@ -74,14 +74,14 @@ def test_a_price_keeps_its_grounds_and_share_through_the_file(tmp_path: Path, mo
     copy = shutil.copytree(ONE_USER, tmp_path / ONE_USER.name, ignore=shutil.ignore_patterns("plots", "summary.json"))
     write_report([copy], price_as=["p5en.48xlarge"])
     (run,) = read_summary(copy / "summary.json").runs
-    share = "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+    share = "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured on NVIDIA H200"
     (price,) = run.prices
     assert (price.label, price.basis, price.gpu_share, price.hypothetical) == (share, "price-as", 8, False)
     assert price.usd_per_hour == pytest.approx(63.296 / 8) and run.not_priced is None
     aggregate = run.steps[0].aggregate_tok_s.value
     assert run.cost(0, share).value == pytest.approx(63.296 / 8 / (aggregate * 3600) * 1e6)
     # a file written before prices said their grounds reads with them from ``hypothetical``
-    older = price.model_dump(exclude={"basis", "gpu_share"}) | {"hypothetical": True}
+    older = price.model_dump(exclude={"basis", "gpu_share", "measured_on"}) | {"hypothetical": True}
     assert AppliedPrice.model_validate(older).label == "p5en.48xlarge on-demand (hypothetical)"
 
 

@@ -116,6 +116,12 @@ def test_credentials_in_the_url_are_sent_to_the_index_and_never_printed(no_pip_s
     assert str(error.value).endswith("lists no missing-1.0.tar.gz (index from PIP_INDEX_URL)")
 
 
+def test_an_ipv6_index_with_credentials_keeps_its_brackets_and_port() -> None:
+    url = "http://reader:s3cret@[fd00::1]:3141/simple/x/"
+    assert lb.index_request(url).full_url == "http://[fd00::1]:3141/simple/x/"
+    assert lb.PackageIndex(url, "PIP_INDEX_URL").shown == "http://reader:***@[fd00::1]:3141/simple/x/"
+
+
 def test_an_unreachable_index_is_one_line_from_the_standalone_build_script(no_pip_settings: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}/mirror/simple"
     env = {**os.environ, "PIP_INDEX_URL": closed}

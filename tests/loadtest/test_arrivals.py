@@ -145,7 +145,7 @@ def locust_options(**changes: object) -> argparse.Namespace:
                   temperature=0.0, cache_prompt=False, ignore_eos=False, prompts="mixed", context_tokens=0,
                   processes=1, pin_slots=False, drain=0.0, sessions=False, turns=TURNS_DEFAULT, think=THINK_DEFAULT,
                   system_prompt_tokens=0, prompt_length="", output_length="", trace="", trace_speed=1.0,
-                  workload_seed=0, slo="", max_error_rate=0.5, read_timeout=60.0, timeline=False)
+                  workload_seed=0, slo="", max_error_rate=0.5, read_timeout=60.0, timeline=False, ride_out=10.0)
     return argparse.Namespace(**{**values, **changes})
 
 

@@ -52,5 +52,5 @@ def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tm
     assert [step.users_started for step in manifest.steps] == [2, 3]
     shortfall = [warning for warning in manifest.warnings if "had started" in warning]
     assert shortfall == ["step 1 (8 users): 3 of its 8 users had started when its measured window opened, after "
-                         "10 s of warm-up: the window measured a smaller load; lengthen --warmup, or spread the users "
-                         "over --processes N"]
+                         "10 s of warm-up: the window measured a smaller load; the warm-up was shorter than starting "
+                         "them took; lengthen --warmup"]

@@ -63,7 +63,7 @@ def test_the_error_rate_stop_names_the_commonest_kind_and_its_fix() -> None:
     detail = watch.observe(20, 9, errors)
     assert detail == ("error rate 45% over 20 requests exceeds the limit of 30%; most are http_500 (7 of 9, the "
                       "server said: 'slot crashed'): the server failed requests: check its log. Sweep stopped, records "
-                      "kept (--max-error-rate sets the limit)")
+                      "kept (--max-error-rate sets the limit, judged per step)")
     from_workers = [("Exception('http_503: Loading model (unavailable_error)')", 6)]
     detail = ErrorWatch(0.3, 5).observe(6, 6, from_workers)
     assert "most are http_503 (6 of 6, the server said: 'Loading model (unavailable_error)'): the server is busy" \
@@ -84,3 +84,58 @@ def test_an_exception_in_the_request_path_is_a_client_error_not_an_interruption(
         record = stream_chat(client, payload, META).record
     assert (record.error_kind, record.interrupted) == ("client_error", False)
     assert record.error_message == "TypeError: Type is not JSON serializable: set"
+
+
+def test_the_error_limit_is_judged_per_step_so_good_steps_do_not_hide_a_bad_one() -> None:
+    """400 good requests in step 0, then step 1 turns 70 % away with 503 between its successes: over the
+    sweep that is 14 %, under the 50 % limit; the step's own share is what stops it."""
+    watch = ErrorWatch(max_error_rate=0.5, min_requests=10, outage_seconds=10)
+    assert watch.observe(400, 0, [], users=8, step="step 0 (1 users)", now=1.0) is None
+    said = None
+    for second in range(1, 8):  # each second: 3 answered, 7 refused with 503, so no second is an outage
+        errors = [("http_503: Loading model (unavailable_error)", 7 * second)]
+        said = watch.observe(400 + 10 * second, 7 * second, errors, users=8, step="step 1 (8 users)",
+                             now=1.0 + second)
+        if said is not None:
+            break
+    # judged in its second second: a second's refusals beside its answers may be an outage beginning
+    assert said is not None and said.startswith("step 1 (8 users): error rate 70% over 20 requests exceeds the "
+                                                "limit of 50%; most are http_503 (14 of 14, the server said: "
+                                                "'Loading model (unavailable_error)')"), said
+    assert not watch.ridden, "refusals between successes are not an outage ridden out"
+
+
+def test_a_short_outage_is_ridden_out_recorded_and_left_out_of_the_step_s_error_rate() -> None:
+    watch = ErrorWatch(max_error_rate=0.5, min_requests=10, outage_seconds=5)
+    assert watch.observe(20, 0, [], users=4, step="step 0 (4 users)", now=0.0) is None
+    for second, refused in enumerate((4, 20, 40, 60), start=1):  # 4 s of refused connections, nothing answered
+        errors = [("connect: Connection refused", refused)]
+        assert watch.observe(20 + refused, refused, errors, users=4, step="step 0 (4 users)", now=second) is None
+    # the server is back: 6 answers, and the step's 60 refusals are not judged (60 of 86 would be 70 %)
+    assert watch.observe(86, 60, [("connect: Connection refused", 60)], users=4, step="step 0 (4 users)",
+                         now=5.0) is None
+    assert watch.ridden == ["step 0 (4 users): the server was away: no request succeeded for 4-5 s (60 refused "
+                            "connections; all recorded), then it answered again: ridden out (--ride-out 5 s) and left "
+                            "out of the step's error rate; the step's figures include the outage"]
+    assert watch.outage is None and watch.unfinished_outage(6.0) is None
+
+
+def test_an_outage_longer_than_the_ride_out_stops_the_sweep_naming_it() -> None:
+    watch = ErrorWatch(max_error_rate=0.5, min_requests=10, outage_seconds=3)
+    watch.observe(100, 0, [], users=4, step="step 0 (4 users)", now=0.0)
+    said = [watch.observe(100 + 5 * s, 5 * s, [("connect: refused", 5 * s)], users=4, step="step 0 (4 users)",
+                          now=float(s)) for s in range(1, 6)]
+    assert said[:3] == [None, None, None], "within the ride-out: held"
+    assert said[3] == ("the server stopped answering: 20 refused connections since the last successful request, "
+                       "over 4.0 s (--ride-out waits 3 s) (nothing answers at the URL any more: is the server still "
+                       "running?). Sweep stopped, records kept")
+    assert watch.away_since == 0.0, "from the last second that saw an answer: no step ended after it completed"
+    # a sweep that ends inside an outage shorter than the ride-out fails naming it too
+    ended = ErrorWatch(max_error_rate=0.5, min_requests=10, outage_seconds=30)
+    ended.observe(100, 0, [], users=4, now=0.0)
+    ended.observe(112, 12, [("connect: refused", 12)], users=4, now=1.0)
+    assert ended.observe(120, 20, [("connect: refused", 20)], users=4, now=2.0) is None
+    assert ended.unfinished_outage(2.5) == (
+        "the server stopped answering: 20 refused connections since the last successful request, over 2.5 s, and it "
+        "had not answered again when the sweep ended (--ride-out waits 30 s): nothing answers at the URL any more: "
+        "is the server still running? Records kept")

@@ -55,6 +55,7 @@ WIRING = {
     "max_error_rate": ("--max-error-rate", ["--max-error-rate", "0.2"], 0.2),
     "read_timeout_seconds": ("--read-timeout", ["--read-timeout", "7.5"], 7.5),
     "timeline": ("--timeline", ["--timeline"], True),
+    "outage_seconds": ("--ride-out", ["--ride-out", "4.5"], 4.5),
 }
 PARSE_AND_SETTLE = """
 import json, sys

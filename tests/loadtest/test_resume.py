@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from pathlib import Path
@@ -145,3 +146,40 @@ def test_default_marker_is_the_watchers_path_on_a_rig_only(monkeypatch, tmp_path
     assert sweep.default_interruption_marker() == tmp_path / "spot-interruption.json"
     monkeypatch.setenv("RIGBENCH_SPOT_MARKER", str(tmp_path / "elsewhere.json"))
     assert sweep.default_interruption_marker() == tmp_path / "elsewhere.json"
+
+
+def test_a_run_remembers_how_its_server_was_reached_scheme_and_ipv6_brackets_too(tmp_path) -> None:
+    for url in ("http://[::1]:8080", "https://[fd00::5]:8443", "https://rig.example:443", "http://127.0.0.1:9"):
+        assert server_at(url).url == url
+    run = stored_run(tmp_path, "interrupted", 0)
+    run.update_manifest(server=server_at("https://[fd00::5]:8443"))
+    new, url = start_resumed_run(run, None)
+    assert url == "https://[fd00::5]:8443" and new.read_manifest().server.url == url
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_resume_of_a_run_against_ipv6_loopback_reaches_its_server_again(tmp_path: Path) -> None:
+    """``--resume`` makes the URL again from the run's host, port and scheme: ``http://[::1]:PORT``."""
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback (::1) here to serve on")
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
+    runs = tmp_path / "runs"
+    with GroundTruthServer(config, tmp_path / "truth.jsonl", host="::1") as server:
+        assert server.base_url.startswith("http://[::1]:")
+        settings = LoadSettings(user_steps=[1, 2], warmup_seconds=0.3, measure_seconds=0.7, max_tokens=8)
+        old = RunDir.create(runs, new_manifest("v6", "tiny", load=settings, server=server_at(server.base_url, slots=4)))
+        old.update_manifest(status="interrupted", last_complete_step=0, ended_at=utc_now())
+        result = CliRunner().invoke(app, ["sweep", "--resume", str(old.path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (resumed,) = [path for path in runs.iterdir() if path != old.path]
+    manifest = RunDir(resumed).read_manifest()
+    assert manifest.status == "complete" and manifest.server.url == server.base_url
+    assert f"against {server.base_url}" in result.output and manifest.load.user_steps == [2]

@@ -137,7 +137,8 @@ def test_a_server_that_tips_into_503_is_backed_off_and_the_stop_quotes_its_words
     users, retry_after = 8, 1
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=users, overload_after=40,
                                retry_after_s=retry_after)
-    settings = LoadSettings(user_steps=[users], warmup_seconds=1, measure_seconds=12, max_tokens=8)
+    # no ride-out: the server's 503s from request 40 on are judged at once (an outage is another test's)
+    settings = LoadSettings(user_steps=[users], warmup_seconds=1, measure_seconds=12, max_tokens=8, outage_seconds=0)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         run = new_run(tmp_path, settings, server.port, slots=users)
         manifest = run_sweep(run, server.base_url, progress=False)
@@ -169,7 +170,49 @@ def test_a_step_whose_users_mostly_waited_fails_with_the_load_that_ran(tmp_path:
     assert manifest.status_detail.startswith("step 0 (8 users): the load that ran was ")
     assert "of the load named (" in manifest.status_detail and "requests in flight on average), under 50%" in (
         manifest.status_detail)
+    # the cause named is the one that happened: the server turned most requests away, not a short warm-up
+    assert "refused (503)), and its users waited after each refusal as the server asked (backing off): the " \
+           "server is busy or still loading" in manifest.status_detail, manifest.status_detail
+    assert "--warmup" not in manifest.status_detail and "--processes" not in manifest.status_detail
     assert any(record.ok for record in run.read_records()), "records kept"
+
+
+def test_a_server_that_restarts_for_3_s_is_ridden_out_with_its_refusals_recorded(tmp_path: Path) -> None:
+    """The server goes away half a second into the step and listens again 3 s later (a supervised restart):
+    the users' refused connections are recorded, the sweep waits (--ride-out, 10 s by default) and goes on,
+    and the manifest names the outage."""
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=4)
+    settings = LoadSettings(user_steps=[2], warmup_seconds=5.5, measure_seconds=1.5, max_tokens=8)
+    first = GroundTruthServer(config, tmp_path / "truth.jsonl").__enter__()
+    back: list[GroundTruthServer] = []
+    run = new_run(tmp_path, settings, first.port, slots=4)
+
+    def restart() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not run.read_manifest().steps:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        first.__exit__()
+        time.sleep(3.0)
+        back.append(GroundTruthServer(config, tmp_path / "truth-after.jsonl", port=first.port).__enter__())
+
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    try:
+        manifest = run_sweep(run, first.base_url, progress=False)
+    finally:
+        restarter.join()
+        for server in (first, *back):
+            server.__exit__()
+    assert manifest.status == "complete", manifest.status_detail
+    records = run.read_records()
+    refused = [record for record in records if record.error_kind == "connect"]
+    assert len(refused) >= 4, "each user's refused connections are recorded"
+    outage_end = max(record.t_end for record in refused)
+    assert any(record.ok and record.t_start > outage_end for record in records), "the load went on after it"
+    ridden = [warning for warning in manifest.warnings if "ridden out" in warning]
+    assert len(ridden) == 1 and ridden[0].startswith("step 0 (2 users): the server was away: no request "
+                                                     "succeeded for "), manifest.warnings
 
 
 def test_each_window_records_the_users_running_as_it_opens(tmp_path: Path) -> None:

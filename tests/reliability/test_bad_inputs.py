@@ -356,6 +356,18 @@ CASES = [
             "separated by commas, e.g. 1,2,4,8 (exit 2)"
         ),
     ),
+    Case(  # more users than a load process can start in time: refused before the build, not grown into
+        "cli: local --steps 100000",
+        lambda ws, url: cli("local", "--steps", "1,100000"),
+        "UsageError: --steps: a step of 100000 users is more than 1 load process can start and hold: one holds at "
+        "most 4096 users (loadtest.process_capacity); give --processes 25 or more, or fewer users (exit 2)",
+    ),
+    Case(
+        "cli: sweep --steps 10000 --processes 2",
+        lambda ws, url: cli("sweep", "--url", url, "--steps", "10000", "--processes", "2"),
+        "UsageError: --steps: a step of 10000 users is more than 2 load processes can start and hold: one holds at "
+        "most 4096 users (loadtest.process_capacity); give --processes 3 or more, or fewer users (exit 2)",
+    ),
     Case(
         "cli: local --backend tpu",
         lambda ws, url: cli("local", "--backend", "tpu"),

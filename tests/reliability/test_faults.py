@@ -25,14 +25,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+from PIL import Image
 
-from core.rundir import LoadSettings, RunDir, new_manifest, server_at
-from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
+from core.rundir import LoadSettings, RequestRecord, RunDir, new_manifest, server_at
+from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.sweep import run_sweep
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 RIGBENCH = str(Path(sys.executable).parent / "rigbench")
+COMMITTED_RUN = ROOT / "runs/gpu-h200-study-2026-11-30/runs/20261130T062952Z-gemma4-e2b-e2b-drafter2-random-181f"
 
 # The private sshd and the rig built on it live in the provision tests' conftest; load them
 # here under their own names so pytest finds them as fixtures of this module.
@@ -259,6 +261,17 @@ def test_error_rate_above_the_limit_fails_rigbench_sweep_in_one_line_keeping_rec
 # ---------------------------------------------------------------- 3. SIGTERM to the load process
 
 
+def cut_and_kept(truth: Path, run_path: Path) -> tuple[dict[str, dict], dict[str, RequestRecord]]:
+    """The replies the server could not finish (the client gone, or, stopped first, its own stop), and those
+    of them the run recorded ``interrupted`` with no more chunks than the server sent."""
+    cut = {rid: entry for rid, entry in read_truth_log(truth).items()
+           if entry["fault"] in ("client_gone", "server_stopped")}
+    records = {record.request_id: record for record in RunDir(run_path).read_records()}
+    kept = {rid: records[rid] for rid in cut if rid in records and records[rid].interrupted}
+    assert all(record.content_chunks <= len(cut[rid]["sends"]) for rid, record in kept.items())
+    return cut, kept
+
+
 def test_sigterm_to_rigbench_sweep_interrupts_keeps_records_and_leaves_no_locust(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
     runs = tmp_path / "runs"
@@ -279,7 +292,34 @@ def test_sigterm_to_rigbench_sweep_interrupts_keeps_records_and_leaves_no_locust
     manifest = RunDir(run_path).read_manifest()
     assert manifest.status == "interrupted" and manifest.ended_at and manifest.last_complete_step == 0
     assert not processes_mentioning(str(run_path)), "locust outlived rigbench sweep"
+    cut, kept = cut_and_kept(tmp_path / "truth.jsonl", run_path)  # the replies in flight: recorded as they stood
+    assert kept.keys() == cut.keys(), f"{len(cut) - len(kept)} of {len(cut)} cut replies not recorded interrupted"
     assert_next_commands_work(run_path)
+
+
+def test_ctrl_c_records_every_request_in_flight_and_says_how_to_go_on(tmp_path: Path) -> None:
+    """Ctrl-C while four replies stream: each one the server saw cut is recorded ``interrupted`` with what
+    it had received, as at the sweep's end; the command then says what ran and how to go on. (SIGTERM takes
+    the same path: the test above.)"""
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=100, model="default")  # a 20-token reply streams for 2 s
+    runs = tmp_path / "runs"
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        process = subprocess.Popen(
+            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure", "2.5,30",
+             "--max-tokens", "20", "--runs-dir", str(runs), "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        run_path = wait_for_records(runs, process, count=2, timeout=60)
+        wait_for_first_step(run_path, process)  # then 1 s into step 1: its four replies are streaming
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=90)
+    cut, kept = cut_and_kept(tmp_path / "truth.jsonl", run_path)
+    assert len(cut) >= 4, f"{len(cut)} replies were streaming at the stop"
+    assert kept.keys() == cut.keys(), f"{len(cut) - len(kept)} of {len(cut)} cut replies not recorded interrupted"
+    assert sum(record.content_chunks for record in kept.values()) > 0, "the interrupted records kept no chunk"
+    assert last_line(stderr) == f"rigbench: error: {run_path}: interrupted (Ctrl-C or SIGTERM); its records are kept"
+    assert "At a glance:" in stdout and f"write the report: rigbench report {run_path}\n" in stdout, stdout
+    assert f"go on with its remaining steps: rigbench sweep --resume {run_path}\n" in stdout, stdout
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +346,15 @@ def test_sigterm_to_rigbench_local_ends_with_one_clear_line(local_rig_terminated
     line = last_line(local_rig_terminated.stderr)
     assert line.startswith("rigbench: error: ") and "interrupted" in line, local_rig_terminated.stderr
     assert local_rig_terminated.run_path.name in line
+
+
+def test_sigterm_to_rigbench_local_writes_the_report_of_what_ran_and_says_how_to_go_on(
+    local_rig_terminated: FaultedRun,
+) -> None:
+    """As its --help and docs/local.md say: an interrupted run's report is still written."""
+    run_path, stderr = local_rig_terminated.run_path, local_rig_terminated.stderr
+    assert f"report: {run_path / 'report.md'}" in stderr and (run_path / "report.md").is_file(), stderr
+    assert f"then rigbench sweep --resume {run_path} --url URL;" in stderr, stderr
 
 
 # ---------------------------------------------------------------- 4. full disk
@@ -373,6 +422,26 @@ def test_a_full_disk_fails_the_sweep_naming_the_run_folder_and_keeps_what_was_wr
     assert manifest.status in ("failed", "interrupted") and "No space left" in (manifest.status_detail or "")
     # the disk filled before the step's measured window closed, so report refuses in one line
     assert_next_commands_work(run_path, report_refusal="no step has a measured window")
+
+
+def test_a_report_on_a_full_disk_says_so_in_one_line_and_leaves_no_cut_file(tmp_path: Path, small_disk: Path) -> None:
+    """Like the sweep, ``rigbench report`` says ENOSPC in one line naming the file, and every file it leaves
+    is whole (each is written beside, then renamed): no traceback, no cut PNG."""
+    run = shutil.copytree(COMMITTED_RUN, tmp_path / COMMITTED_RUN.name,
+                          ignore=shutil.ignore_patterns("plots", "report.md", "summary.json"))
+    free = shutil.disk_usage(small_disk).free
+    with open(small_disk / "filler", "wb") as filler:  # room for about one plot
+        filler.write(b"\0" * max(0, free - 60 * 1024))
+    out = small_disk / "report"
+    reported = cli("report", str(run), "--out", str(out))
+    assert reported.returncode == 2 and "Traceback" not in reported.stderr, reported.stderr
+    line = last_line(reported.stderr)
+    assert line.startswith(f"rigbench: error: cannot write {out}/") and "No space left on device (ENOSPC)" in line, line
+    left = [path for path in out.rglob("*") if path.is_file()]
+    assert not [path for path in left if path.name.startswith(".")], f"a temporary file is left: {left}"
+    for path in left:  # whatever was written before the disk filled is whole
+        with Image.open(path) as image:
+            image.load()
 
 
 # ---------------------------------------------------------------- 5. the SSH link drops during a remote sweep

@@ -30,7 +30,7 @@ def gate(*args: str | Path):
 
 # the committed runs were made on one H200 of a lent machine: its share of a p5en.48xlarge (8x H200)
 PRICE_AS = ("--price-as", "p5en.48xlarge")
-ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"
+ON_DEMAND = "$/Mtok per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured on NVIDIA H200"
 
 
 def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
@@ -42,7 +42,7 @@ def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
     assert lines[2] == "a regression: worse than the baseline by more than 5% with the two 95% intervals apart"
     assert lines[4] == (
         f"note: $/Mtok not gated: local bs {BACKEND_SAMPLING.name}: not priced: ran on vm (NVIDIA H200), not a known "
-        "instance type; --price-as TYPE prices it as one"
+        "instance type; --price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price"
     )
     assert lines[5].startswith("| step ") and lines[6].startswith("|----")
     assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 8

@@ -8,6 +8,8 @@ beside it and the local rig's options are held to it here.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -16,14 +18,18 @@ from typer.testing import CliRunner
 from core.errors import UsageError
 from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.load_file import load_file_text
+from core.load_reached import FAIL_BELOW
 from core.profile import RequestDefaults
 from core.rundir import LoadSettings
+from loadtest.arrivals import step_arrivals
+from loadtest.schedule import stages_for
 from rigbench.cli import app, load_command
 from rigbench.load_options import OPTION_FIELDS, LoadFlags, load_request, settle_load, with_load_options
 from rigbench.local_rig import LocalRigOptions
 
 FROM_THE_PROFILE_OR_THE_RUN = {"temperature", "cache_prompt", "arm"}
 TRACE = Path(__file__).resolve().parents[1] / "loadtest" / "data" / "short_trace.jsonl"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_every_field_is_filled_by_an_option_or_by_the_profile() -> None:
@@ -108,3 +114,39 @@ def test_resume_takes_no_load_flags(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), "--measure", "3"])
     assert isinstance(result.exception, UsageError)
     assert "--resume with --measure: a resumed run keeps its own load settings" in str(result.exception)
+
+
+def doc_local_lines() -> list[list[str]]:
+    """The ``rigbench local`` command lines the docs show (their arguments)."""
+    lines = []
+    for doc in ("local.md", "sweeps.md", "workloads.md"):
+        for line in (DOCS / doc).read_text().splitlines():
+            found = re.match(r"(?:\.venv/bin/)?rigbench local\b(.*)", line.strip())
+            if found:
+                lines.append(shlex.split(found.group(1), comments=True))
+    return lines
+
+
+@pytest.mark.parametrize("args", doc_local_lines(), ids=lambda args: " ".join(args) or "(defaults)")
+def test_every_local_line_the_docs_show_runs_a_load_its_windows_can_hold(args: list[str], monkeypatch) -> None:
+    """``rigbench local --rates 1,2,4`` with local's 3 s windows ran 33 % of its first step's load (one arrival
+    where 1 req/s names three): left out, a rate step's window is as long as 30 of its arrivals need, so a
+    load generator that keeps the schedule reaches the load named in every documented line."""
+    import rigbench.commands.local as local_command
+
+    ran = []
+    monkeypatch.setattr(local_command, "run_local_rig", lambda options: ran.append(options) or "report")
+    result = CliRunner().invoke(app, ["local", *args])
+    assert result.exit_code == 0 and len(ran) == 1, (result.output, result.exception)
+    settings = settle_load(ran[0].load_fields(), request=RequestDefaults(), request_from="rigbench").settings
+    stages = stages_for(settings)
+    for stage in stages:
+        if stage.rate is None:
+            continue
+        arrivals = step_arrivals(stage.rate, stage.duration, settings.arrival, settings.arrival_seed,
+                                 settings.arrival_shape)
+        held = int((arrivals >= stage.warmup).sum())
+        assert held >= FAIL_BELOW * stage.rate * stage.measure, (
+            f"{stage.rate:g} req/s: {held} arrivals in a {stage.measure:g} s window")
+    if "--rates" in args and "--measure" not in args:
+        assert settings.measure_seconds == [30.0, 15.0, 8.0]

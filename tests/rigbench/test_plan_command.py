@@ -1,5 +1,6 @@
-"""``rigbench plan`` ranks priced rigs only: the type a run ran on, or the one ``--price-as`` gives its machine;
-other types only when ``--hypothetical`` names them."""
+"""``rigbench plan`` ranks priced rigs only: the type a run ran on, the one ``--price-as`` gives its machine, or the
+hourly price ``--usd-per-hour`` gives it (``rigbench report`` prices with the same flags); other types only when
+``--hypothetical`` names them. A price of hardware that did not measure the run names the machine that did."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analysis.plots import price_labels
+from analysis.prices import PriceBook
+from analysis.report import build_sections, cost_section
+from analysis.summary import run_summary
 from core.errors import UsageError
 from core.rundir import MachineInfo, RigInfo
 from rigbench.cli import app
@@ -75,9 +80,10 @@ def test_hypothetical_types_are_ranked_beside_the_measured_ones_and_labelled(kit
     prices = ranked(result.output)
     assert sorted(prices) == sorted([
         "g6.xlarge spot", "g6.xlarge on-demand",  # the AWS run: its own type, not repeated as hypothetical
-        "g6e.xlarge on-demand (hypothetical)",  # the AWS run extrapolated
-        "g6e.xlarge on-demand (hypothetical)", "g6.xlarge on-demand (hypothetical)",  # the CPU run
-        "g6.xlarge spot (hypothetical)",
+        "g6e.xlarge on-demand (hypothetical), measured on g6.xlarge",  # the AWS run extrapolated
+        "g6e.xlarge on-demand (hypothetical), measured on CPU (2 cores)",  # the CPU run
+        "g6.xlarge on-demand (hypothetical), measured on CPU (2 cores)",
+        "g6.xlarge spot (hypothetical), measured on CPU (2 cores)",
     ])
     assert "not ranked" not in result.output
     assert "prices marked (hypothetical) apply an instance type the run did not run on (--hypothetical)" in (
@@ -89,14 +95,16 @@ def test_price_as_ranks_a_local_machine_as_the_type_it_counts_as(kit) -> None:
     result = plan(aws, local, "--price-as", "g6.2xlarge")
     assert result.exit_code == 0, result.output
     assert sorted(ranked(result.output)) == sorted([
-        "g6.xlarge spot", "g6.xlarge on-demand", "g6.2xlarge on-demand (--price-as)", "g6.2xlarge spot (--price-as)"])
+        "g6.xlarge spot", "g6.xlarge on-demand", "g6.2xlarge on-demand (--price-as), measured on CPU (2 cores)",
+        "g6.2xlarge spot (--price-as), measured on CPU (2 cores)"])
     assert "--price-as g6.2xlarge not applied: the run ran on g6.xlarge (its manifest says so)" in result.output
 
 
 def test_one_h200_is_planned_in_gpus_of_a_p5en_at_its_per_gpu_share(kit) -> None:
     result = plan(sweep(kit, "h200", H200, speed=60.0), "--price-as", "p5en.48xlarge")
     assert result.exit_code == 0, result.output
-    assert ranked(result.output) == ["per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as)"]
+    assert ranked(result.output) == [
+        "per-GPU share (1/8) of p5en.48xlarge on-demand (--price-as), measured on NVIDIA H200"]
     row = next(line for line in result.output.splitlines() if line.startswith("|      1 "))
     instances, usd = (cell.strip() for cell in row.split("|")[5:7])
     assert float(usd) == pytest.approx(int(instances) * 63.296 / 8, abs=1e-3)
@@ -109,4 +117,61 @@ def test_no_priced_run_is_refused_saying_how_to_price_it(kit) -> None:
     assert isinstance(result.exception, UsageError) and result.exception.exit_code == 2
     message = str(result.exception)
     assert message.startswith("no run is priced, so there is nothing to rank (local cpu: not priced: ran on laptop")
-    assert "give --price-as TYPE (what the machine counts as) or --hypothetical TYPE[,TYPE]" in message
+    assert ("give --price-as TYPE (what the machine counts as), --usd-per-hour USD (what it costs) or --hypothetical "
+            "TYPE[,TYPE]") in message
+
+
+def test_a_price_of_other_hardware_names_the_machine_that_measured_the_figures(kit, tmp_path: Path) -> None:
+    """`plan --hypothetical g6e.xlarge` used to price a CPU run's figures as an L40S's without a word: the plan's
+    table, its recommendation and JSON, and the report's cost section, plot legend and summary.json now say which
+    machine measured what is priced as another type."""
+    cpu = sweep(kit, "cpu", CPU)
+    out = tmp_path / "plan.json"
+    result = plan(cpu, "--hypothetical", "g6e.xlarge", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    label = "g6e.xlarge on-demand (hypothetical), measured on CPU (2 cores)"
+    assert ranked(result.output) == [label]
+    assert f"recommended: local cpu at {label}: 4 instance(s) of 3 users" in result.output
+    (planned,) = json.loads(out.read_text())["plans"]
+    assert (planned["price"]["instance_type"], planned["measured_on"], planned["price_label"]) == (
+        "g6e.xlarge", "CPU (2 cores)", label)
+    (section,) = build_sections([Path(cpu)], ["g6e.xlarge"], PriceBook.default())  # the report's --price-as
+    label = "g6e.xlarge on-demand (--price-as), measured on CPU (2 cores)"
+    cost = "\n".join(cost_section(section))
+    assert f"$/Mtok {label}" in cost and f"whole run at {label}: " in cost
+    assert price_labels([section]) == [label]  # the $/Mtok plot's legend
+    (price,) = run_summary(section).prices
+    assert (price.instance_type, price.measured_on, price.label) == ("g6e.xlarge", "CPU (2 cores)", label)
+
+
+def test_usd_per_hour_prices_a_cpu_run_at_the_given_price_in_plan_and_report(kit, tmp_path: Path) -> None:
+    """A run on no known type is priced at a given $/h, claiming no type or GPU, through the same price objects as
+    --price-as (so the cost section and summary.json carry it); a price not above 0 is refused in one line."""
+    cpu = sweep(kit, "cpu", CPU)
+    for command in (["plan", *TARGETS, cpu], ["report", cpu, "--out", str(tmp_path / "refused")]):
+        for bad in ("0", "-1", "nan"):
+            refused = CliRunner().invoke(app, [*command, "--usd-per-hour", bad])
+            assert isinstance(refused.exception, UsageError) and refused.exception.exit_code == 2
+            assert str(refused.exception) == (f"--usd-per-hour: {bad} is not an hourly price; give what the machine "
+                                              "costs in USD per hour, above 0 (e.g. --usd-per-hour 0.50)")
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "plan.json"
+    result = plan(cpu, "--usd-per-hour", "0.5", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    label = "given $0.5/h (--usd-per-hour), measured on CPU (2 cores)"
+    assert ranked(result.output) == [label]
+    assert f"recommended: local cpu at {label}: 4 machine(s) like the one measured of 3 users, $2.000/h" in (
+        result.output)
+    (planned,) = json.loads(out.read_text())["plans"]
+    assert (planned["price_basis"], planned["price"]["instance_type"], planned["usd_per_hour"]) == ("given", None, 2.0)
+    report = CliRunner().invoke(app, ["report", cpu, "--usd-per-hour", "0.5", "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "not priced" not in text.lower() and f"$/Mtok {label}" in text and f"whole run at {label}: " in text
+    (run,) = json.loads((tmp_path / "report" / "summary.json").read_text())["runs"]
+    (price,) = run["prices"]
+    assert (price["basis"], price["instance_type"], price["market"], price["measured_on"], price["usd_per_hour"]) == (
+        "given", None, None, "CPU (2 cores)", 0.5)
+    assert run["not_priced"] is None and run["run_cost"][0]["usd"] == pytest.approx(0.5)  # one hour at $0.5/h
+    aggregate = run["steps"][-1]["aggregate_tok_s"]["value"]
+    assert run["usd_per_mtok"][-1][label]["value"] == pytest.approx(0.5 / (aggregate * 3600) * 1e6)
