@@ -272,15 +272,18 @@ def cut_and_kept(truth: Path, run_path: Path) -> tuple[dict[str, dict], dict[str
     return cut, kept
 
 
+def sweep_process(url: str, runs: Path, *options: str) -> subprocess.Popen:
+    """``rigbench sweep`` against ``url`` as a child process, its output captured, runs into ``runs``."""
+    return subprocess.Popen([RIGBENCH, "sweep", "--url", url, *options, "--runs-dir", str(runs), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
 def test_sigterm_to_rigbench_sweep_interrupts_keeps_records_and_leaves_no_locust(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=5, itl_ms=5, model="default")
     runs = tmp_path / "runs"
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        process = subprocess.Popen(
-            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure", "2",
-             "--max-tokens", "16", "--runs-dir", str(runs), "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        )
+        process = sweep_process(server.base_url, runs, "--steps", "2,4", "--warmup", "0.5", "--measure", "2",
+                                "--max-tokens", "16")
         run_path = wait_for_records(runs, process, timeout=60)
         wait_for_first_step(run_path, process)
         before = completed_lines(run_path)
@@ -304,11 +307,8 @@ def test_ctrl_c_records_every_request_in_flight_and_says_how_to_go_on(tmp_path: 
     config = GroundTruthConfig(ttft_ms=5, itl_ms=100, model="default")  # a 20-token reply streams for 2 s
     runs = tmp_path / "runs"
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        process = subprocess.Popen(
-            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure", "2.5,30",
-             "--max-tokens", "20", "--runs-dir", str(runs), "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        )
+        process = sweep_process(server.base_url, runs, "--steps", "2,4", "--warmup", "0.5", "--measure", "2.5,30",
+                                "--max-tokens", "20")
         run_path = wait_for_records(runs, process, count=2, timeout=60)
         wait_for_first_step(run_path, process)  # then 1 s into step 1: its four replies are streaming
         process.send_signal(signal.SIGINT)
@@ -393,11 +393,8 @@ def test_a_full_disk_fails_the_sweep_naming_the_run_folder_and_keeps_what_was_wr
     runs = small_disk / "runs"
     config = GroundTruthConfig(ttft_ms=1, itl_ms=0, model="default")
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        process = subprocess.Popen(
-            [RIGBENCH, "sweep", "--url", server.base_url, "--steps", "8", "--warmup", "0.5", "--measure", "3",
-             "--max-tokens", "4", "--runs-dir", str(runs), "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        )
+        process = sweep_process(server.base_url, runs, "--steps", "8", "--warmup", "0.5", "--measure", "3",
+                                "--max-tokens", "4")
         run_path = wait_for_records(runs, process, count=20, timeout=60)
         # leave ~24 KiB (the sweep may fill it by itself first): it runs out of room within seconds
         free = shutil.disk_usage(small_disk).free
