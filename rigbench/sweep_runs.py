@@ -151,7 +151,8 @@ def _search(plan: SweepPlan, template: RunManifest, server: CheckedServer, resul
     result.runs = [str(path.parent) for path in sorted(folder.glob("*/manifest.json"))]
     unit = "--users N" if plan.search.mode == "users" else "--rate R"
     typer.echo(f"write the report: rigbench report {shlex.quote(str(folder))}\n"
-               f"plan from it: rigbench plan {shlex.quote(str(folder))} {unit} [--price-as TYPE]")
+               f"plan from it: rigbench plan {shlex.quote(str(folder))} {unit} "
+               "[--price-as TYPE | --usd-per-hour USD]")
     problem = exit_problem(search)
     if problem is not None:
         result.failures.append(problem)

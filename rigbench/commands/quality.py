@@ -399,11 +399,13 @@ def ladder(
 def quality_report(
     folder: Path = typer.Argument(..., help="a ladder folder"),
     within: int = typer.Option(2, "--within", min=0, help="name the fastest rung within N answers"),
-    price_per_hour: float | None = typer.Option(None, "--price-per-hour", min=0.0, help="price the ladder's hours"),
+    price_per_hour: float | None = typer.Option(None, "--price-per-hour", help="price the ladder's "
+                                                  "hours (USD per hour, above 0)"),
     price_source: str | None = typer.Option(None, "--price-source", help="where that price comes from"),
 ) -> None:
     """Write (again) a ladder's report.md, quality.json and plot from its folder."""
-
+    if price_per_hour is not None and not price_per_hour > 0:
+        raise UsageError(f"--price-per-hour: {price_per_hour:g} is not an hourly price; give USD per hour, above 0")
     typer.echo(
         str(write_ladder_report(folder, within=within, price_per_hour=price_per_hour, price_source=price_source))
     )

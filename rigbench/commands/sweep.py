@@ -186,11 +186,22 @@ def sweep(
         raise
     finally:
         if result_file is not None:
-            result.write(result_file)
+            write_result(result, result_file)
     if search is None:
         say_headline([Path(path) for path in result.runs])
     if result.failures:
         raise RunIncomplete("; ".join(result.failures))
+
+
+def write_result(result: SweepResult, path: Path) -> None:
+    """``--result FILE``, written whole; a file that cannot be written (a full disk) is one line that still
+    names the runs made."""
+    try:
+        result.write(path)
+    except OSError as error:
+        made = ", ".join(result.runs) or "none"
+        raise UsageError(f"--result {path}: cannot write it ({error.strerror or error}); the runs made: "
+                         f"{made}") from None
 
 
 def say_headline(paths: list[Path]) -> None:

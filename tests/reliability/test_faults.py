@@ -122,8 +122,9 @@ def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir
 
 def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
     return subprocess.Popen(
+        # a killed server is said at once: no supervisor brings it back for a ride-out to wait for
         [RIGBENCH, "local", "--steps", users, "--warmup", "0.5", "--measure", measure, "--max-tokens", "16",
-         "--runs-dir", str(runs)],
+         "--ride-out", "1", "--runs-dir", str(runs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
     )
 

@@ -150,3 +150,11 @@ def test_every_local_line_the_docs_show_runs_a_load_its_windows_can_hold(args: l
             f"{stage.rate:g} req/s: {held} arrivals in a {stage.measure:g} s window")
     if "--rates" in args and "--measure" not in args:
         assert settings.measure_seconds == [30.0, 15.0, 8.0]
+
+
+def test_a_result_file_that_cannot_be_written_is_one_line_naming_the_runs_made(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--url", "http://127.0.0.1:9", "--steps", "1", "--result",
+                                      str(tmp_path / "missing-folder" / "made.json")])
+    assert isinstance(result.exception, UsageError), result.output
+    assert "missing-folder/made.json: cannot write it (No such file or directory); the runs made: none" in str(
+        result.exception)

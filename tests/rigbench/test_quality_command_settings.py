@@ -57,3 +57,9 @@ def test_a_bad_key_in_the_file_is_one_line_naming_the_file_and_the_key(tmp_path:
                                       str(tmp_path / "ladder"), "--settings", str(tmp_path / "ladder.toml")])
     assert isinstance(result.exception, UsageError) and not (tmp_path / "ladder").exists()
     assert str(result.exception).startswith(f"--settings {tmp_path / 'ladder.toml'}: no_bench: unknown key")
+
+
+def test_a_ladder_priced_at_no_cost_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["quality", "report", str(tmp_path), "--price-per-hour", "0"])
+    assert isinstance(result.exception, UsageError)
+    assert str(result.exception) == "--price-per-hour: 0 is not an hourly price; give USD per hour, above 0"
