@@ -59,6 +59,8 @@ from loadtest.token_counts import count_cut_requests
 
 REPO_ROOT = LOCUSTFILE.parent.parent
 LOCUST_LOG = "locust.log"
+# Locust's --csv tables that are only a header when nothing failed
+EMPTY_WHEN_CLEAN = ("locust_failures.csv", "locust_exceptions.csv")
 # where infra/templates/spot_watcher.sh writes its notice on the rig (RIGBENCH_SPOT_MARKER overrides both)
 RIG_INTERRUPTION_MARKER = Path("/opt/dlami/nvme/rigbench/spot-interruption.json")
 WORKER_GRACE_SECONDS = 15.0  # a --processes worker still writing its last records after the master exited
@@ -156,6 +158,16 @@ def _log_tail(path: Path, lines: int = 8) -> str:
         return "(no locust log)"
     with open(path, errors="replace") as handle:
         return " | ".join(line.strip() for line in deque(handle, maxlen=lines) if line.strip())
+
+
+def _drop_empty_locust_tables(run: RunDir) -> None:
+    """Locust's failure and exception tables when they hold only their header: every run would keep the same
+    empty file (the records hold every failure anyway); one that lists something is kept."""
+    for name in EMPTY_WHEN_CLEAN:
+        path = run.path / name
+        with contextlib.suppress(OSError):
+            if path.is_file() and len(path.read_text().splitlines()) <= 1:
+                path.unlink()
 
 
 def _finalise(run: RunDir, returncode: int | None, interrupted: bool) -> RunManifest:
@@ -260,6 +272,7 @@ def run_sweep(
             f"could not start locust ({error}); is it installed in {sys.executable}'s environment?"
         ) from None
     manifest = _finalise(run, process.returncode, interrupted)
+    _drop_empty_locust_tables(run)
     if interrupted:
         raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
     warning = count_cut_requests(run, base_url)

@@ -40,6 +40,8 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
     for path, manifest in zip(runs, manifests, strict=True):
         assert manifest.status == "complete" and manifest.load.processes == 2
         assert len(RunDir(path).shard_paths()) == 2  # one shard per worker process
+        assert (path / "locust_stats.csv").is_file() and not (path / "locust_failures.csv").exists(), (
+            "Locust's tables are kept, its empty failure table is not")
         records = RunDir(path).read_records()
         assert {r.users for r in records if r.phase == "measure"} == {2, 4}
         # requests still streaming at the sweep's end are interrupted by the harness, without a count
