@@ -58,6 +58,8 @@ from rigbench.load_processes import PROCESSES_HELP, parse_processes
 STEP_FIELDS = ("user_steps", "rate_steps", "trace")
 REQUEST_FIELDS = ("max_tokens", "temperature", "ignore_eos", "cache_prompt")
 CONTEXT = "load_options_context"
+# where a load came from when no file is given: its mistakes are the flags' own (each names its flag)
+FLAGS_ONLY = "the load flags"
 RIDE_OUT_DEFAULT = LoadSettings.model_fields["outage_seconds"].default
 OPEN_LOOP_WINDOWS_HELP = (f"; left out, a rate step's window is as long as its rate needs for {ARRIVALS_PER_WINDOW} "
                           "arrivals on average, if that is longer")
@@ -298,7 +300,7 @@ def settle_load(fields: dict[str, Any], *, request: RequestDefaults, request_fro
     try:
         check_users_per_process(settings.user_steps, processes, os.cpu_count() or 1)
     except UsageError as error:
-        raise UsageError(str(error) if where == "the load flags" else f"{where}: {error}") from None
+        raise UsageError(str(error) if where == FLAGS_ONLY else f"{where}: {error}") from None
     return LoadRequest(settings, contexts, processes is None, RequestOrigins(**origins))
 
 
@@ -306,7 +308,7 @@ def load_request(flags: LoadFlags, *, request: RequestDefaults, request_from: Se
     """The load a command's flags (and ``--load`` file) describe, settled with the request defaults."""
     fields, named = load_fields(flags)
     path = flags.values.get("load_file")
-    where = f"--load {path} with the flags" if path is not None else "the load flags"
+    where = f"--load {path} with the flags" if path is not None else FLAGS_ONLY
     return settle_load(fields, request=request, request_from=request_from, named=named, where=where)
 
 

@@ -54,16 +54,14 @@ def sweep_servers(plan: SweepPlan, result: SweepResult) -> SweepResult:
     """Run the plan; ``result`` (the runs made, as they are made) is filled as it goes, so a caller that
     writes it after an error still names every run that ran. A failed run does not stop the next; an
     interrupted one does (the rest are not run)."""
-    settings = plan.load.settings
-    servers = check_servers([url for _, url in plan.arms], settings, plan.load.contexts, model_name=plan.model_name,
-                            health=plan.preflight, replicas=[replica.url for replica in plan.replicas])
-    if plan.load.auto_processes:
-        settings = settings.model_copy(update={"processes": _sized_processes(plan, servers[0])})
+    servers = check_servers([url for _, url in plan.arms], plan.load.settings, plan.load.contexts,
+                            model_name=plan.model_name, health=plan.preflight,
+                            replicas=[replica.url for replica in plan.replicas])
+    sized = {"processes": _sized_processes(plan, servers[0])} if plan.load.auto_processes else {}
     runs: list[RunDir] = []
     for (arm, _), server in zip(plan.arms, servers, strict=True):
         for context in plan.load.contexts:
-            settings_here = settings.model_copy(update={"context_tokens": context, "arm": arm})
-            manifest = plan.describe(server, settings_here)
+            manifest = plan.describe(server, plan.load.for_context(context, arm=arm, **sized))
             warnings = [*manifest.warnings, *server.fit_warnings.get(context, [])]
             manifest = manifest.model_copy(update={"warnings": warnings})
             if plan.search is not None:  # one search folder, one run per probe (rigbench.capacity_search)
