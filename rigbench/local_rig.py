@@ -73,6 +73,7 @@ class LocalRigOptions:
     server_cpus: list[int] | None = None  # the CPUs the server(s) may run on (None: this process's, unpinned)
     load: dict[str, Any] = field(default_factory=dict)
     load_origins: dict[str, SettingOrigin] = field(default_factory=dict)  # request settings a flag or file gave
+    load_source: str = "the load"  # where the load came from, for the line that refuses it
 
     def changed(self, **changes: Any) -> LocalRigOptions:
         """A copy with these changes: the server's own fields, and ``LoadSettings`` fields over its load's."""
@@ -285,10 +286,11 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
     """Serve, then sweep: the profile's server(s) started here, then the sweep ``rigbench sweep`` runs
     (``rigbench.sweep_runs``), with the same load settings, against them; then the report."""
     fields = options.load_fields()
+    profile = load_profile(options.profile)
+    # every mistake of the load said before the build
+    settle_load(fields, request=profile.request, request_from="profile", where=options.load_source)
     if "processes" in fields and fields["processes"] is None:
         require_capacity(read_capacity())  # --processes auto without a saved ceiling: refused before the build
-    profile = load_profile(options.profile)
-    settle_load(fields, request=profile.request, request_from="profile")  # every mistake said before the build
     prepared = prepare_server(options, console)
     # Random weights make random text, which may end anywhere: a synthetic model's replies
     # are held to max_tokens so every request does the same work.

@@ -7,9 +7,8 @@ from pathlib import Path
 import typer
 
 from core.mps import parse_mps
-from core.profile import load_profile
 from llamacpp.build import BACKENDS
-from rigbench.load_options import FLAGS_ONLY, LoadFlags, load_fields, settle_load, with_load_options
+from rigbench.load_options import FLAGS_ONLY, LoadFlags, load_fields, with_load_options
 from rigbench.local_rig import LocalRigOptions, run_local_rig
 from rigbench.options import (
     backend_option,
@@ -57,11 +56,9 @@ def local(
         raise typer.BadParameter(f"--backend must be {choices}, found {backend!r}")
     fields, named = load_fields(load)
     path = load.values["load_file"]
-    where = f"--load {path} with the flags" if path is not None else FLAGS_ONLY
-    # every mistake of the load said before the build
-    settle_load(fields, request=load_profile(profile).request, request_from="profile", named=named, where=where)
     report = run_local_rig(LocalRigOptions(
         profile=profile, runs_root=runs_dir, backend=backend, model_path=model_file, drafter_path=drafter,
         no_drafter=no_drafter, server_overrides=server_overrides(server_arg), label=label, replicas=replicas,
-        mps=None if mps is None else parse_mps(mps), load=fields, load_origins=named))
+        mps=None if mps is None else parse_mps(mps), load=fields, load_origins=named,
+        load_source=f"--load {path} with the flags" if path is not None else FLAGS_ONLY))
     typer.echo(str(report))
