@@ -271,8 +271,8 @@ def run_sweep(
         raise LoadTestError(
             f"could not start locust ({error}); is it installed in {sys.executable}'s environment?"
         ) from None
+    _drop_empty_locust_tables(run)  # before the final status: a copy made once the status is final has them
     manifest = _finalise(run, process.returncode, interrupted)
-    _drop_empty_locust_tables(run)
     if interrupted:
         raise KeyboardInterrupt  # the run is marked "interrupted"; the caller still learns it was stopped
     warning = count_cut_requests(run, base_url)

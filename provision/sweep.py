@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shlex
 import stat
 import tarfile
@@ -201,6 +202,14 @@ def runs_under(path: Path) -> list[Path]:
     return sorted(child for child in path.iterdir() if (child / RunDir.MANIFEST).is_file()) if path.is_dir() else []
 
 
+def _status(run_dir: Path) -> str | None:
+    """The run's status as its copied manifest says, None where it cannot be read."""
+    try:
+        return RunDir(run_dir).read_manifest().status
+    except (OSError, ValueError):
+        return None
+
+
 def upload_replicas(c: Connection, state: ServeState, paths: RigPaths) -> list[str]:
     """The rig's replicas as a file there for ``rigbench sweep --replicas-file`` (on the rig's loopback, whatever
     they listen on); no options for one server."""
@@ -260,17 +269,35 @@ def fail_search(c: Connection, paths: RigPaths, folder: Path, detail: str) -> No
 
 
 def copy_tree(sftp, remote: str, local: Path) -> int:
-    """Copy ``remote`` into ``local``, skipping files already there with the same size; return files copied."""
+    """Copy ``remote`` into ``local``; return files copied. A file already here with the rig's size and
+    modification time is skipped (a manifest rewritten at the same size is not); each copy lands whole (a
+    temporary name, then renamed) with the rig's time; a file the rig removed between the listing and the
+    copy (a sweep still finishing drops its empty tables) is skipped, not an error."""
     local.mkdir(parents=True, exist_ok=True)
     copied = 0
     for entry in sftp.listdir_attr(remote):
         source, target = f"{remote}/{entry.filename}", local / entry.filename
         if stat.S_ISDIR(entry.st_mode):
             copied += copy_tree(sftp, source, target)
-        elif not (target.exists() and target.stat().st_size == entry.st_size):
-            sftp.get(source, str(target))
+        elif not _same_file(target, entry):
+            partial = target.with_name(f".{target.name}.part")
+            try:
+                sftp.get(source, str(partial))
+            except FileNotFoundError:
+                partial.unlink(missing_ok=True)
+                continue
+            os.utime(partial, (entry.st_atime or entry.st_mtime, entry.st_mtime))
+            partial.replace(target)
             copied += 1
     return copied
+
+
+def _same_file(local: Path, entry) -> bool:
+    """The copy here has the rig file's size and modification time (whole seconds, what SFTP carries)."""
+    if not local.is_file():
+        return False
+    here = local.stat()
+    return here.st_size == entry.st_size and entry.st_mtime is not None and int(here.st_mtime) == int(entry.st_mtime)
 
 
 def rig_annotations(local: Path) -> dict:
@@ -347,6 +374,11 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
             annotate_quality(local_runs / run_id, kept_rig)
         copied.append(local_runs / run_id)
         print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
+        running = [run_dir.name for run_dir in runs_under(local_runs / run_id)
+                   if _status(run_dir) == "running"]
+        if running:
+            print(f"[fetch] {run_id}: {', '.join(running)} still running on the rig when copied; fetch again "
+                  "when it ends for the rest of its records", flush=True)
     try:
         sftp.stat(f"{paths.results}/bench")
     except FileNotFoundError:

@@ -487,7 +487,8 @@ def drop_ssh_during_remote_sweep(built_rig, sshd, tmp_path: Path) -> DroppedSwee
         killer.join(timeout=5)
         rig_run = only_run(remote_runs)
         # the rig's sweep goes on without the link; a new connection fetches everything it wrote
-        wait_for(lambda: RunDir(rig_run).read_manifest().status != "running", 120, "the rig's sweep to end")
+        wait_for(lambda: RunDir(rig_run).read_manifest().status != "running", 120, "the rig's run to end")
+        wait_for(lambda: (Path(paths.root) / "sweep-result.json").is_file(), 120, "the rig's sweep command to end")
         again = connect(sshd.host, user=sshd.user, port=sshd.port, key_filename=str(sshd.key),
                         known_hosts=sshd.known_hosts(tmp_path / "known_hosts2"), strict_host_key=True)
         copied = fetch(again, paths, local_runs)
