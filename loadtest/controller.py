@@ -37,8 +37,12 @@ from loadtest.telemetry import (
     CPU_WARN_PERCENT,
     LOADGEN_CPU_METRIC,
     MACHINE_CPU_METRIC,
+    OTHER_CPU_METRIC,
+    SERVER_CPU_METRIC,
+    ServedProcesses,
     ServerTelemetry,
     cpu_warnings,
+    other_cpu_percent,
     server_slots,
 )
 
@@ -61,10 +65,12 @@ class SweepController:
         self.telemetries: list[tuple[int | None, ServerTelemetry]] = (
             [(index, ServerTelemetry(httpx.Client(base_url=url, timeout=10))) for index, url in enumerate(replicas)]
             if replicas else [(None, ServerTelemetry(self.client))])
+        self.served = ServedProcesses(replicas or [environment.host])  # the server's processes, where it runs here
         self.process = psutil.Process()
-        self.process.cpu_percent()
+        self.process.cpu_percent()  # after the search above, which the first reading should not count
         psutil.cpu_percent()  # starts the machine-wide clock: the first reading is from here
         self.children: dict[int, psutil.Process] = {}
+        self.cores = psutil.cpu_count() or 1
         self.slots = self.view.slots or server_slots(environment.host) or None
         # the exact document prefix every user sends (same cut, same server count as theirs)
         self.context_tokens = context_for_tokens(environment.host, self.view.settings.context_tokens)[1]
@@ -109,6 +115,7 @@ class SweepController:
                     with contextlib.suppress(Exception):
                         self._at_boundary(t0, elapsed, index, boundary)
         self._note_cap_waits()
+        self._note_unseen_servers()
         with contextlib.suppress(Exception):  # the last second's requests, then an outage the sweep ended in
             self._observe_errors()
         self._note_outages_ridden()
@@ -140,22 +147,45 @@ class SweepController:
         dispatch.cap_waits = 0
         self.run.update_manifest(warnings=[*manifest.warnings, warning])
 
+    def _note_unseen_servers(self) -> None:
+        """A server on this machine whose process was never seen is in the others' CPU figure: said once."""
+        if self.run is None or not self.served.unseen:
+            return
+        manifest = self.run.read_manifest()
+        notes = [f"{url} is served on this machine, but no process listening on port {port} could be seen (another "
+                 f"user's, or psutil may not list connections here): {OTHER_CPU_METRIC} includes that server's CPU"
+                 for url, port in self.served.unseen.items()]
+        self.run.update_manifest(warnings=[*manifest.warnings, *(n for n in notes if n not in manifest.warnings)])
+
     # --- schedule --------------------------------------------------------------------
     def _cpu_readings(self) -> dict[str, float]:
         """CPU % since the last call: the load processes together (this one and its ``--processes``
         workers, each followed by one psutil object whose first reading only starts its clock), the
-        busiest of them (one process is one core's worth at most), and the whole machine (the
-        server too, when it runs here), as a share of all its cores."""
+        busiest of them (one process is one core's worth at most), and the whole machine as a share
+        of all its cores. Then the machine's own noise on that scale: the server's processes where
+        they run here (``SERVER_CPU_METRIC``, absent where none was seen) and what everyone else kept
+        busy (``OTHER_CPU_METRIC``: the machine less the load and the server; a server elsewhere has
+        nothing to take off, so it is this machine's others only; rigbench's own watcher and hardware
+        sampler, whose cost the manifest's hardware account gives, count among the others)."""
         readings = [self.process.cpu_percent()]
+        server = self.served.cpu_percent()
+        serving = self.served.pids()  # a server this process started is not a load process
         for child in self.process.children(recursive=True):
+            if child.pid in serving:
+                continue
             known = self.children.setdefault(child.pid, child)
             with contextlib.suppress(psutil.Error):
                 readings.append(known.cpu_percent())
-        return {
+        machine = psutil.cpu_percent()
+        cpu = {
             LOADGEN_CPU_METRIC: sum(readings),
             BUSIEST_PROCESS_CPU_METRIC: max(readings),
-            MACHINE_CPU_METRIC: psutil.cpu_percent(),
+            MACHINE_CPU_METRIC: machine,
+            OTHER_CPU_METRIC: other_cpu_percent(machine, sum(readings), server, self.cores),
         }
+        if server is not None:
+            cpu[SERVER_CPU_METRIC] = server / self.cores
+        return cpu
 
     def _follow_schedule(self, t0: float) -> None:
         self.t0 = t0

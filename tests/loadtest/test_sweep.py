@@ -19,6 +19,7 @@ from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_tru
 from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
 from loadtest.sweep import run_sweep
+from loadtest.telemetry import MACHINE_CPU_METRIC, OTHER_CPU_METRIC, SERVER_CPU_METRIC
 from rigbench.fidelity import selftest
 
 pytestmark = pytest.mark.integration
@@ -219,9 +220,15 @@ def test_each_window_records_the_users_running_as_it_opens(tmp_path: Path) -> No
     config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=64)
     settings = LoadSettings(user_steps=[1, 64], warmup_seconds=1, measure_seconds=1, max_tokens=8)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
-        manifest = run_sweep(new_run(tmp_path, settings, server.port, slots=64), server.base_url, progress=False)
+        run = new_run(tmp_path, settings, server.port, slots=64)
+        manifest = run_sweep(run, server.base_url, progress=False)
     assert [step.users_started for step in manifest.steps] == [1, 64]
     assert not [warning for warning in manifest.warnings if "had started" in warning]
+    # the machine's own noise rides along: what other processes kept busy, the server (found on its port) apart
+    ends = [snapshot.metrics for snapshot in run.read_telemetry() if snapshot.boundary == "end"]
+    assert len(ends) == 2
+    assert all(0.0 <= end[OTHER_CPU_METRIC] <= end[MACHINE_CPU_METRIC] and SERVER_CPU_METRIC in end for end in ends)
+    assert not [warning for warning in manifest.warnings if OTHER_CPU_METRIC in warning]
 
 
 @pytest.mark.timing
@@ -239,6 +246,7 @@ def test_users_above_server_slots_are_warned(tmp_path: Path) -> None:
 SWEEP_SCRIPT = """
 import sys
 from loadtest.sweep import run_sweep
+from loadtest.telemetry import MACHINE_CPU_METRIC, OTHER_CPU_METRIC, SERVER_CPU_METRIC
 from core.profile import load_profile
 from core.rundir import RunDir
 run = RunDir(sys.argv[1])

@@ -13,6 +13,7 @@ from loadtest.telemetry import (
     BUSIEST_PROCESS_CPU_METRIC,
     LOADGEN_CPU_METRIC,
     MACHINE_CPU_METRIC,
+    OTHER_CPU_METRIC,
     ServerTelemetry,
     count_slots,
     cpu_warnings,
@@ -90,4 +91,8 @@ def test_a_saturated_process_or_machine_warns_whatever_the_process_count() -> No
     assert "a load process used 95% CPU" in cpu_warnings(1, one_core_full)[0]
     # tool plus a local server at 196% of 200%
     box_full = quiet | {MACHINE_CPU_METRIC: 98.0}
-    assert "the machine's CPU was 98% busy" in cpu_warnings(2, box_full)[0]
+    assert "the machine's CPU was 98% busy over the window (" in cpu_warnings(2, box_full)[0]
+    # neighbours filled it: the warning says how much was theirs
+    crowded = box_full | {OTHER_CPU_METRIC: 61.0}
+    assert "98% busy over the window, 61% by processes other than the load and the server (" in \
+        cpu_warnings(2, crowded)[0]
