@@ -21,6 +21,12 @@ than three requests) the change alone decides, and the row says so. Absolute lim
 run's own value, whatever the baseline, at every step of the run: ``min_tok_s`` the per-user
 tok/s, ``max_ttft_p90_s`` the TTFT p90.
 
+Given several runs of each side (each arm's ``--repeats``), a figure is the mean over its runs with its
+interval between them (``analysis.repeats``), and a regression is a change past ``max_drop`` that is also
+beyond the spread between runs: the ratio's interval between runs (paired t over the rounds of one series,
+else Welch's t on the log figures) leaves out 1. With one run on a side that spread is unknown: the change is
+judged on the runs' own intervals as above, and the gate says so and how to measure it.
+
 Runs of different workloads (model file, prompt set, reply length, sampling temperature,
 arrival process) measure different things; they are refused unless asked for, and the refusal
 names what differs. A closed-loop run and an open-loop one are never paired.
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 
 from analysis import intervals
 from analysis.intervals import Estimate
+from analysis.repeats import between_runs, ratio_between_runs
 from analysis.report_model import RunSection
 from analysis.step import StepFigures
 from analysis.summary import RunSummary, run_summary
@@ -51,14 +58,38 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class GatedRun:
-    """A run as the gate reads it: what was measured (manifest) and its figures (as summary.json holds them)."""
+    """A run as the gate reads it: what was measured (manifest) and its figures (as summary.json holds them);
+    ``repeats``: the other runs of the same arm given with it (its ``--repeats``), judged together with it by the
+    spread between them."""
 
     manifest: RunManifest
     summary: RunSummary
+    repeats: tuple[GatedRun, ...] = ()
 
     @classmethod
     def from_section(cls, section: RunSection) -> GatedRun:
         return cls(section.figures.run.manifest, run_summary(section))
+
+    @classmethod
+    def from_sections(cls, sections: list[RunSection], what: str) -> GatedRun:
+        """One arm's runs as one gated run (the first, with the others as its repeats); runs of different arms or
+        workloads are refused, naming them (``what``: RUN or --baseline)."""
+        runs = [cls.from_section(section) for section in sections]
+        first = runs[0]
+        for other in runs[1:]:
+            differences = workload_differences(other.manifest, first.manifest)
+            if differences:
+                raise AnalysisError(f"{what}: runs {first.manifest.run_id} and {other.manifest.run_id} measure "
+                                    f"different workloads ({'; '.join(differences)}); give one arm's repeats")
+            if arm_key(other.manifest) != arm_key(first.manifest):
+                raise AnalysisError(f"{what}: runs {first.manifest.run_id} and {other.manifest.run_id} are different "
+                                    f"arms ({arm_key(first.manifest)}, {arm_key(other.manifest)}); give one arm's "
+                                    "repeats")
+        return cls(first.manifest, first.summary, tuple(runs[1:]))
+
+    @property
+    def runs(self) -> list[GatedRun]:
+        return [self, *self.repeats]
 
     @property
     def label(self) -> str:
@@ -276,6 +307,67 @@ def refuse_unusable(run: GatedRun, baseline: GatedRun, allow_different: bool) ->
     return [f"compared although they differ (--allow-different): {'; '.join(differences)}"] if differences else []
 
 
+def arm_key(manifest: RunManifest) -> str:
+    """What makes runs one arm: its series' arm label, else its load's arm, else its server line."""
+    if manifest.repeat is not None:
+        return manifest.repeat.arm
+    if manifest.load is not None and manifest.load.arm:
+        return manifest.load.arm
+    return " ".join(manifest.server.args) if manifest.server is not None else "default"
+
+
+def repeat_values(figure: Figure, gated: GatedRun, key: tuple[float, int]) -> dict[int, float]:
+    """The figure at the step ``key`` of each of the arm's runs, by repeat index (absent figures left out)."""
+    values = {}
+    for position, each in enumerate(gated.runs):
+        index = each.manifest.repeat.index if each.manifest.repeat is not None else position + 1
+        at = next((i for i, step in enumerate(each.summary.steps) if step_key(step) == key), None)
+        estimate = figure.read(each, at) if at is not None else None
+        if estimate is not None and estimate.value is not None and math.isfinite(estimate.value):
+            values[index] = float(estimate.value)
+    return values
+
+
+def pooled_error_rate(gated: GatedRun, key: tuple[float, int]) -> Estimate | None:
+    """Failed of measured requests at the step over all of the arm's runs (None for one run: its own rate stands)."""
+    if not gated.repeats:
+        return None
+    steps = [step for each in gated.runs for step in each.summary.steps if step_key(step) == key]
+    return intervals.proportion(sum(step.error_count for step in steps), sum(step.requests for step in steps))
+
+
+def same_series(run: GatedRun, baseline: GatedRun) -> bool:
+    ours, theirs = run.manifest.repeat, baseline.manifest.repeat
+    return ours is not None and theirs is not None and ours.series == theirs.series
+
+
+def judge_between_runs(figure: Figure, run: GatedRun, baseline: GatedRun, key: tuple[float, int],
+                       max_drop: float) -> tuple[Estimate, Estimate, tuple[str, ...], str] | None:
+    """(baseline's figure, run's figure, failures, note) from the spread between each side's runs; None where a
+    side has fewer than two runs with the figure or a figure of 0 cannot be set in ratio (the caller then judges
+    the first runs' own intervals)."""
+    base_values, run_values = repeat_values(figure, baseline, key), repeat_values(figure, run, key)
+    if len(base_values) < 2 or len(run_values) < 2:
+        return None
+    ratio, verdict, _ = ratio_between_runs(base_values, run_values, same_series(run, baseline))
+    if verdict == "unknown":
+        return None
+    base, ours = between_runs(list(base_values.values())), between_runs(list(run_values.values()))
+    assert base.value is not None and ours.value is not None
+    worse = worse_by(figure, base.value, ours.value)
+    if worse <= max_drop:
+        return base, ours, (), ""
+    amount = f"worse by {worse:.1%}"
+    if verdict == "beyond noise":
+        return base, ours, (f"{amount}, beyond the spread between runs ({ratio.method})",), ""
+    return base, ours, (), f"{amount} but inside the spread between runs ({ratio.method})"
+
+
+ONE_RUN_NOTE = ("one run on a side: the spread between runs is unknown, so a change is judged on each run's own "
+                "95% intervals, which hold the noise inside a run only; --repeats 3 on both (given as several RUN "
+                "and --baseline paths) judges by the spread between runs")
+
+
 def gate(run: GatedRun, baseline: GatedRun, thresholds: Thresholds, allow_different: bool = False) -> GateResult:
     """Every check of the run against the baseline; raises AnalysisError when they cannot be compared."""
     notes = refuse_unusable(run, baseline, allow_different)
@@ -300,7 +392,15 @@ def gate(run: GatedRun, baseline: GatedRun, thresholds: Thresholds, allow_differ
         for figure in figures:
             ours = figure.read(run, position) or intervals.empty()
             base = figure.read(baseline, base_position) or intervals.empty()
-            failures, note = judge(figure, base, ours, thresholds.max_drop)
+            if figure is ERROR_RATE:  # failures are counted, not measured: each side's runs pooled
+                base = pooled_error_rate(baseline, step_key(step)) or base
+                ours = pooled_error_rate(run, step_key(step)) or ours
+            between = None if figure is ERROR_RATE else judge_between_runs(figure, run, baseline, step_key(step),
+                                                                            thresholds.max_drop)
+            if between is not None:
+                base, ours, failures, note = between
+            else:
+                failures, note = judge(figure, base, ours, thresholds.max_drop)
             checks.append(Check(name, figure, base, ours, failures + limit_failures(figure, ours, thresholds), note))
     if len(unmatched) == len(run.summary.steps):
         raise AnalysisError(
@@ -313,7 +413,11 @@ def gate(run: GatedRun, baseline: GatedRun, thresholds: Thresholds, allow_differ
     if theirs:
         names = [step_name(baseline.summary.steps[position]) for position in sorted(theirs.values())]
         notes.append(f"steps of the baseline the run lacks (not checked): {', '.join(names)}")
+    if not run.repeats or not baseline.repeats:
+        notes.append(ONE_RUN_NOTE)
     for side, gated in (("run", run), ("baseline", baseline)):
-        if gated.manifest.status != "complete":
-            notes.append(f"the {side} is {gated.manifest.status}: only its steps with a closed window are compared")
+        for each in gated.runs:
+            if each.manifest.status != "complete":
+                notes.append(f"the {side}'s {each.manifest.run_id} is {each.manifest.status}: only its steps with a "
+                             "closed window are compared")
     return GateResult(run, baseline, thresholds, checks, notes)

@@ -27,9 +27,12 @@ terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
 - $/Mtok is given at the best step for the prices the run is priced at (its own instance type, the
   type ``--price-as`` names, or an hourly price given); a run that is not priced says so and how to
   price it (:data:`NOT_PRICED`);
-- across runs, the run with the highest best aggregate is said to serve more than another only
-  when the ratio of their best aggregates has a 95% interval wholly above 1 (the two intervals
-  combined in log space, as the comparison tables combine them); else "no difference beyond noise".
+- across runs, the arm with the highest best aggregate is said to serve more than another only when
+  the ratio of their best aggregates has a 95% interval between runs wholly above 1 (``analysis.repeats``:
+  each arm run ``--repeats`` times); with one run of an arm the spread between runs is unknown and no
+  difference is called, only measured; one arm run several times says how far its runs landed apart;
+  runs that saw different contention (other processes' CPU, GPU clocks and slowdowns: ``analysis.contention``)
+  are said to have.
 """
 
 from __future__ import annotations
@@ -38,8 +41,21 @@ from collections.abc import Sequence
 
 from analysis.card_limits import card_limits, glance_sentence
 from analysis.ceiling import served_slots
+from analysis.contention import contention_sentence
 from analysis.figures import failures, failures_said
-from analysis.intervals import Estimate, decimals, ratio_of_estimates
+from analysis.intervals import Estimate, decimals
+from analysis.repeats import (
+    AGGREGATE,
+    MEASURE_IT,
+    ArmRuns,
+    StepKey,
+    arms_of,
+    between_runs,
+    paired_arms,
+    ratio_between_runs,
+    spread,
+    step_at,
+)
 from analysis.report_model import RunSection
 from analysis.roofline import reading
 from analysis.run_name import short_names
@@ -53,8 +69,9 @@ DEFINITIONS = (
     f"beyond noise); the per-user floor is {PER_USER_FLOOR_TOK_S:g} tok/s of median per-user decode speed (what "
     "rigbench cloud plans for by default), read on the figure's value; what limited the best step is read from "
     "where a decode call's time goes, else the card's batched ceiling, else the bandwidth roofline. Across runs, "
-    "one run serves more than another only when the ratio of their best aggregates has a 95% interval wholly "
-    "above 1 (their intervals combined in log space, as in the comparison tables)."
+    "one arm serves more than another only when the ratio of their best aggregates has a 95% interval between "
+    "runs wholly above 1 (each arm run --repeats times: paired t over the rounds of one series, else Welch's t); "
+    "with one run of an arm the spread between runs is unknown and no difference is called."
 )
 
 
@@ -253,33 +270,89 @@ def _percent(ratio: Estimate) -> str:
 
 
 def comparison_headline(sections: Sequence[RunSection]) -> str:
-    """Across runs: the one with the highest best aggregate, and by how much it is above each other run where
-    that is beyond noise; empty for one run, or for runs of different load kinds (they are not paired)."""
+    """Across runs: the arm with the highest best aggregate, and by how much it is above each other arm, judged
+    by the spread between runs (``analysis.repeats``): beyond noise, inside it, or unknown with one run of an
+    arm; one arm run several times: how far its runs landed apart. Empty for one run, or for runs of different
+    load kinds (they are not paired)."""
     if len(sections) < 2 or len({section.figures.open_loop for section in sections}) > 1:
         return ""
-    shared, names = short_names([section.figures.run.manifest for section in sections])
-    ranked = [(name, best) for name, section in zip(names, sections, strict=True)
-              if (best := best_step(section)) is not None]
-    if len(ranked) < 2:
+    contention = contention_sentence(sections)
+    return " ".join(part for part in (arms_headline(sections), contention) if part)
+
+
+def arms_headline(sections: Sequence[RunSection]) -> str:
+    """The comparison of the arms' best aggregates (``comparison_headline`` without the machine's noise)."""
+    shared, _ = short_names([section.figures.run.manifest for section in sections])
+    arms = [arm for arm in arms_of(sections) if arm_best(arm) is not None]
+    if len(arms) == 1:
+        return repeat_spread_sentence(arms[0], shared)
+    if len(arms) < 2:
         return ""
-    ranked.sort(key=lambda item: item[1].aggregate_tok_s.value or 0.0, reverse=True)
-    (top_name, top), others = ranked[0], ranked[1:]
-    above, level = [], []
-    for name, best in others:
-        ratio = ratio_of_estimates(best.aggregate_tok_s, top.aggregate_tok_s)
-        said = f"{name} ({figure(best.aggregate_tok_s)} at {at(best)})"
-        if ratio.low is not None and ratio.low > 1:
-            above.append(f"{_percent(ratio)} above {said}")
-        else:
-            level.append(said)
-    runs = f"{len(sections)} runs of {shared}" if shared else f"{len(sections)} runs"
-    if not above:
-        listed = ", ".join(f"{name} {figure(best.aggregate_tok_s)} tok/s at {at(best)}" for name, best in ranked)
-        return f"Across {runs}, the best aggregate outputs show no difference beyond noise: {listed}."
-    text = (f"Across {runs}, {top_name} has the highest aggregate output, {figure(top.aggregate_tok_s)} tok/s at "
-            f"{at(top)}: {_join(above)} (ratios of the best aggregates, 95% intervals)")
+    bests = {arm.label: arm_best(arm) for arm in arms}
+    arms.sort(key=lambda arm: between_runs(list(bests[arm.label][1].values())).value or 0.0, reverse=True)
+    top, others = arms[0], arms[1:]
+    top_key, top_values = bests[top.label]
+    above, level, unknown = [], [], []
+    for arm in others:
+        key, values = bests[arm.label]
+        ratio, verdict, _ = ratio_between_runs(values, top_values, paired_arms(arm, top))
+        said = f"{arm.label} ({arm_figure(arm, key)} at {at_key(arm, key)})"
+        {"beyond noise": above, "within noise": level, "unknown": unknown}[verdict].append(
+            f"{_percent(ratio)} above {said}" if verdict != "within noise" else said)
+    runs = runs_said(arms, shared)
+    opening = (f"Across {runs}, {top.label} has the highest aggregate output, {arm_figure(top, top_key)} tok/s at "
+               f"{at_key(top, top_key)}")
+    parts = []
+    if above:
+        parts.append(f"{_join(above)} (ratios of the best aggregates, 95% intervals between runs)")
     if level:
-        text += f"; no difference beyond noise from {_join(level)}"
+        parts.append(f"no difference beyond the spread between runs from {_join(level)}")
+    if unknown:
+        parts.append(f"measured {_join(unknown)}, but with one run of an arm the spread between runs is unknown, so "
+                     f"no difference is called; {MEASURE_IT}")
+    return f"{opening}: {'; '.join(parts)}."
+
+
+def arm_best(arm: ArmRuns) -> tuple[StepKey, dict[int, float]] | None:
+    """The arm's best step (the highest mean aggregate over its runs) and each run's aggregate there."""
+    measured = [(key, arm.values(AGGREGATE, key)) for key in arm.step_keys()]
+    measured = [(key, values) for key, values in measured if values]
+    return max(measured, key=lambda item: float(sum(item[1].values())) / len(item[1])) if measured else None
+
+
+def arm_figure(arm: ArmRuns, key: StepKey) -> str:
+    """The arm's aggregate at a step: its one run's figure (with that run's own interval), or the mean of its runs
+    with the interval between them."""
+    if arm.repeats == 1:
+        step = step_at(arm.sections[0], key)
+        assert step is not None
+        return figure(step.aggregate_tok_s)
+    return figure(between_runs(list(arm.values(AGGREGATE, key).values())))
+
+
+def at_key(arm: ArmRuns, key: StepKey) -> str:
+    step = next(step for section in arm.sections if (step := step_at(section, key)) is not None)
+    return at(step)
+
+
+def runs_said(arms: Sequence[ArmRuns], shared: str) -> str:
+    counts = sorted({arm.repeats for arm in arms})
+    each = " of unequal runs" if len(counts) > 1 else f" x {counts[0]} runs" if counts[0] > 1 else ""
+    return f"{len(arms)} arms{each}" + (f" of {shared}" if shared else "")
+
+
+def repeat_spread_sentence(arm: ArmRuns, shared: str) -> str:
+    """One arm run several times: its best aggregate between runs, and how far its runs landed apart."""
+    best = arm_best(arm)
+    if best is None or arm.repeats < 2:
+        return ""
+    key, values = best
+    apart = spread(list(values.values()))
+    where = f" of {shared}" if shared else ""
+    text = (f"Across {arm.repeats} runs of {arm.label}{where}, the best aggregate output is {arm_figure(arm, key)} "
+            f"tok/s at {at_key(arm, key)} (mean of the runs, 95% interval between them)")
+    if apart is not None:
+        text += f"; the runs landed {apart:.1%} apart (coefficient of variation): the noise a comparison is judged by"
     return text + "."
 
 

@@ -29,6 +29,7 @@ from analysis.budget_section import attach_budgets, budget_section
 from analysis.card_limits import card_limits_section
 from analysis.ceiling import ceiling_section, explicit_ceiling
 from analysis.compare import StepComparison
+from analysis.contention import contention_lines
 from analysis.cost import gpu_description
 from analysis.energy import EnergyPrices
 from analysis.energy_plots import energy_plot_files
@@ -41,6 +42,7 @@ from analysis.headline import headline, headline_text
 from analysis.intervals import BOOTSTRAP_MAX_N, N_RESAMPLES, Estimate, number
 from analysis.plots import write_plots
 from analysis.prices import PriceBook
+from analysis.repeats_section import between_runs_lines
 from analysis.replicas_section import replicas_section
 from analysis.report_csv import write_csv
 from analysis.report_html import write_html
@@ -387,6 +389,7 @@ def render(report: Report) -> str:
     for paragraph in headline(report.sections):
         lines += [paragraph, ""]
     lines += search_sections(report.sections)
+    lines += between_runs_lines(report.sections)
     for section in report.sections:
         lines += [f"## {section.label}", "", LEGEND, "", *glance_table(section), "", "Every figure per step:", ""]
         lines += [step_table(section), "", _describe_run(section), "", token_methods_line(section), ""]
@@ -400,6 +403,7 @@ def render(report: Report) -> str:
         lines += budget_section(section.budget)
         lines += card_limits_section(section, report.sections)
         lines += energy_section(section, report.energy_prices)
+        lines += contention_lines(section)
         lines += goodput_section(section)
         lines += replicas_section(section)
         lines += sessions_section(section)
@@ -414,7 +418,9 @@ def render(report: Report) -> str:
             "",
         ]
     for comparison in report.comparisons:
-        lines += [f"## Comparison: B = {comparison.b} against A = {comparison.a}", ""]
+        lines += [f"## Comparison: B = {comparison.b} against A = {comparison.a}", "",
+                  "Run against run: these intervals hold the noise inside each run only, not how far a second run "
+                  "would land (Between runs holds that, where arms ran more than once).", ""]
         lines += [comparison_table(comparison.steps), ""]
         lines += ["Per prompt category (ratio of mean per-user tok/s):", "", category_table(comparison.steps), ""]
     lines += ["## Plots", ""]

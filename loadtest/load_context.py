@@ -45,6 +45,7 @@ class RunView:
     model_name: str
     replicas: list[str]
     slots: int | None
+    repeat: int | None = None  # the run's repeat of its arm (its records carry it)
 
 
 def run_view(options: Any, run: RunDir | None = None) -> RunView:
@@ -59,7 +60,7 @@ def run_view(options: Any, run: RunDir | None = None) -> RunView:
     replicas = [replica.url for replica in server.replicas] if server is not None and len(server.replicas) > 1 else []
     model = (server.model_name if server is not None else None) or getattr(options, "model_name", "default")
     slots = (server.parallel_slots if server is not None else None) or getattr(options, "parallel_slots", 0) or None
-    return RunView(manifest.load, model, replicas, slots)
+    return RunView(manifest.load, model, replicas, slots, manifest.repeat.index if manifest.repeat else None)
 
 
 def process_shard() -> str:
@@ -82,6 +83,7 @@ class LoadContext:
         view = run_view(options)
         self.settings = view.settings
         self.model_name = view.model_name
+        self.repeat = view.repeat
         self.replicas = view.replicas  # empty: one server, the run's host
         self.stages: list[Stage] = stages_for(self.settings)
         self.made_from = context_key(options)
@@ -146,6 +148,7 @@ class LoadContext:
             phase=position.phase,
             category=category,
             context_tokens=self.context_tokens,
+            repeat=self.repeat,
             window=(t0 + position.measure_start, t0 + position.measure_end) if t0 else None,
         )
 
@@ -154,7 +157,7 @@ class LoadContext:
         only once it is sent, so its record is placed then (``meta_for`` at ``t_start``) and the step,
         users and phase here are never kept."""
         return RequestMeta(shard=self.shard, step=0, users=0, phase="warmup", category=category,
-                           context_tokens=self.context_tokens)
+                           context_tokens=self.context_tokens, repeat=self.repeat)
 
     def write(self, result: StreamResult, environment: Any) -> None:
         """The record to the shard (and its chunk times to the timeline)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from core.errors import RunIncomplete
 from core.lists import SWEEP_DRAIN_SECONDS
 from core.rundir import LoadSettings, RunDir, ServerInfo, new_manifest, server_at
+from core.rundir.models import RepeatInfo
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.sweep import run_sweep
 
@@ -42,6 +43,7 @@ def run_selftest(
     llama_endpoints: bool = True,
     timeline: bool = True,
     drain: float = SWEEP_DRAIN_SECONDS,
+    repeat: RepeatInfo | None = None,
 ) -> tuple[RunDir, Path]:
     """Serve the ground truth, sweep it; returns the run and the server's send log in it.
 
@@ -80,7 +82,8 @@ def run_selftest(
     server_args = ["ground-truth", config.model_dump_json()]
     # the port is known once the ground-truth server listens
     pending = ServerInfo(args=server_args, host="127.0.0.1", port=0, parallel_slots=config.slots, slots_from="server")
-    manifest = new_manifest("selftest", "selftest", load=settings, server=pending)
+    manifest = new_manifest("selftest", "selftest", load=settings, server=pending).model_copy(
+        update={"repeat": repeat})  # one repeat of an A/A check (``rigbench selftest --aa``)
     run = RunDir.create(runs_dir, manifest)
     truth_log = run.path / TRUTH_LOG
     with GroundTruthServer(config, truth_log) as server:

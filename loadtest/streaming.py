@@ -73,6 +73,7 @@ class RequestMeta:
     phase: str
     category: str
     context_tokens: int = 0
+    repeat: int | None = None  # the run's repeat of its arm, None in a run made alone
     # the unix times of its step's measured window, found with the step so the request's share of the
     # window is measured without locating the step again; None before the sweep's start
     window: tuple[float, float] | None = None
@@ -423,6 +424,7 @@ def _make_record(
         timings=timings,
         interrupted=interrupted,
         cached_tokens=cached_tokens(usage, stream.timings),
+        repeat=meta.repeat,
     )
 
 

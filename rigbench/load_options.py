@@ -122,6 +122,9 @@ def _options(warmup: float, measure: str, note: str) -> list[tuple[str, Any, Any
                                          "again, recording the refusals; longer, it stops naming the outage (0: "
                                          "stop at once)")),
         ("timeline", bool, typer.Option(False, "--timeline", help="also keep every chunk's arrival time")),
+        ("repeats", int, typer.Option(1, "--repeats", min=1, max=100, help="run the whole load this many times, "
+                                      "arms interleaved (A B A B); the report's figures and comparisons then carry "
+                                      "the spread between runs (1: one run, that spread unknown)")),
     ]
 
 
@@ -136,7 +139,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "think": ("sessions",), "system_prompt_tokens": ("sessions",), "prompt_length": ("prompt_length",),
     "output_length": ("output_length",), "workload_seed": ("workload_seed",), "slo": ("slo",),
     "max_error_rate": ("max_error_rate",), "read_timeout": ("read_timeout_seconds",), "timeline": ("timeline",),
-    "ride_out": ("outage_seconds",),
+    "ride_out": ("outage_seconds",), "repeats": ("repeats",),
 }
 
 
@@ -218,7 +221,7 @@ def flag_fields(values: dict[str, Any]) -> dict[str, Any]:
         "context_tokens": parse_counts(values["context_tokens"], "--context-tokens", minimum=0, example="0,8192"),
         "processes": processes, "pin_slots": values["pin_slots"], "drain_seconds": values["drain"],
         "max_error_rate": values["max_error_rate"], "read_timeout_seconds": values["read_timeout"],
-        "timeline": values["timeline"], "outage_seconds": values["ride_out"],
+        "timeline": values["timeline"], "outage_seconds": values["ride_out"], "repeats": values["repeats"],
     }
 
 

@@ -30,7 +30,7 @@ from core.network import free_port
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.replicas import pins_threads, plan_replicas, replica_gpu, with_threads
 from core.rundir import LoadSettings, ModelInfo, RunDir, RunManifest, new_manifest, private_umask, server_at, utc_now
-from core.rundir.models import MpsInfo, ReplicaInfo, ServerInfo, SettingOrigin
+from core.rundir.models import MpsInfo, RepeatInfo, ReplicaInfo, ServerInfo, SettingOrigin
 from core.signals import stop_signals_as_keyboard_interrupt
 from core.sweep_result import SweepResult
 from llamacpp.build import build_llama_cpp
@@ -74,6 +74,7 @@ class LocalRigOptions:
     load: dict[str, Any] = field(default_factory=dict)
     load_origins: dict[str, SettingOrigin] = field(default_factory=dict)  # request settings a flag or file gave
     load_source: str = "the load"  # where the load came from, for the line that refuses it
+    repeat: RepeatInfo | None = None  # the repeat of a caller's series this run is (autotune's trials, a study's)
 
     def changed(self, **changes: Any) -> LocalRigOptions:
         """A copy with these changes: the server's own fields, and ``LoadSettings`` fields over its load's."""
@@ -317,7 +318,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                     [(options.label, prepared.server.base_url)], request, options.runs_root,
                     lambda server, settings: local_manifest(prepared, settings, label, mps, server),
                     replicas=served_at(prepared).replicas, server_threads=server_threads(prepared.server_args),
-                    premade=[first])
+                    premade=[first], repeat=options.repeat)
                 sweep_servers(plan, result)
         except KeyboardInterrupt:
             mark_ended(first, "interrupted", "Ctrl-C or SIGTERM")

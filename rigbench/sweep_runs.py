@@ -18,8 +18,9 @@ from pathlib import Path
 import typer
 
 from core.errors import RigbenchError, RunIncomplete
+from core.repeat_order import Planned, interleaved, new_series_id
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
-from core.rundir.models import ReplicaInfo
+from core.rundir.models import RepeatInfo, ReplicaInfo
 from core.sweep_result import SweepResult
 from loadtest.preflight import CheckedServer, check_servers
 from loadtest.sweep import interrupted_error, run_sweep
@@ -48,6 +49,8 @@ class SweepPlan:
     marker: Path | None = None
     server_threads: int | None = None  # the cores the served process takes here, for --processes auto
     premade: list[RunDir] = field(default_factory=list)  # runs made before the servers started (their logs)
+    # the one repeat this plan's run is, where the caller interleaves its own arms (autotune's trials, a study's)
+    repeat: RepeatInfo | None = None
 
 
 def sweep_servers(plan: SweepPlan, result: SweepResult) -> SweepResult:
@@ -58,12 +61,24 @@ def sweep_servers(plan: SweepPlan, result: SweepResult) -> SweepResult:
                             model_name=plan.model_name, health=plan.preflight,
                             replicas=[replica.url for replica in plan.replicas])
     sized = {"processes": _sized_processes(plan, servers[0])} if plan.load.auto_processes else {}
+    repeats = plan.load.settings.repeats
+    labels = [arm or "default" for arm, _ in plan.arms]
+    series = new_series_id(labels[0] if len(labels) == 1 else "arms") if repeats > 1 or len(labels) > 1 else None
+    rounds = interleaved(list(servers), labels, repeats, series or "")
+    if plan.repeat is not None:  # one run of a series the caller makes
+        if len(servers) != 1 or repeats != 1:
+            raise RigbenchError(f"a plan that is repeat {plan.repeat.index} of arm {plan.repeat.arm} runs one server "
+                                f"once, not {len(servers)} server(s) {repeats} time(s)")
+        series, rounds = plan.repeat.series, [Planned(servers[0], plan.repeat)]
     runs: list[RunDir] = []
-    for (arm, _), server in zip(plan.arms, servers, strict=True):
+    for planned in rounds:
+        server, arm = planned.arm, planned.repeat.arm
         for context in plan.load.contexts:
-            manifest = plan.describe(server, plan.load.for_context(context, arm=arm, **sized))
+            manifest = plan.describe(server, plan.load.for_context(context, arm=None if arm == "default" else arm,
+                                                                   **sized))
             warnings = [*manifest.warnings, *server.fit_warnings.get(context, [])]
-            manifest = manifest.model_copy(update={"warnings": warnings})
+            manifest = manifest.model_copy(update={"warnings": warnings,
+                                                   "repeat": planned.repeat if series else None})
             if plan.search is not None:  # one search folder, one run per probe (rigbench.capacity_search)
                 _search(plan, manifest, server, result)
                 return result
@@ -74,7 +89,8 @@ def sweep_servers(plan: SweepPlan, result: SweepResult) -> SweepResult:
             runs.append(run)
             if str(run.path) not in result.runs:
                 result.runs.append(str(run.path))
-            typer.echo(f"sweep {run.path} ({arm or 'default'} arm, context {context}) against {server.url}")
+            of = f", repeat {planned.repeat.index} of {repeats}" if repeats > 1 else ""
+            typer.echo(f"sweep {run.path} ({arm} arm{of}, context {context}) against {server.url}")
             final = sweep_one(run, server.url, server.model_name, progress=plan.progress, marker=plan.marker)
             if final.status != "complete":
                 result.failures.append(f"{run.path.name}: {final.status} ({final.status_detail})")
@@ -89,7 +105,7 @@ def _made(plan: SweepPlan, manifest: RunManifest) -> RunDir:
         return RunDir.create(plan.runs_dir, manifest)
     run = plan.premade.pop(0)
     run.update_manifest(load=manifest.load, server=manifest.server, warnings=manifest.warnings,
-                        request_origins=manifest.request_origins)
+                        request_origins=manifest.request_origins, repeat=manifest.repeat)
     return run
 
 

@@ -57,6 +57,7 @@ NUMBER_COLUMNS = (
     "step",
     "users",
     "replica",
+    "repeat",
     "context_tokens",
     "t_intended",
     "t_start",

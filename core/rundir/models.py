@@ -298,6 +298,8 @@ class LoadSettings(Strict):
                                   "outage (0: stop at once)")
     read_timeout_seconds: float = Field(SWEEP_READ_TIMEOUT_S, gt=0, description="seconds a stream may stall")
     timeline: bool = Field(False, description="also keep every chunk's arrival time")
+    repeats: int = Field(1, ge=1, le=100, description="whole runs of the load, one after another, interleaved "
+                         "across arms (A B A B): how far runs of the same thing land apart is measured, not assumed")
 
     @property
     def open_loop(self) -> bool:
@@ -362,6 +364,24 @@ class StepWindow(Strict):
                                       "measured window opened (a closed loop)")
 
 
+class RepeatInfo(Strict):
+    """Which repeat of which arm a run is. Runs of one command share a series; the runs of one arm in it
+    are that arm's repeats, and how far they land apart is the spread a comparison between arms is judged
+    by (``analysis.repeats``)."""
+
+    series: str = Field(description="shared by every run of one command's arms and repeats")
+    arm: str = Field(description="the arm's label: what differs between arms (a server, a flag); 'default' alone")
+    index: int = Field(ge=1, description="this repeat, from 1")
+    of: int = Field(ge=1, description="the repeats each arm runs")
+    order: int = Field(ge=0, description="its place in the series' run order, from 0: arms interleaved, A1 B1 A2 B2")
+
+    @model_validator(mode="after")
+    def _index_within_repeats(self) -> RepeatInfo:
+        if self.index > self.of:
+            raise ValueError(f"repeat {self.index} of {self.of}")
+        return self
+
+
 class RunManifest(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     run_id: str
@@ -382,6 +402,8 @@ class RunManifest(Strict):
     hardware: HardwareInfo | None = Field(None, description="what sampled the GPUs and CPU energy, what was "
                                           "missing, and the sampler's own cost (hardware/ in the run directory)")
     linked_runs: list[str] = Field(default_factory=list)
+    repeat: RepeatInfo | None = Field(None, description="the series, arm and repeat this run is (None: a run "
+                                      "made alone, one repeat)")
     resumed_from: str | None = None
     warnings: list[str] = Field(default_factory=list)
 
@@ -455,6 +477,8 @@ class RequestRecord(Strict):
                                       "measured window; kept only when an edge of the window fell inside its stream")
     window_tokens: int | None = Field(None, ge=0, description="output tokens among those chunks, by the server's "
                                       "running counts; None when it streams none")
+    repeat: int | None = Field(None, ge=1, description="the repeat of its arm it was sent in (the run's "
+                               "manifest.repeat.index); None in a run made alone")
 
     @property
     def ok(self) -> bool:

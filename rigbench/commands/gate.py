@@ -1,4 +1,4 @@
-"""``rigbench gate RUN --baseline BASE``: fail a CI build on a regression beyond noise, or a missed limit."""
+"""``rigbench gate RUN... --baseline BASE...``: fail a CI build on a regression beyond noise, or a missed limit."""
 
 from __future__ import annotations
 
@@ -25,14 +25,17 @@ app = typer.Typer()
 
 @app.command("gate", epilog=EXIT_CODES)
 def gate(
-    run: Path = typer.Argument(..., help="the run to judge, e.g. runs/<run-id> from this build"),
-    baseline: Path = typer.Option(..., "--baseline", help="the run it must keep up with (a run directory)"),
+    run: list[Path] = typer.Argument(..., help="the run to judge, e.g. runs/<run-id> from this build; several: "
+                                     "one arm's repeats (--repeats N), judged by the spread between them"),
+    baseline: list[Path] = typer.Option(..., "--baseline", help="the run it must keep up with (a run directory); "
+                                        "repeat the option for the baseline's repeats"),
     max_drop: float = typer.Option(
         5.0,
         "--max-drop",
         min=0,
         help="percent of the baseline's value a figure may get worse by; beyond it a regression counts only "
-        "when the two 95% intervals do not overlap",
+        "when it is beyond the spread between runs (several runs a side), else when the two runs' 95% intervals "
+        "do not overlap",
     ),
     min_tok_s: float | None = typer.Option(
         None,
@@ -69,13 +72,18 @@ def gate(
 
     price_as = known_types(price_as, "--price-as")
     book = PriceBook.default()
-    sections = [build_section(path, book, price_as) for path in (run, baseline)]
-    ours, theirs = (GatedRun.from_section(section) for section in sections)
+    run_sections = [build_section(path, book, price_as) for path in run]
+    base_sections = [build_section(path, book, price_as) for path in baseline]
+    sections = [*run_sections, *base_sections]
+    ours = GatedRun.from_sections(run_sections, "RUN")
+    theirs = GatedRun.from_sections(base_sections, "--baseline")
     thresholds = Thresholds(max_drop=max_drop / 100, min_tok_s=min_tok_s, max_ttft_p90_s=max_ttft_p90)
     result = judge(ours, theirs, thresholds, allow_different=allow_different)
-    typer.echo(f"run      = {ours.label}\nbaseline = {theirs.label}")
+    typer.echo(f"run      = {ours.label} ({len(ours.runs)} run{'s' if len(ours.runs) > 1 else ''})\n"
+               f"baseline = {theirs.label} ({len(theirs.runs)} run{'s' if len(theirs.runs) > 1 else ''})")
     typer.echo(
-        f"a regression: worse than the baseline by more than {max_drop:g}% with the two 95% intervals apart\n"
+        f"a regression: worse than the baseline by more than {max_drop:g}% and beyond the spread between runs "
+        "(with one run a side: the two runs' 95% intervals apart)\n"
     )
     for note in result.notes:
         typer.echo(f"note: {note}")

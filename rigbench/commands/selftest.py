@@ -7,8 +7,12 @@ from pathlib import Path
 import typer
 from tabulate import tabulate
 
+from analysis.repeats import arms_of
+from analysis.repeats_section import aa_lines
+from analysis.report import build_sections
 from core.errors import LoadTestError
 from core.lists import DEFAULT_USER_STEPS, STEPS_HELP, parse_counts, parse_rates
+from core.repeat_order import interleaved, new_series_id
 from loadtest.process_capacity import save_capacity
 from rigbench import fidelity
 from rigbench.fidelity import capacity, results_table
@@ -42,6 +46,9 @@ def selftest(
     output: Path = typer.Option(None, "--out", "--output", help="also write the table to this Markdown file"),
     save: bool = typer.Option(True, "--save/--no-save", help="remember the per-process capacity for sweeps"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    aa: int = typer.Option(
+        1, "--aa", min=1, max=50, help="an A/A check: sweep the same ground truth this many times (2 or more) and "
+        "report how far the runs land apart; with 4 or more, odd runs against even runs must not differ"),
 ) -> None:
     """Sweep the ground-truth server and report how far rigbench's reported figures are from what it sent."""
 
@@ -49,6 +56,12 @@ def selftest(
         shape: dict = {"rate_steps": parse_rates(rates, "--rates")}
     else:
         shape = {"user_steps": parse_counts(steps, "--steps")}
+    options = dict(shape, tok_s_per_user=tok_s, ttft_ms=ttft_ms, reply_tokens=reply_tokens,
+                   tokens_per_chunk=tokens_per_chunk, jitter=jitter, slots=slots, warmup=warmup, measure=measure,
+                   processes=processes, progress=progress)
+    if aa > 1:
+        aa_check(runs_dir, aa, options, output)
+        return
     run, results = fidelity.selftest(
         runs_dir,
         **shape,
@@ -94,4 +107,23 @@ def selftest(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(f"# rigbench selftest ({run.path.name})\n\n{table}\n\n{summary}\n")
+        typer.echo(f"wrote {output}")
+
+
+def aa_check(runs_dir: Path, runs: int, options: dict, output: Path | None) -> None:
+    """``--aa N``: N self-test sweeps as one arm's repeats of one series, then the spread between them (and,
+    with four or more, the arm against itself): the noise this machine and load generator put between runs."""
+    series = new_series_id("selftest-aa")
+    paths = []
+    for planned in interleaved([None], ["selftest"], runs, series):
+        typer.echo(f"A/A run {planned.repeat.index} of {runs}")
+        run, _ = fidelity.selftest(runs_dir, repeat=planned.repeat, **options)
+        paths.append(run.path)
+    arm = arms_of(build_sections(paths))[0]
+    text = "\n".join(aa_lines(arm))
+    typer.echo(f"\nA/A: {runs} runs of the same ground truth ({series})\n\n{text}")
+    typer.echo("runs: " + " ".join(str(path) for path in paths))
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(f"# rigbench selftest --aa {runs} ({series})\n\n{text}")
         typer.echo(f"wrote {output}")

@@ -169,6 +169,9 @@ def sweep(
         request = load_request(load, request=profile.request if profile is not None else RequestDefaults(),
                                request_from="profile" if profile is not None else "rigbench")
         search = search_plan(find_max, request, load, resolution=resolution, max_load=max_load, urls=url)
+        if search is not None and request.settings.repeats > 1:
+            raise UsageError(f"--find-max with repeats {request.settings.repeats}: a search "
+                             "runs one probe per load; repeat the sweep at the load it finds instead")
         if search is not None:  # the settings are made for the first probe; each probe runs at its own load
             request.settings = search.probe_settings(request.settings, search.first_load)
         load_prompts(request.settings.prompts)  # a prompt file's mistakes are said here, before a run folder exists

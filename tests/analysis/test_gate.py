@@ -15,6 +15,7 @@ from analysis.energy import StepEnergy
 from analysis.gate import (
     AGGREGATE,
     ERROR_RATE,
+    ONE_RUN_NOTE,
     PER_USER,
     TTFT_P90,
     GatedRun,
@@ -114,7 +115,7 @@ def failed(result) -> list[tuple[str, str]]:
 
 def test_a_run_against_itself_passes(runs) -> None:
     result = gate(runs[E2B], runs[E2B], Thresholds())
-    assert result.passed and result.notes == []
+    assert result.passed and result.notes == [ONE_RUN_NOTE]  # one run a side: said
     assert len(result.checks) == 7 * 5  # 7 user steps x (4 figures + 1 price)
     assert {check.change for check in result.checks if check.judged} == {0.0}
     assert outcome_line(result) == "gate: pass (35 checks)"
@@ -176,7 +177,7 @@ def test_allow_different_compares_and_says_so(runs) -> None:
     result = gate(runs[E2B], runs[FIXED_LENGTH_E2B], Thresholds(), allow_different=True)
     assert result.notes == [
         "compared although they differ (--allow-different): ignore_eos until the model stops in the run, "
-        "fixed length in the baseline"
+        "fixed length in the baseline", ONE_RUN_NOTE,
     ]
     assert len(result.checks) == 35
 
@@ -193,7 +194,7 @@ def test_runs_that_share_no_step_are_unusable(runs) -> None:
 def test_steps_only_one_run_has_are_named(runs) -> None:
     result = gate(runs[CONTEXT_0], runs[E2B], Thresholds(min_tok_s=1))
     assert result.notes == ["steps of the baseline the run lacks (not checked): 2 users, 4 users, 8 users, 16 users, "
-                            "32 users, 64 users"]
+                            "32 users, 64 users", ONE_RUN_NOTE]
     reverse = gate(runs[E2B], runs[CONTEXT_0], Thresholds(min_tok_s=1))
     assert reverse.notes[0].startswith("steps of the run the baseline lacks (absolute limits only): 2 users, 4 users")
     unmatched = [check for check in reverse.checks if check.baseline is None]
@@ -254,4 +255,4 @@ def test_joules_per_token_is_gated_when_both_sampled_and_noted_when_one_did(runs
     assert same.passed
     one_sided = gate(runs[E2B], baseline, Thresholds())
     assert one_sided.passed and one_sided.notes == [
-        "J per output token not checked: only the baseline sampled its GPUs' energy"]
+        "J per output token not checked: only the baseline sampled its GPUs' energy", ONE_RUN_NOTE]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analysis.gate import ONE_RUN_NOTE
 from core.errors import AnalysisError, UsageError
 from rigbench.cli import app
 
@@ -38,15 +39,17 @@ def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
     result = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == f"run      = local bs {BACKEND_SAMPLING.name}"
-    assert lines[2] == "a regression: worse than the baseline by more than 5% with the two 95% intervals apart"
-    assert lines[4] == (
+    assert lines[0] == f"run      = local bs {BACKEND_SAMPLING.name} (1 run)"
+    assert lines[2] == ("a regression: worse than the baseline by more than 5% and beyond the spread between runs "
+                        "(with one run a side: the two runs' 95% intervals apart)")
+    assert lines[4] == f"note: {ONE_RUN_NOTE}"
+    assert lines[5] == (
         f"note: $/Mtok not gated: local bs {BACKEND_SAMPLING.name}: not priced: ran on vm (NVIDIA H200), not a known "
         "instance type; --price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price"
     )
-    assert lines[5].startswith("| step ") and lines[6].startswith("|----")
+    assert lines[6].startswith("| step ") and lines[7].startswith("|----")
     assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 8
-    assert "$/Mtok" not in "".join(lines[5:])
+    assert "$/Mtok" not in "".join(lines[6:])
     assert lines[-1] == "gate: pass (8 checks)"
     priced = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING, *PRICE_AS)
     assert priced.exit_code == 0 and priced.output.splitlines()[-1] == "gate: pass (10 checks)"

@@ -50,7 +50,7 @@ def test_sweep_two_arms_two_processes_make_linked_runs_with_a_shard_per_process(
     # it ends with the headline their report opens with, and the command that writes that report
     report = write_report(runs, tmp_path / "report").read_text()
     headline = report.split("## At a glance\n\n", 1)[1].split("\n\n## ", 1)[0].strip()
-    assert headline.startswith("Across 2 runs of ") and "\n\n- off: Best aggregate output " in headline
+    assert headline.startswith("Across 2 arms of ") and "\n\n- off: Best aggregate output " in headline
     assert result.output.endswith(
         f"At a glance:\n{headline}\n\nwrite the report: rigbench report {runs[0]} {runs[1]}\n"), result.output
 
