@@ -103,10 +103,15 @@ def autotune(
         "both", "--mps", metavar="both|on|off|profile", help="replica trials under CUDA MPS or not: both (each "
         "count without, and under it where nvidia-cuda-mps-control is found and replicas share a GPU), on, off, or "
         "as the profile's [server] mps says"),
-    resume: bool = typer.Option(False, "--resume", help="keep the trials RUNS_DIR/autotune.jsonl already has "
-                                "complete; run only the others"),
+    resume: bool = typer.Option(False, "--resume", help="keep the runs (trial and repeat) RUNS_DIR/autotune.jsonl "
+                                "already has complete; run only the others"),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=100, help="runs of every trial, in rounds (every trial "
+                                "once, then every trial again: A B A B); a trial then replaces the profile's line "
+                                "only beyond the spread between runs (1: that spread unknown, each run's own "
+                                "interval judges)"),
 ) -> None:
-    """Run each trial as a short sweep; print the table and the best flags (and replica count, MPS or not)."""
+    """Run each trial as a short sweep (``--repeats`` times, in rounds); print the table and the best flags (and
+    replica count, MPS or not)."""
     trials = dict(parse_named_flags(trial, "--trial")) if trial else dict(DEFAULT_TRIALS)
     user_steps = parse_counts(steps, "--steps")
     if mps not in MPS_MODES:
@@ -122,7 +127,7 @@ def autotune(
         profile=profile, backend=backend, model_path=model_file, drafter_path=drafter, no_drafter=no_drafter,
         load={"user_steps": user_steps, "warmup_seconds": warmup, "processes": processes,
               "measure_seconds": parse_windows(measure, user_steps)})
-    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, arms=arms, resume=resume)
+    results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, arms=arms, resume=resume, repeats=repeats)
     best = best_trial(results)
     table = autotune_table(results, best)
     (runs_dir / "autotune.md").write_text(f"# autotune: {profile}\n\n{table}\n")

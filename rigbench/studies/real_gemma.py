@@ -25,9 +25,12 @@ the same methods, so each claim made on synthetic weights can be checked. Phases
 
 ``--arms`` names the sweep and drafter arms to run (all by default), e.g. to measure in a later
 lease only the arms an earlier one did not, with the reference arm they are judged against.
+``--repeats N`` runs the arms of each phase N times in rounds (A B A B) and autotune's trials likewise, so
+arms are judged by the spread between runs; the stock arms, which need the stock build, have rounds of
+their own in the ``stock`` phase.
 
 Usage: ``rigbench study real-gemma OUT [--phases model,bench] [--arms gpu-sampling,draft0]
-[--steps 1,8,16,32,64] [--scale 1.0] [--deadline SECONDS]`` (``python3 -m rigbench study real-gemma``
+[--steps 1,8,16,32,64] [--scale 1.0] [--repeats 3] [--deadline SECONDS]`` (``python3 -m rigbench study real-gemma``
 on a machine where rigbench is not installed); on a CPU machine give fewer ``--steps`` (e.g. ``1,2,4``).
 """
 
@@ -87,8 +90,8 @@ class RealGemmaStudy(GpuStudy):
     """The GPU study's log, phases, deadline and runs, for the real model instead of synthetic presets."""
 
     def __init__(self, out: Path, steps: list[int], scale: float, processes: int, backend: str,
-                 deadline_seconds: float | None = None, arms: set[str] | None = None):
-        super().__init__(out, [ONE_USER], scale, processes, backend, deadline_seconds)
+                 deadline_seconds: float | None = None, arms: set[str] | None = None, repeats: int = 1):
+        super().__init__(out, [ONE_USER], scale, processes, backend, deadline_seconds, repeats)
         self.steps = steps
         self.arms = arms  # the sweep and drafter arms to run; None: all
 
@@ -177,6 +180,8 @@ def bench(study: RealGemmaStudy) -> None:
 
 
 def sweep(study: RealGemmaStudy, patched_arms: bool = True) -> None:
+    """The sweep arms of one build (the patched one, or the stock one), in rounds."""
+    arms = []
     for label, patched, gpu_sampling, flags, pinned in SWEEP_ARMS:
         if patched != patched_arms or not study.wants(label):
             continue
@@ -186,7 +191,8 @@ def sweep(study: RealGemmaStudy, patched_arms: bool = True) -> None:
             warmup_seconds=study.window(3), processes=1 if pinned else study.processes,
         )
         options = options.changed(model_path=None)  # the profile's own model: its source and terms go in the manifest
-        study.local_run(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in study.steps]))
+        arms.append(options.changed(measure_seconds=[study.window(6 + math.log2(users)) for users in study.steps]))
+    study.local_runs(arms, "sweep" if patched_arms else "stock")
 
 
 def stock(study: RealGemmaStudy) -> None:
@@ -198,6 +204,8 @@ def stock(study: RealGemmaStudy) -> None:
 
 
 def drafter(study: RealGemmaStudy) -> None:
+    """One user without a drafter and with the lower rung drafting, in rounds."""
+    arms = []
     for label, draft, gpu_sampling, extra in DRAFTER_ARMS:
         if not study.wants(label):
             continue
@@ -210,7 +218,8 @@ def drafter(study: RealGemmaStudy) -> None:
         options = options.changed(model_path=None, no_drafter=not draft,
                           drafter_path=study.drafter() if draft else None,
                           measure_seconds=[study.window(20)])
-        study.local_run(options)
+        arms.append(options)
+    study.local_runs(arms, "drafter")
 
 
 def autotune(study: RealGemmaStudy) -> None:
@@ -222,16 +231,17 @@ def autotune(study: RealGemmaStudy) -> None:
                              user_steps=[1, max(study.steps)], max_tokens=REPLY_TOKENS,
                              warmup_seconds=study.window(3))
     base = base.changed(model_path=None, measure_seconds=[study.window(6), study.window(12)])
-    run_autotune(base, AUTOTUNE_TRIALS, study.out / "autotune", bench_tg=tg)
+    run_autotune(base, AUTOTUNE_TRIALS, study.out / "autotune", bench_tg=tg, repeats=study.repeats)
 
 
 def run_study(out: Path, steps: list[int], *, scale: float = 1.0, processes: int = 4, backend: str = "auto",
               phases: list[str] | None = None, deadline: float | None = None,
-              arms: list[str] | None = None) -> list[str]:
+              arms: list[str] | None = None, repeats: int = 1) -> list[str]:
     """Every wanted phase in order; returns the failed lines of ``phases.jsonl`` (``DONE`` is written either way)."""
     wanted = list(PHASES) if phases is None else phases
-    study = RealGemmaStudy(out, steps, scale, processes, backend, deadline, set(arms) if arms else None)
-    (out / "study.json").write_text(json.dumps({"steps": steps, "phases": wanted, "scale": scale, "arms": arms}))
+    study = RealGemmaStudy(out, steps, scale, processes, backend, deadline, set(arms) if arms else None, repeats)
+    (out / "study.json").write_text(json.dumps({"steps": steps, "phases": wanted, "scale": scale, "arms": arms,
+                                                "repeats": repeats}))
     if "model" not in wanted:
         def cached() -> None:
             study.build = build_llama_cpp(backend=backend, patches=load_profile(MANY_USERS).llama_cpp.patches)

@@ -25,13 +25,35 @@ from rigbench.studies.real_gemma import DRAFTER_ARMS, SWEEP_ARMS
 
 
 def arm_runs(study: Path) -> dict[str, Path]:
-    """Arm label -> its run folder, from the study's phase log (the last complete run of each label)."""
-    runs = {}
+    """Arm label -> its run folder, from the study's phase log: the last complete run of each label, or, where the
+    label's last runs are repeats of one series (``--repeats``), the repeat closest to their mean aggregate at the
+    largest step (the earliest on a tie): a typical run, not the luckiest. ``rigbench report`` on the repeats gives
+    the spread between them."""
+    groups: dict[str, tuple[str | None, list[Path]]] = {}
     for line in (study / "phases.jsonl").read_text().splitlines():
         entry = json.loads(line)
         if entry.get("phase") == "run" and entry.get("status") == "complete":
-            runs[entry["label"]] = study / "runs" / entry["run"]
-    return runs
+            series, runs = groups.get(entry["label"], (None, []))
+            path = study / "runs" / entry["run"]
+            same = entry.get("series") is not None and entry.get("series") == series
+            groups[entry["label"]] = (entry.get("series"), [*runs, path] if same else [path])
+    return {label: typical_run(runs) for label, (_, runs) in groups.items()}
+
+
+def typical_run(runs: list[Path]) -> Path:
+    """The run whose aggregate at its largest step is closest to the runs' mean (the first where none has one)."""
+    if len(runs) == 1:
+        return runs[0]
+    tops = {}
+    for run in runs:
+        steps = read_summary(run / "summary.json").runs[0].steps if (run / "summary.json").exists() else []
+        top = max(steps, key=lambda step: step.users).aggregate_tok_s.value if steps else None
+        if top is not None:
+            tops[run] = top
+    if not tops:
+        return runs[0]
+    mean = sum(tops.values()) / len(tops)
+    return min(tops, key=lambda run: (round(abs(tops[run] - mean), 6), runs.index(run)))  # two runs always tie
 
 
 def fmt(value: float | None, digits: int = 0) -> str:

@@ -12,6 +12,10 @@ prefix; a capacity search finds the most conversation users that still meet a la
 
 Every load is a ``rigbench sweep`` child process against the served profile (the same command a
 user types); the README is written from the runs' summary.json files and the search's record.
+``repeats`` (``--repeats N``) is given to the one-shot and sessions sweeps: each arm's load runs N times, one
+series, so the spread between runs of every arm is measured (``rigbench report`` on a load's runs gives it).
+The arms are not interleaved across builds: each arm serves its own build once, and a sweep's repeats run
+against the one server it is given. The capacity search runs once (a search is one probe per load).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from tabulate import tabulate
 from analysis.summary import read_summary
 from core.errors import StudyError
 from core.profile import load_profile
+from core.rundir import RunDir
 from core.rundir.capacity_search import SEARCH_FILE, read_search
 from rigbench.local_rig import LocalRigOptions, prepare_server
 from rigbench.own_command import rigbench_program
+from rigbench.studies.real_gemma_report import typical_run
 
 PROFILE = "gemma3-270m-many"
 # The many-users line for a CPU: 8 slots of 2,048 tokens (a conversation's history fits), no GPU flags, and a
@@ -68,6 +74,7 @@ class SessionsStudy:
     seed: int = 1
     backend: str = "cpu"
     scale: float = 1.0
+    repeats: int = 1  # runs of each sweep's load, one series (rigbench sweep --repeats)
     console: Console = field(default_factory=Console)
 
     def log(self, line: str) -> None:
@@ -77,6 +84,10 @@ class SessionsStudy:
 
     def windows(self) -> list[str]:
         return ["--warmup", f"{self.warmup * self.scale:g}", "--measure", f"{self.measure * self.scale:g}"]
+
+    def repeated(self) -> list[str]:
+        """The sweeps' ``--repeats``, where more than one run of each load is asked for."""
+        return ["--repeats", str(self.repeats)] if self.repeats > 1 else []
 
     def session_flags(self) -> list[str]:
         return ["--sessions", "--turns", self.turns, "--think", self.think, "--system-prompt-tokens",
@@ -132,9 +143,10 @@ def run_study(study: SessionsStudy) -> Path:
             study.log(f"{arm}: serving {profile.name} at {server.base_url}")
             for load in loads:
                 if load == "one-shot":
-                    sweep(study, server.base_url, profile, runs / load, "--steps", steps)
+                    sweep(study, server.base_url, profile, runs / load, "--steps", steps, *study.repeated())
                 elif load == "sessions":
-                    sweep(study, server.base_url, profile, runs / load, "--steps", steps, *study.session_flags())
+                    sweep(study, server.base_url, profile, runs / load, "--steps", steps, *study.session_flags(),
+                          *study.repeated())
                 else:
                     measure = ["--measure", f"{study.search_measure * study.scale:g}"]
                     sweep(study, server.base_url, profile, runs / load, "--find-max", "users", "--slo", study.slo,
@@ -150,8 +162,14 @@ def run_study(study: SessionsStudy) -> Path:
 
 
 def _run_folder(folder: Path) -> Path | None:
+    """The load's run: the first in the folder, or of the repeats of one series, the typical one
+    (``typical_run``: closest to their mean aggregate at the largest step)."""
     found = sorted(path for path in folder.iterdir() if (path / "manifest.json").is_file()) if folder.is_dir() else []
-    return found[0] if found else None
+    if len(found) < 2:
+        return found[0] if found else None
+    repeats = [RunDir(path).read_manifest().repeat for path in found]
+    one_series = all(repeat is not None for repeat in repeats) and len({r.series for r in repeats if r}) == 1
+    return typical_run(found) if one_series else found[0]
 
 
 def _summary_steps(folder: Path) -> list:
@@ -245,6 +263,7 @@ def study_readme(study: SessionsStudy) -> str:
     search, result = search_table(study.out / "patched" / "search")
     search_window = study.search_measure * study.scale
     settings = {"steps": study.steps, "warmup_s": study.warmup * study.scale, "measure_s": study.measure * study.scale,
+                **({"repeats": study.repeats} if study.repeats > 1 else {}),
                 "max_tokens": study.max_tokens, "turns": study.turns, "think": study.think,
                 "system_prompt_tokens": study.system_prompt_tokens, "slo": study.slo, "seed": study.seed,
                 "search_measure_s": search_window}

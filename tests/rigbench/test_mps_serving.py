@@ -162,7 +162,8 @@ def test_the_kept_arm_is_the_most_served_beyond_noise_and_says_what_one_user_giv
     assert best_trial(results) is under_mps
     assert kept_sentence(results, under_mps) == (
         "best: profile@8-replicas+mps: (profile as is) as 8 replicas under MPS ([server] replicas = 8, mps = true); "
-        "one user gets 0.88 of the one server's 700.0 tok/s")
+        "one user gets 0.88 of the one server's 700.0 tok/s; one run per trial: the spread between runs is unknown, "
+        "so each run's own 95% interval judged the trials (--repeats 3 measures that spread)")
     within_noise = made("profile@2-replicas+mps", 2, True, 700, 2650, 2450, 2850)
     assert best_trial([one, within_noise]) is one
     assert [arm.name("profile") for arm in replica_arms([2, 4], "both", mps_possible=True)] == [

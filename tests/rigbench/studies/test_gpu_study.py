@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.study_report import write_study_report
-from core.errors import StudyError, UsageError
+from core.errors import LlamaCppError, StudyError, UsageError
 from rigbench.commands.study import app
 from rigbench.local_rig import LocalRigOptions
+from rigbench.studies import gpu_study
 from rigbench.studies.gpu_study import GpuStudy, divergence
 
 DRY_RUN = ["--presets", "tiny-gemma4", "--scale", "0.1", "--processes", "1", "--backend", "cpu"]
@@ -87,3 +88,30 @@ def test_an_unknown_phase_or_preset_is_refused_before_the_study_folder_is_made(t
         assert isinstance(done.exception, UsageError) and wrong[0] in str(done.exception)
         assert done.exception.exit_code == 2  # what rigbench's CLI exits with
         assert not (tmp_path / "study").exists()
+
+
+def test_with_repeats_a_phases_arms_run_in_rounds_each_run_one_repeat_of_the_phases_series(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("RIGBENCH_CACHE", str(tmp_path / "cache"))
+    ran = []
+
+    def local_rig(options: LocalRigOptions):
+        ran.append(options.repeat)
+        raise LlamaCppError("llama-server exited with code 1 during start-up")
+
+    monkeypatch.setattr(gpu_study, "run_local_rig", local_rig)
+    arms = [LocalRigOptions(label=label, load={"user_steps": [1], "warmup_seconds": 1, "measure_seconds": 1})
+            for label in ("profile", "drafter2")]
+    study = GpuStudy(tmp_path / "out", ["e2b"], 1.0, 1, "cpu", repeats=3)
+    assert study.local_runs(arms, "sweep") == [None] * 6  # each failed, and said so
+    assert [(repeat.arm, repeat.index, repeat.of, repeat.order) for repeat in ran] == [
+        (arm, index, 3, order) for order, (index, arm) in enumerate((i, a) for i in (1, 2, 3)
+                                                                     for a in ("profile", "drafter2"))]
+    assert len({repeat.series for repeat in ran}) == 1 and "sweep-series" in ran[0].series
+    lines = [json.loads(line) for line in (tmp_path / "out" / "phases.jsonl").read_text().splitlines()]
+    assert [(line["label"], line["repeat"], line["status"]) for line in lines][:3] == [
+        ("profile", 1, "failed"), ("drafter2", 1, "failed"), ("profile", 2, "failed")]
+    # one repeat: the runs are made alone, as they always were
+    ran.clear()
+    GpuStudy(tmp_path / "alone", ["e2b"], 1.0, 1, "cpu").local_runs(arms, "sweep")
+    assert ran == [None, None]

@@ -66,3 +66,11 @@ def test_the_real_gemma_report_reads_a_study_folder_and_refuses_another(tmp_path
     assert "| stock-slots " in made.output and "slot-layout-bound" in made.output
     refused = CliRunner().invoke(app, ["real-gemma-report", str(tmp_path)], env=WIDE)
     assert refused.exit_code == 2 and "not a real-Gemma study folder" in refused.output
+
+
+def test_the_studies_that_set_arms_against_each_other_here_take_repeats() -> None:
+    for name in ("gpu", "real-gemma", "mps", "sessions", "slot-layout"):
+        helped = CliRunner().invoke(app, [name, "--help"], env=WIDE)
+        assert helped.exit_code == 0 and "--repeats" in helped.output, name
+    refused = CliRunner().invoke(app, ["mps", "out", "--repeats", "0"], env=WIDE)
+    assert refused.exit_code == 2 and "--repeats" in refused.output
