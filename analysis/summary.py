@@ -29,6 +29,7 @@ from analysis.compare import StepComparison
 from analysis.cost import PriceBasis, price_label
 from analysis.intervals import Estimate
 from analysis.prices import PriceQuote
+from analysis.repeats import FIGURES, arms_of, between_runs, compare_arms, repeated, spread
 from analysis.report_model import Report, RunSection
 from analysis.search_section import searches_of
 from analysis.step import StepFigures
@@ -107,6 +108,45 @@ class ComparisonSummary(Strict):
     steps: list[StepComparison]
 
 
+class ArmStepSummary(Strict):
+    """One step of an arm over its runs: each figure's mean with its interval between runs (n = runs), and the
+    spread between them (coefficient of variation; None below two runs)."""
+
+    step: str
+    load: float
+    context_tokens: int
+    figures: dict[str, Estimate]
+    spread: dict[str, float | None]
+
+
+class ArmRatioSummary(Strict):
+    """B against A at one step for one figure, judged by the spread between runs (``analysis.repeats``)."""
+
+    a: str
+    b: str
+    step: str
+    figure: str
+    ratio: Estimate
+    verdict: Literal["beyond noise", "within noise", "unknown"]
+    paired: bool
+
+
+class ArmSummary(Strict):
+    """An arm's runs (its repeats) and its figures between them."""
+
+    label: str
+    series: str | None
+    runs: list[str] = Field(description="run ids, by repeat")
+    steps: list[ArmStepSummary]
+
+
+class BetweenRunsSummary(Strict):
+    """The report's Between runs section: each arm over its runs, and every other arm against the first."""
+
+    arms: list[ArmSummary]
+    comparisons: list[ArmRatioSummary]
+
+
 class Summary(Strict):
     schema_version: Literal[1] = SUMMARY_VERSION
     generated_at: str
@@ -115,6 +155,9 @@ class Summary(Strict):
     plots: list[str] = Field(default_factory=list)
     capacity_searches: list[CapacitySearch] | None = Field(
         None, description="the capacity searches the runs are probes of (their capacity_search.json); None: none")
+    between_runs: BetweenRunsSummary | None = Field(
+        None, exclude_if=lambda value: value is None,
+        description="figures between runs where an arm ran more than once (--repeats); absent otherwise")
 
 
 def run_summary(section: RunSection, sections: list[RunSection] | None = None) -> RunSummary:
@@ -154,7 +197,32 @@ def build_summary(report: Report) -> Summary:
         comparisons=[ComparisonSummary(a=c.a, b=c.b, steps=c.steps) for c in report.comparisons],
         plots=[str(plot) for plot in report.plots],
         capacity_searches=[search for _, search in searches_of(report.sections)] or None,
+        between_runs=between_runs_summary(report.sections),
     )
+
+
+def between_runs_summary(sections: list[RunSection]) -> BetweenRunsSummary | None:
+    """The Between runs figures, where an arm ran more than once (None otherwise, or for mixed load kinds)."""
+    if len({section.figures.open_loop for section in sections}) > 1:
+        return None
+    arms = arms_of(sections)
+    if not repeated(arms):
+        return None
+    summaries = []
+    for arm in arms:
+        steps = []
+        for key in arm.step_keys():
+            values = {figure.name: list(arm.values(figure, key).values()) for figure in FIGURES}
+            steps.append(ArmStepSummary(step=arm.step_label(key), load=key[0], context_tokens=key[1],
+                                        figures={name: between_runs(found) for name, found in values.items()},
+                                        spread={name: spread(found) for name, found in values.items()}))
+        summaries.append(ArmSummary(label=arm.label, series=arm.series,
+                                    runs=[section.figures.run.manifest.run_id for section in arm.sections],
+                                    steps=steps))
+    ratios = [ArmRatioSummary(a=arms[0].label, b=other.label, step=row.step, figure=row.figure.name, ratio=row.ratio,
+                              verdict=row.verdict, paired=row.paired)
+              for other in arms[1:] for row in compare_arms(arms[0], other)]
+    return BetweenRunsSummary(arms=summaries, comparisons=ratios)
 
 
 def summary_text(summary: Summary) -> str:

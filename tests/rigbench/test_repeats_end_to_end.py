@@ -16,6 +16,7 @@ from analysis.repeats import AGGREGATE, arms_of, compare_arms
 from analysis.repeats_section import aa_lines
 from analysis.report import build_sections, write_report
 from analysis.report_model import build_section
+from analysis.summary import read_summary
 from core.rundir import RunDir
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from rigbench.cli import app
@@ -69,6 +70,11 @@ def test_a_ten_percent_faster_arm_is_found_beyond_the_spread_between_runs(series
     between = report.split("## Between runs", 1)[1].split("\n## ", 1)[0]
     assert "### b against a" in between and "beyond noise: better" in between
     assert f"| a     | 2 users | {ROUNDS}" in between
+    summary = read_summary(tmp_path / "report" / "summary.json").between_runs  # for programs, the same figures
+    assert [(arm.label, len(arm.runs)) for arm in summary.arms] == [("a", ROUNDS), ("b", ROUNDS)]
+    written = next(row for row in summary.comparisons if row.figure == "aggregate tok/s")
+    assert (written.verdict, written.paired, written.ratio.value) == ("beyond noise", True, aggregate.ratio.value)
+    assert summary.arms[0].steps[0].figures["aggregate tok/s"].method == f"t over {ROUNDS} runs"
 
 
 def gated(paths: list[Path]) -> GatedRun:
