@@ -348,7 +348,7 @@ def repeat_spread_sentence(arm: ArmRuns, shared: str) -> str:
         return ""
     key, values = best
     apart = spread(list(values.values()))
-    where = f" of {shared}" if shared else ""
+    where = f" ({shared})" if shared else ""
     text = (f"Across {arm.repeats} runs of {arm.label}{where}, the best aggregate output is {arm_figure(arm, key)} "
             f"tok/s at {at_key(arm, key)} (mean of the runs, 95% interval between them)")
     if apart is not None:

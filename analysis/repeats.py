@@ -27,7 +27,7 @@ from scipy import stats
 
 from analysis.intervals import CONFIDENCE, Estimate, bounded
 from analysis.report_model import RunSection
-from analysis.run_name import short_names
+from analysis.run_name import model_name, short_names
 from analysis.step import StepFigures
 
 Verdict = Literal["beyond noise", "within noise", "unknown"]
@@ -110,13 +110,19 @@ def arms_of(sections: Sequence[RunSection]) -> list[ArmRuns]:
         repeat = manifest.repeat
         key = (repeat.series, repeat.arm) if repeat is not None else ("", manifest.run_id)
         grouped.setdefault(key, []).append((repeat.index if repeat is not None else 1, section))
-        labels.setdefault(key, repeat.arm if repeat is not None and repeat.arm != "default" else name)
+        labels.setdefault(key, repeat.arm if repeat is not None and repeat.arm != "default"
+                          else _series_label(manifest) if repeat is not None else name)
     arms = []
     for key, members in grouped.items():
         members.sort(key=lambda member: member[0])
         arms.append(ArmRuns(labels[key], key[0] or None, tuple(section for _, section in members),
                             tuple(index for index, _ in members)))
     return arms
+
+
+def _series_label(manifest) -> str:
+    """A series' one unnamed arm: its profile, else its model (the run id says nothing of what ran)."""
+    return manifest.profile if manifest.profile not in ("", "none") else model_name(manifest)
 
 
 def repeated(arms: Sequence[ArmRuns]) -> bool:
