@@ -64,7 +64,8 @@ class ArmRuns:
 
     @property
     def repeats(self) -> int:
-        return len(self.sections)
+        """Runs of the arm: a repeat resumed into a linked run (its remaining steps) is still one."""
+        return len(set(self.indexes))
 
     def values(self, figure: RepeatedFigure, key: StepKey) -> dict[int, float]:
         """The figure at the step of each repeat that measured it, by repeat index (absent figures left out)."""

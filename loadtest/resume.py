@@ -93,7 +93,7 @@ def start_resumed_run(old: RunDir, url: str | None) -> tuple[RunDir, str]:
         drafter=manifest.drafter,
         resumed_from=manifest.run_id,
         linked_runs=[old.path.name],
-    )
+    ).model_copy(update={"repeat": manifest.repeat})  # the same repeat of its arm, its remaining steps
     new = RunDir.create(old.path.parent, resumed)
     old.update_manifest(linked_runs=[*manifest.linked_runs, new.path.name])
     return new, server_url

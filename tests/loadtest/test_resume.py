@@ -183,3 +183,13 @@ def test_resume_of_a_run_against_ipv6_loopback_reaches_its_server_again(tmp_path
     manifest = RunDir(resumed).read_manifest()
     assert manifest.status == "complete" and manifest.server.url == server.base_url
     assert f"against {server.base_url}" in result.output and manifest.load.user_steps == [2]
+
+
+def test_a_resumed_repeat_stays_the_same_repeat_of_its_arm(tmp_path) -> None:
+    from core.rundir.models import RepeatInfo
+
+    run = stored_run(tmp_path, "interrupted", 0)
+    repeat = RepeatInfo(series="s", arm="draft", index=2, of=3, order=3)
+    run.update_manifest(repeat=repeat)
+    new, _ = start_resumed_run(run, None)
+    assert new.read_manifest().repeat == repeat  # its remaining steps join the same run of the arm
