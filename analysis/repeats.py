@@ -106,6 +106,7 @@ def arms_of(sections: Sequence[RunSection]) -> list[ArmRuns]:
     _, names = short_names([section.figures.run.manifest for section in sections])
     grouped: dict[tuple, list[tuple[int, RunSection]]] = {}
     labels: dict[tuple, str] = {}
+    report_names: dict[tuple, str] = {}  # the report's name of the arm's first run: what tells two arms apart
     for name, section in zip(names, sections, strict=True):
         manifest = section.figures.run.manifest
         repeat = manifest.repeat
@@ -113,6 +114,11 @@ def arms_of(sections: Sequence[RunSection]) -> list[ArmRuns]:
         grouped.setdefault(key, []).append((repeat.index if repeat is not None else 1, section))
         labels.setdefault(key, repeat.arm if repeat is not None and repeat.arm != "default"
                           else _series_label(manifest) if repeat is not None else name)
+        report_names.setdefault(key, name)
+    taken = [label for label in labels.values()]
+    for key, label in labels.items():  # two series' arms of one name (two rigs' default arms): named apart
+        if taken.count(label) > 1:
+            labels[key] = f"{label} ({report_names[key]})" if report_names[key] != label else f"{label} ({key[0]})"
     arms = []
     for key, members in grouped.items():
         members.sort(key=lambda member: member[0])

@@ -155,3 +155,18 @@ def test_selftest_aa_sweeps_the_ground_truth_as_one_arms_repeats(tmp_path: Path)
                                                                                 ("selftest", 2, 2)]
     assert "A/A: 2 runs of the same ground truth" in result.output and "| 1 users | aggregate tok/s |" in result.output
     assert "A/A verdict: needs 4 runs or more" in out.read_text()
+
+
+def test_two_series_of_one_unnamed_arm_are_two_arms_named_apart(series: list[Path], tmp_path: Path) -> None:
+    """Two rigs' runs of one profile, each repeated: the same arm name in two series."""
+    copies = []
+    for number, (first, second) in enumerate([(series[0], series[2]), (series[1], series[3])]):
+        for index, run in enumerate((first, second), start=1):
+            copy = tmp_path / f"s{number}" / run.name
+            shutil.copytree(run, copy)
+            repeat = RunDir(copy).read_manifest().repeat.model_copy(
+                update={"series": f"series-{number}", "arm": "default", "index": index, "of": 2})
+            RunDir(copy).update_manifest(repeat=repeat)
+            copies.append(copy)
+    arms = arms_of(build_sections(copies))
+    assert [arm.repeats for arm in arms] == [2, 2] and arms[0].label != arms[1].label, [a.label for a in arms]
