@@ -41,8 +41,8 @@ COMMANDS: dict[str, Entry] = {
                   "conservatively (95% interval ends)."),
     "gate": Entry("gate", "Judge RUN against BASELINE step by step, for CI: pass, or fail naming the figure that "
                   "moved."),
-    "autotune": Entry("autotune", "Run each trial as a short sweep; print the table and the best flags (and "
-                      "replica count, MPS or not)."),
+    "autotune": Entry("autotune", "Run each trial as a short sweep (--repeats times, in rounds); print the "
+                      "table and the best flags (and replica count, MPS or not)."),
     "quality": Entry("quality", "Answer quality: question sets, evals, quantization ladders, grids and their reports."),
     "study": Entry("study", "Whole experiments in one command each (the GPU study, the real-Gemma study, the "
                    "load-generator peers, fidelity, the slot layout, the ladder on a GPU machine), and the studies' "

@@ -110,7 +110,7 @@ def autotune(
                                 "only beyond the spread between runs (1: that spread unknown, each run's own "
                                 "interval judges)"),
 ) -> None:
-    """Run each trial as a short sweep (``--repeats`` times, in rounds); print the table and the best flags (and
+    """Run each trial as a short sweep (--repeats times, in rounds); print the table and the best flags (and
     replica count, MPS or not)."""
     trials = dict(parse_named_flags(trial, "--trial")) if trial else dict(DEFAULT_TRIALS)
     user_steps = parse_counts(steps, "--steps")

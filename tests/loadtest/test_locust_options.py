@@ -22,7 +22,7 @@ from loadtest.trace import trace_rate, trace_source
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = Path(__file__).resolve().parent / "data" / "short_trace.jsonl"
 # A sweep's arm is rigbench sweep's (one Locust run is one arm): the one field no Locust option sets.
-NOT_LOCUST_OPTIONS = {"arm"}
+NOT_LOCUST_OPTIONS = {"arm", "repeats"}  # the run names its arm; one Locust run is one repeat
 # field -> (its option, a command line that sets it, the value the settings then hold)
 WIRING = {
     "user_steps": ("--steps", ["--steps", "3,5"], [3, 5]),
