@@ -24,6 +24,73 @@ from llamacpp.named_models import fetch_named_model
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
 
+# ---------------------------------------------------------------- the slowest tests start first
+
+# Tests that take half a minute or more on make test's three workers (seconds from a full run on two cores,
+# only their order matters). Why: with --dist worksteal each worker is handed one contiguous
+# slice of the collection and an idle worker steals the tail of another's, so a two-minute test that happens
+# to sit late in its slice starts last and makes the run's tail. Each slice now starts with its share of
+# these (the longest first, each slice given the one with the least so far), and the short tests behind them
+# are what the others steal. A name here that no longer matches a test is ignored.
+SLOW_FIRST = {
+    "tests/rigbench/cloud/test_cloud_run.py::test_two_rigs_ladder_and_eval_stopped_mid_ladder_resumed_to_a_grid_with_a_bad_rung_left_out": 110,  # noqa: E501
+    "tests/rigbench/cloud/test_cloud_run.py::test_a_pypi_model_loop_stopped_mid_sweep_is_destroyed_and_resume_finishes_it_naming_the_terms": 100,  # noqa: E501
+    "tests/rigbench/cloud/test_cloud_run.py::test_two_rigs_from_nothing_to_a_cross_run_report_and_torn_down": 65,
+    "tests/provision/test_front_ends.py::test_up_twice_then_status_and_stop_through_the_cli": 55,
+    "tests/rigbench/cloud/test_cloud_run.py::test_a_failed_provision_step_and_a_failed_sweep_both_end_destroyed": 45,
+    "tests/rigbench/test_mps_serving.py::test_autotune_tries_replicas_with_and_without_mps_records_which_ran_and_resumes": 45,  # noqa: E501
+    "tests/quality/test_real_model.py::test_eval_against_a_url_twice_is_deterministic_and_resumes": 45,
+    "tests/quality/test_real_model.py::test_ladder_of_three_rungs_resumes_and_grids": 40,
+    "tests/provision/test_serve_replicas.py::test_two_replicas_serve_report_sweep_fail_when_one_dies_and_stop": 40,
+    "tests/reliability/test_faults.py::test_ssh_drop_during_remote_sweep_says_the_link_was_lost_and_fetch_gets_the_rig_results": 35,  # noqa: E501
+    "tests/rigbench/test_repeats_end_to_end.py::test_arms_run_a_b_a_b_and_every_record_names_its_repeat": 35,
+    "tests/rigbench/test_autotune.py::test_autotune_records_every_run_of_every_trial_in_rounds_failures_included": 30,
+    "tests/provision/test_serve_mps.py::test_replicas_serve_under_a_supervised_mps_daemon_swept_and_stopped": 30,
+    "tests/rigbench/test_local_rig.py::test_local_rig_writes_a_valid_run_with_all_seven_steps": 28,
+    "tests/rigbench/test_capacity_search.py::test_the_search_finds_where_the_servers_slots_run_out": 26,
+}
+
+
+def worksteal_slices(total: int, workers: int) -> list[int]:
+    """The sizes of the slices pytest-xdist's worksteal scheduler first hands its workers (its check_schedule:
+    each idle worker in turn gets the pending count over the workers still to serve)."""
+    sizes = []
+    for index in range(workers):
+        sizes.append((total - sum(sizes)) // (workers - index))
+    return sizes
+
+
+def slow_first(items: list, workers: int) -> list:
+    """``items`` reordered so each worker's first slice starts with its share of the SLOW_FIRST tests."""
+    slow = sorted((item for item in items if item.nodeid in SLOW_FIRST), key=lambda item: -SLOW_FIRST[item.nodeid])
+    if not slow:
+        return items
+    rest = [item for item in items if item.nodeid not in SLOW_FIRST]
+    sizes = worksteal_slices(len(items), workers)
+    shares: list[list] = [[] for _ in sizes]
+    for item in slow:  # the longest to the slice with the least so far, while it has room
+        open_slices = [index for index, share in enumerate(shares) if len(share) < sizes[index]]
+        index = min(open_slices, key=lambda i: (sum(SLOW_FIRST[x.nodeid] for x in shares[i]), i))
+        shares[index].append(item)
+    ordered: list = []
+    for size, share in zip(sizes, shares, strict=True):
+        ordered += share + rest[:size - len(share)]
+        del rest[:size - len(share)]
+    return ordered
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: the slices are of what runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # Only in an xdist worker (every one collects, and orders alike); a worker's own --dist reads "no", so the
+    # layout is worksteal's whatever was asked: under --dist load it does no harm. A run without -n keeps the
+    # order of the files.
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = slow_first(items, int(workerinput["workercount"]))
+
+
+# ---------------------------------------------------------------- llama.cpp and models
+
 
 @pytest.fixture(scope="session")
 def llama_build() -> BuildManifest:

@@ -39,7 +39,7 @@ def test_a_headless_hand_run_counts_each_request_once(tmp_path: Path) -> None:
     config = GroundTruthConfig(ttft_ms=20, itl_ms=5, tokens=16, model="default", slots=4)
     with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
         done = locust("--headless", "--host", server.base_url, "--steps", "2,4", "--warmup", "0.5", "--measure",
-                      "5", "--max-tokens", "16", "--ignore-eos", "--runs-dir", str(runs), "--csv",
+                      "2.5", "--max-tokens", "16", "--ignore-eos", "--runs-dir", str(runs), "--csv",
                       str(tmp_path / "locust"), "--only-summary")
     assert done.returncode == 0, done.stderr[-2000:]
     run = only_run(runs)

@@ -23,7 +23,9 @@ def test_the_ladder_runs_on_the_rig_and_is_copied_home(rig, rig_paths, build_cac
     local_runs = tmp_path / "runs"
     with pytest.raises(ProvisionError, match="ladder: no rigbench at /nowhere/rigbench on the rig; run the project"):
         ladder(rig, rig_paths, questions, "smollm2", "Q8_0", "x", rigbench="/nowhere/rigbench", local_runs=local_runs)
-    quick = QualityLadderSettings(bench=False, max_tokens=16)
+    # one server thread: over SSH the rig's llama-server gets no OMP_WAIT_POLICY=PASSIVE, and beside make test's
+    # other workers a two-thread one spins at every barrier (ten times this test's time alone)
+    quick = QualityLadderSettings(bench=False, max_tokens=16, server_args=["-t", "1"])
     folder = ladder(rig, rig_paths, questions, "smollm2", "Q8_0,Q4_0", "ladder-test", local_runs=local_runs,
                     settings=quick, rigbench=RIGBENCH, cache=build_cache)
     assert folder == local_runs / "ladder-test"

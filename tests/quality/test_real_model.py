@@ -38,8 +38,16 @@ def smollm2() -> Path:
 
 @pytest.fixture(scope="module")
 def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("questions") / "ten.jsonl"
-    write_question_file(path, generate_questions(10, seed=0), "test: 10 generated questions")
+    path = tmp_path_factory.mktemp("questions") / "six.jsonl"
+    write_question_file(path, generate_questions(6, seed=0), "test: 6 generated questions")
+    return path
+
+
+@pytest.fixture(scope="module")
+def four_questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """For the tests that ask one set many times over (rungs, arms)."""
+    path = tmp_path_factory.mktemp("questions") / "four.jsonl"
+    write_question_file(path, generate_questions(4, seed=0), "test: 4 generated questions")
     return path
 
 
@@ -61,24 +69,24 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
         first = quality(*asked)
         assert first.returncode == 0, first.stderr
         answers = lines(out / "answers.jsonl")
-        assert len(answers) == 20 and {a["repeat"] for a in answers} == {0, 1}
+        assert len(answers) == 12 and {a["repeat"] for a in answers} == {0, 1}
         assert all(a["http_status"] == 200 and a["completion_tokens"] <= 16 for a in answers)
         assert (out / "repeats.jsonl").read_text() == ""  # same text twice at temperature 0, one slot
         manifest = EvalDir(out).read_manifest()
         assert manifest.status == "complete" and manifest.settings.repeat == 2
         assert manifest.settings.max_tokens == 16 and manifest.settings.seed == 0
-        # a run stopped after 15 answers asks only the 5 it lacks
-        kept = (out / "answers.jsonl").read_text().splitlines()[:15]
+        # a run stopped after 9 answers asks only the 3 it lacks
+        kept = (out / "answers.jsonl").read_text().splitlines()[:9]
         (out / "answers.jsonl").write_text("\n".join(kept) + "\n")
         again = quality(*asked)
         assert again.returncode == 0, again.stderr
         resumed = (out / "answers.jsonl").read_text().splitlines()
-        assert resumed[:15] == kept and len(resumed) == 20
-        assert [json.loads(line)["text"] for line in resumed[15:]] == [a["text"] for a in answers[15:]]
+        assert resumed[:9] == kept and len(resumed) == 12
+        assert [json.loads(line)["text"] for line in resumed[9:]] == [a["text"] for a in answers[9:]]
         # asking the same folder with other settings is refused, nothing added
         other = quality("eval", "--url", server.base_url, "--questions", questions, "--out", out, "--max-tokens", "32")
         assert other.returncode == 2 and "resumed with other settings" in other.stderr
-        assert len((out / "answers.jsonl").read_text().splitlines()) == 20
+        assert len((out / "answers.jsonl").read_text().splitlines()) == 12
         # two eval runs compared: replies cut at 6 tokens part from the longer ones near token 6
         short = tmp_path / "short"
         cut = quality("eval", "--url", server.base_url, "--questions", questions, "--out", short, "--max-tokens", "6")
@@ -86,27 +94,28 @@ def test_eval_against_a_url_twice_is_deterministic_and_resumes(
         compared = quality("compare", out, short, "--url", server.base_url)
         assert compared.returncode == 0, compared.stderr
         cut_replies = sum(a["repeat"] == 0 and a["completion_tokens"] > 6 for a in answers)
-        assert compared.stdout.startswith(f"10 questions: texts differ on {cut_replies},")
+        assert compared.stdout.startswith(f"6 questions: texts differ on {cut_replies},")
         parted = [int(index) for index in re.findall(r"\| token (\d+) \(", compared.stdout)]
         assert len(parted) == cut_replies and all(5 <= index <= 7 for index in parted)  # re-tokenised text
 
 
-def test_two_arms_of_a_profile_in_one_command_are_compared_by_question(questions: Path, tmp_path: Path) -> None:
+def test_two_arms_of_a_profile_in_one_command_are_compared_by_question(four_questions: Path, tmp_path: Path) -> None:
     # the tiny profile's server (its flags, the real model as its file), as `rigbench serve` would start it
     out = tmp_path / "arms"
-    result = quality("eval", "--profile", "tiny", "--model-file", "smollm2", "--questions", questions, "--out", out,
-                      "--backend", "cpu", "--arm", "plain=", "--arm", "small-batch=-b 64 -ub 64", *SHORT)
+    result = quality("eval", "--profile", "tiny", "--model-file", "smollm2", "--questions", four_questions, "--out",
+                      out, "--backend", "cpu", "--arm", "plain=", "--arm", "small-batch=-b 64 -ub 64", *SHORT)
     assert result.returncode == 0, result.stderr
     assert "| plain " in result.stdout and "| small-batch " in result.stdout
     for arm in ("plain", "small-batch"):
         manifest = EvalDir(out / arm).read_manifest()
         assert manifest.arm == arm and manifest.model.sha256 == SMOLLM2.sha256 and manifest.build.backend == "cpu"
         assert "--parallel" in manifest.server.args  # the profile's flags
-        assert len(lines(out / arm / "answers.jsonl")) == 10
+        assert len(lines(out / arm / "answers.jsonl")) == 4
     assert "-b" in EvalDir(out / "small-batch").read_manifest().server.args
 
 
-def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path, tmp_path: Path) -> None:
+def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, four_questions: Path, tmp_path: Path) -> None:
+    questions = four_questions  # three ladders and two grids of them: the bookkeeping is the same for four
     ladder_a, ladder_b = tmp_path / "a", tmp_path / "b"
     result = quality("ladder", "smollm2", "--rungs", "F16,Q8_0,Q4_0", "--questions", questions, "--out", ladder_a,
                       "--no-bench", "--backend", "cpu", *SHORT)
@@ -118,7 +127,7 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
     assert sizes[0] == 270_885_952 and sizes[0] > sizes[1] > sizes[2]
     assert all(rung.memory_after_load_mib and rung.eval_run for rung in manifest.rungs)
     summary = json.loads((ladder_a / "quality.json").read_text())
-    assert [r["questions"] for r in summary["rungs"]] == [10, 10, 10]
+    assert [r["questions"] for r in summary["rungs"]] == [4, 4, 4]
     report = (ladder_a / "report.md").read_text()
     assert "## Rungs against F16" in report and "| Q4_0 " in report
     # a second run of the same command asks nothing again
@@ -138,7 +147,7 @@ def test_ladder_of_three_rungs_resumes_and_grids(smollm2: Path, questions: Path,
     assert grid.returncode == 0, grid.stderr
     rows = json.loads((tmp_path / "grid" / "grid.json").read_text())["rungs"]
     assert [row["name"] for row in rows] == ["F16", "Q4_0"]  # the rungs both ladders have
-    assert all(row["questions"] == 10 and row["graded_differently"] <= 10 for row in rows)
+    assert all(row["questions"] == 4 and row["graded_differently"] <= 4 for row in rows)
     assert (tmp_path / "grid" / "grid.png").exists()
     # rungs quantized straight from the Q4_1 file are other bytes: a grid of them is refused
     ladder_c = tmp_path / "c"

@@ -37,7 +37,7 @@ BUCKET = "rigbench-test-builds"
 A, B = "g6-xlarge", "g6-2xlarge"
 # Short replies and windows: two rigs, their servers and their sweeps share this machine's two cores.
 DATA = Path(__file__).parent / "data"
-FAST_SWEEP = ["--profile", "tiny", "--study", "sweep", "--steps", "1,2", "--warmup", "1", "--measure", "5",
+FAST_SWEEP = ["--profile", "tiny", "--study", "sweep", "--steps", "1,2", "--warmup", "1", "--measure", "3",
               "--load", str(DATA / "fast-load.toml"), "--users", "2", "--min-tok-s", "1", "--ttft-p90", "10"]
 
 
@@ -294,8 +294,8 @@ def test_two_rigs_ladder_and_eval_stopped_mid_ladder_resumed_to_a_grid_with_a_ba
     write_question_file(questions, generate_questions(4, 0, 1, 10), "test")
     bad = corrupt_rung_on(rigs[1], llama_build, "Q4_0", tmp_path)
     ladder, evaluation = tmp_path / "ladder.toml", tmp_path / "eval.toml"
-    ladder.write_text('max_tokens = 24\nbench = false\nserver_args = ["-t", "1"]\n')
-    evaluation.write_text("max_tokens = 24\n")
+    ladder.write_text('max_tokens = 8\nbench = false\nserver_args = ["-t", "1"]\n')
+    evaluation.write_text("max_tokens = 24\n")  # fewer, and its estimate rounds to 0 s
     hubless = {**os.environ, "HF_ENDPOINT": "http://127.0.0.9:9"}
     options = ["--profile", str(smollm2_profile(tmp_path)), "--study", "ladder,eval", "--questions", str(questions),
                "--rungs", "Q8_0,Q4_0", "--ladder", str(ladder), "--eval", str(evaluation)]
