@@ -76,11 +76,6 @@ def reason_name(bit: int) -> str:
     return CLOCK_EVENT_REASONS.get(bit, f"{bit:#x}")
 
 
-def decode_reasons(mask: int) -> list[str]:
-    """The names of the bits set in a clock event mask, lowest first."""
-    return [reason_name(bit) for bit in set_bits(mask)]
-
-
 def is_slowdown(reason: str) -> bool:
     """Whether a reason lowers the clock under a limit (an unnamed bit is not claimed to)."""
     return reason in CLOCK_EVENT_REASONS.values() and reason not in NOT_SLOWDOWNS

@@ -158,11 +158,6 @@ def parse_seconds(text: str, option: str, *, example: str = "30 or 8,8,10,20") -
     return values[0] if len(values) == 1 else values
 
 
-def format_counts(values: list[int]) -> str:
-    """``1,2,4``: counts as the options take them (the inverse of :func:`parse_counts`)."""
-    return ",".join(str(value) for value in values)
-
-
 def format_seconds(values: float | list[float]) -> str:
     """``30`` or ``8,8,10,20``: seconds as the options take them and reports show them
     (the inverse of :func:`parse_seconds`)."""

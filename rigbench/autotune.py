@@ -227,11 +227,6 @@ def is_profile_line(trial: TrialResult) -> bool:
     return not trial.overrides and trial.replicas == 1
 
 
-def baseline_trial(results: list[TrialResult]) -> TrialResult | None:
-    """The first complete trial that adds no flags to one server: the line as the profile ships it."""
-    return next((r for r in results if r.status == "complete" and is_profile_line(r)), None)
-
-
 def _baseline(trials: list[TrialRuns]) -> TrialRuns | None:
     return next((trial for trial in trials if trial.complete and is_profile_line(trial.first)), None)
 

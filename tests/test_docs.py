@@ -468,3 +468,10 @@ def test_every_doc_links_the_glossary_at_its_top() -> None:
         if "glossary.md)" not in top:
             lacking.append(path.name)
     assert not lacking, f"docs that do not link docs/glossary.md near their top: {lacking}"
+
+
+def test_the_load_file_page_names_every_field_a_load_file_takes() -> None:
+    from core.rundir.models import LoadSettings
+
+    page = (ROOT / "docs" / "load-files.md").read_text()
+    assert [field for field in LoadSettings.model_fields if f"`{field}`" not in page] == []

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from core.errors import CloudError
 from core.rundir.files import write_json_atomic
+from core.strict import Strict
 from core.validation import describe_validation_error
 
 RECORD_FILE = "cloud-run.json"
@@ -26,11 +27,7 @@ RIG_PHASES = ("up", "setup", "toolkit", "build", "download", "serve", "project")
 STUDIES = ("sweep", "bench", "ladder", "eval")
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AttemptRecord(Model):
+class AttemptRecord(Strict):
     """One ``pulumi up`` of a rig: where it asked for capacity and what came of it."""
 
     number: int
@@ -48,7 +45,7 @@ class AttemptRecord(Model):
     destroyed: bool = Field(False, description="what the failed attempt left was destroyed before the next")
 
 
-class PhaseRecord(Model):
+class PhaseRecord(Strict):
     name: str
     started_at: float
     seconds: float | None = None
@@ -57,7 +54,7 @@ class PhaseRecord(Model):
     error: str | None = None
 
 
-class RigRecord(Model):
+class RigRecord(Strict):
     """One stack's rig from launch to destroy."""
 
     stack: str
@@ -90,7 +87,7 @@ class RigRecord(Model):
         return None if hours is None or self.usd_per_hour is None else hours * self.usd_per_hour
 
 
-class RigEstimate(Model):
+class RigEstimate(Strict):
     stack: str
     instance_type: str
     market: str
@@ -101,7 +98,7 @@ class RigEstimate(Model):
     phases_s: dict[str, float]
 
 
-class CloudRunRecord(Model):
+class CloudRunRecord(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     id: str
     created_at: float
