@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from analysis.gate import Check, Figure, GateResult, intervals_apart
 from analysis.intervals import Estimate
+from core.whole_files import whole_file
 
 
 def figure_cell(figure: Figure, estimate: Estimate | None) -> str:
@@ -119,5 +120,6 @@ def junit_tree(result: GateResult) -> ET.ElementTree:
 
 def write_junit(result: GateResult, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    junit_tree(result).write(path, encoding="utf-8", xml_declaration=True)
+    with whole_file(path, "wb") as handle:  # a full disk leaves the old file or none, never a cut one
+        junit_tree(result).write(handle, encoding="utf-8", xml_declaration=True)
     return path

@@ -34,6 +34,7 @@ from core.cache import cache_root
 from core.errors import AnalysisError, UsageError
 from core.rundir.models import Market
 from core.validation import describe_validation_error
+from core.whole_files import write_whole
 
 PRICING_REGION = "us-east-1"
 SPOT_PRODUCT = "Linux/UNIX"
@@ -220,7 +221,7 @@ def save_quotes(quotes: list[PriceQuote], path: Path | None = None) -> Path:
         quotes=sorted(merged.values(), key=_key_text),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(snapshot.model_dump_json(indent=2) + "\n")
+    write_whole(path, snapshot.model_dump_json(indent=2) + "\n")
     return path
 
 

@@ -5,6 +5,10 @@ so same filesystem) and renamed over its own name only once every byte is out: a
 next command, sees the old file or the new one, never a cut one. When writing fails (a full disk:
 ``ENOSPC``), the temporary is removed, the file keeps what it held, and the ``OSError`` names the
 file that could not be written (a failed ``write()`` names none of its own).
+
+The same failures reaching the CLI from anywhere else become one line too (:func:`said_in_one_line`):
+a full disk, a quota, a folder one may not write or a read-only filesystem are the machine's state,
+not a bug, so they are said, not traced back; any other ``OSError`` keeps its traceback.
 """
 
 from __future__ import annotations
@@ -44,6 +48,26 @@ def write_whole(path: Path | str, data: str | bytes, **options: bool) -> None:
     """``data`` as the whole of ``path`` (:func:`whole_file`'s options)."""
     with whole_file(path, "wb" if isinstance(data, bytes) else "w", **options) as handle:
         handle.write(data)
+
+
+# errno values that say the machine refused the file, with what to do about each
+REFUSALS = {
+    errno.ENOSPC: "free space there (or give another place) and run it again",
+    errno.EDQUOT: "free space within your quota there (or give another place) and run it again",
+    errno.EACCES: "give yourself access to it (or give another place) and run it again",
+    errno.EROFS: "the filesystem is read-only: give a place on a writable one and run it again",
+}
+
+
+def said_in_one_line(error: OSError) -> str | None:
+    """``PATH: No space left on device (ENOSPC); free space there ...`` for an ``OSError`` in
+    :data:`REFUSALS`; ``None`` for any other, which is a bug to show whole."""
+    advice = REFUSALS.get(error.errno or 0)
+    if advice is None:
+        return None
+    code = errno.errorcode.get(error.errno or 0, str(error.errno))
+    where = error.filename if error.filename is not None else "a file"
+    return f"{where}: {error.strerror or error} ({code}); {advice}"
 
 
 def cannot_write(error: OSError) -> str:

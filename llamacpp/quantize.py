@@ -27,6 +27,7 @@ from core.build_manifest import BuildManifest
 from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError
+from core.whole_files import write_whole
 
 DEFAULT_RUNGS = "F16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q3_K_M,Q2_K"  # widest first: the ladder of the article
 TYPE_LINE = re.compile(r"^\s+\d+\s+or\s+([A-Z0-9_]+)\s+:", re.MULTILINE)
@@ -83,7 +84,7 @@ def quantize_file(
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     seconds = round(time.monotonic() - started, 2)
     if log_path is not None:
-        log_path.write_text(result.stdout)
+        write_whole(log_path, result.stdout)
     if result.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)
         tail = "\n".join(result.stdout.strip().splitlines()[-5:])
@@ -112,7 +113,7 @@ def quantize_rung(
                             threads=threads)
     digest = file_sha256(target)
     written = digest_file.with_name(f"{digest_file.name}.{os.getpid()}")
-    written.write_text(digest + "\n")
+    write_whole(written, digest + "\n")
     written.rename(digest_file)  # the digest appears whole, after its file: a rung without one is made again
     return Rung(rung, target, target.stat().st_size, digest, seconds)
 

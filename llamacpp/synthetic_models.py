@@ -18,6 +18,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from core.whole_files import write_whole
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -200,7 +202,7 @@ def write_synthetic_model(path: Path | str, preset: str = "tiny", seed: int = 0,
     if path.exists() and sidecar.exists() and sidecar.read_text() == identity:
         return path
     write_llama_gguf(path, shape, seed, name=f"rigbench-synthetic-{preset}")
-    sidecar.write_text(identity)
+    write_whole(sidecar, identity)
     return path
 
 

@@ -33,6 +33,7 @@ from core.machine import server_rig
 from core.private_files import PRIVATE_UMASK
 from core.rundir import RunDir, new_manifest, server_at
 from core.rundir.models import ReplicaInfo
+from core.whole_files import write_whole
 from loadtest import web_ui
 from loadtest.controller import SweepController
 from loadtest.late_starts import note_late_starts
@@ -236,7 +237,7 @@ class LocustSweep:
                 note_late_starts(RunDir(options.run_dir))
         prefix = getattr(options, "csv_prefix", None)
         if prefix and live.steps:
-            Path(f"{prefix}{STEPS_CSV_SUFFIX}").write_text(live.csv_text())
+            write_whole(Path(f"{prefix}{STEPS_CSV_SUFFIX}"), live.csv_text())
 
 
 @events.init.add_listener

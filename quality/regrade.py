@@ -9,13 +9,13 @@ re-run or, worse, left graded by rules the documentation no longer describes.
 from __future__ import annotations
 
 import gzip
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.rundir.files import write_json_atomic
 from core.rundir.quality import AnswerRecord, RepeatMismatch
 from core.rundir.quality_files import ANSWERS, REPEATS, EvalDir
+from core.whole_files import write_whole
 from quality.grading import expected_answer, extract_answer, failure_kinds
 
 
@@ -48,9 +48,7 @@ def _write_lines(path: Path, lines: str) -> None:
     if not path.name.endswith(".gz"):
         write_json_atomic(path, lines)
         return
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(gzip.compress(lines.encode("utf-8"), mtime=0))
-    os.replace(temporary, path)
+    write_whole(path, gzip.compress(lines.encode("utf-8"), mtime=0))
 
 
 def regrade_eval(folder: Path) -> Regraded:

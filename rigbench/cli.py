@@ -4,7 +4,10 @@ Each command or group is a module-level ``app`` in ``rigbench/commands/<module>.
 when it is run or asked for its help: ``rigbench --help`` lists the table below without importing
 a stage, so the listing stays quick while every module keeps its imports at its top. Every
 ``RigbenchError`` becomes one line on stderr, without a traceback, and the error's exit code: 2 for
-input refused before anything was created, 1 for a run that was made but did not complete. Every
+input refused before anything was created, 1 for a run that was made but did not complete. An
+``OSError`` that says the machine refused a file (a full disk, a quota, no permission, a read-only
+filesystem: ``core.whole_files.REFUSALS``) is one line too, naming the file and the cause, with exit code 2;
+any other keeps its traceback, as a bug should. Every
 command runs with a private umask (``core.private_files``): what it and its children write is the user's.
 """
 
@@ -20,6 +23,7 @@ import typer.main
 
 from core.errors import RigbenchError
 from core.private_files import private_umask
+from core.whole_files import said_in_one_line
 from rigbench import __version__
 
 
@@ -134,3 +138,9 @@ def main() -> None:
     except RigbenchError as error:
         print(f"rigbench: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
+    except OSError as error:
+        line = said_in_one_line(error)
+        if line is None:
+            raise
+        print(f"rigbench: error: {line}", file=sys.stderr)
+        sys.exit(RigbenchError.exit_code)

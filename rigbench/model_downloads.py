@@ -9,7 +9,7 @@ for them (the cache's ``models/`` folder) unless a folder is named.
 
 from __future__ import annotations
 
-import shutil
+import hashlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +19,7 @@ from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import LlamaCppError, ProfileError
 from core.profile import PROFILE_DIR, ModelFile, RigProfile, available_profiles, load_profile
+from core.whole_files import whole_file, write_whole
 from llamacpp.joined_model import JoinedModel
 from llamacpp.named_models import NAMED_MODELS, fetch_named_model, named_model
 from llamacpp.synthetic_models import write_synthetic_model
@@ -100,7 +101,7 @@ def copy_named(name: str, out: Path | None, say: Say) -> Path:
         return cached
     out.mkdir(parents=True, exist_ok=True)
     if isinstance(model, JoinedModel):
-        shutil.copyfile(cached.with_name(model.terms_filename), out / model.terms_filename)
+        write_whole(out / model.terms_filename, cached.with_name(model.terms_filename).read_bytes())
     return copy_checked(cached, out / cached.name, model.sha256)
 
 
@@ -109,12 +110,12 @@ def copy_checked(source: Path, dest: Path, sha256: str) -> Path:
     the name."""
     if dest.exists() and file_sha256(dest) == sha256:
         return dest
-    partial = dest.with_name(f"{dest.name}.part")
-    shutil.copyfile(source, partial)
-    found = file_sha256(partial)
-    if found != sha256:
-        partial.unlink()
-        raise LlamaCppError(f"models download: the copy of {source} has sha256 {found}, expected {sha256}; "
-                            "it was deleted: delete the cached file so it is fetched again")
-    partial.replace(dest)
+    digest = hashlib.sha256()
+    with whole_file(dest, "wb") as out, open(source, "rb") as data:  # a cut or wrong copy never takes the name
+        while block := data.read(1 << 20):
+            digest.update(block)
+            out.write(block)
+        if (found := digest.hexdigest()) != sha256:
+            raise LlamaCppError(f"models download: the copy of {source} has sha256 {found}, expected {sha256}; "
+                                "it was deleted: delete the cached file so it is fetched again")
     return dest

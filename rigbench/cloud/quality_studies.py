@@ -29,6 +29,7 @@ from core.quality_settings import (
     settings_file_text,
 )
 from core.rundir.quality_files import LadderDir, read_questions
+from core.whole_files import write_whole
 from rigbench.cloud.settings import CloudSettings
 from rigbench.prompt_mode import prompt_settings
 
@@ -160,7 +161,7 @@ def write_settings_file(folder: Path, study: str, settings: CloudSettings) -> Pa
     loop hands each rig the same)."""
     asked = getattr(settings, study) or SETTINGS[study]()
     path = folder / f"{study}-settings.json"
-    path.write_text(settings_file_text(asked))
+    write_whole(path, settings_file_text(asked))
     return path
 
 

@@ -21,6 +21,7 @@ from analysis.report import build_sections, write_files
 from core.errors import RigbenchError, RunDirError
 from core.rundir import RunDir
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
+from core.whole_files import write_whole
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.decode_bytes import decode_bytes_for_runs
@@ -92,7 +93,7 @@ def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, recor
                f"${best.usd_per_hour:.3f}/h" if best else "no measured rig meets the targets")
     text = (f"# Plan: {targets.users} users, each >= {targets.min_tok_s:g} tok/s, TTFT p90 <= "
             f"{targets.ttft_p90_s:g} s\n\n{plan_table(plans)}\n\n{verdict}\n")
-    (folder.root / PLAN_FILE).write_text(text)
+    write_whole(folder.root / PLAN_FILE, text)
     record.plan = PLAN_FILE
     console.print(Text(f"report: {written[0]}\nplan: {folder.root / PLAN_FILE}\n{verdict}"))
 
@@ -135,11 +136,11 @@ def write_quality_report(settings: CloudSettings, folder: CloudRunFolder, record
     glance = " ".join(page.glance for page in pages)
     text = "\n".join([f"# Answers on every rig: {Path(settings.questions or '').name}", "", "## At a glance", "",
                       glance, "", *(page.markdown for page in pages)])
-    (out / ANSWERS_FILE).write_text(text)
+    write_whole(out / ANSWERS_FILE, text)
     report = out / "report.md"
     if record.report and (folder.root / record.report) == report:
         speed = report.read_text().rstrip("\n")
-        report.write_text(with_answers_glance(speed, glance) + "\n\n" + text.replace("# Answers", "## Answers", 1)
+        write_whole(report, with_answers_glance(speed, glance) + "\n\n" + text.replace("# Answers", "## Answers", 1)
                           .replace("## At a glance", "### At a glance", 1))
     else:
         record.report = folder.relative(out / ANSWERS_FILE)

@@ -19,6 +19,7 @@ from pathlib import Path
 from core.errors import CloudError, RigbenchError
 from core.load_file import load_fields_text
 from core.pulumi_cli import QUIET_FLAGS, pulumi_executable, pulumi_json
+from core.whole_files import write_whole
 from infra.spot_placement import failure_scope, retryable_failure
 from provision.connection import known_hosts_path
 from rigbench.cloud.attempts import PlannedAttempt, config_changes
@@ -281,7 +282,7 @@ class RigDriver:
             return ["--timeout", str(settings.setup_timeout_s)]
         if name == "sweep":
             load = self.rig_folder / "load.json"  # written from the record: a resumed loop sends the same load
-            load.write_text(load_fields_text(settings.load))
+            write_whole(load, load_fields_text(settings.load))
             return ["--load", str(load), "--runs-dir", str(self.runs_dir), *rigbench]
         if name == "fetch":
             return ["--runs-dir", str(self.runs_dir)]

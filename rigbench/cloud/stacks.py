@@ -15,6 +15,7 @@ import yaml
 
 from core.errors import CloudError
 from core.pulumi_cli import pulumi_json
+from core.whole_files import write_whole
 from infra.stack_config import PROJECT
 
 REGION_KEY = "aws:region"
@@ -122,5 +123,5 @@ def write_attempt_config(settings: StackSettings, target: Path, changes: dict[st
             config[key(name)] = value
     document["config"] = config
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(document, sort_keys=False))
+    write_whole(target, yaml.safe_dump(document, sort_keys=False))
     return target

@@ -12,6 +12,7 @@ from core.lists import MEASURE_HELP, parse_counts, parse_windows
 from core.mps import decide_mps, find_control_program
 from core.profile import load_profile
 from core.replicas import plan_replicas, replica_gpu
+from core.whole_files import write_whole
 from rigbench.autotune import (
     DEFAULT_TRIALS,
     autotune_table,
@@ -130,7 +131,7 @@ def autotune(
     results = run_autotune(options, trials, runs_dir, bench_tg=bench_tg, arms=arms, resume=resume, repeats=repeats)
     best = best_trial(results)
     table = autotune_table(results, best)
-    (runs_dir / "autotune.md").write_text(f"# autotune: {profile}\n\n{table}\n")
+    write_whole(runs_dir / "autotune.md", f"# autotune: {profile}\n\n{table}\n")
     typer.echo(table)
     if best is None:
         raise typer.Exit(1)

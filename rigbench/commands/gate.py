@@ -11,12 +11,15 @@ from analysis.gate import gate as judge
 from analysis.gate_output import markdown_table, outcome_line, write_junit
 from analysis.prices import PriceBook
 from analysis.report_model import build_section
+from core.errors import AnalysisError
 from core.instance_types import known_types
+from core.whole_files import unwritten_said_as
 
 EXIT_CODES = (
     "Exit codes: 0 no regression and every limit met; 1 a regression or a missed limit (the table says which); "
     "2 unusable input: a run that cannot be read or analysed, runs of different workloads without "
-    "--allow-different, runs that share no step, a bad option (an unknown --price-as type among them)."
+    "--allow-different, runs that share no step, a bad option (an unknown --price-as type among them), or a "
+    "--junit file that could not be written (none is left cut)."
 )
 
 
@@ -93,6 +96,8 @@ def gate(
     typer.echo(markdown_table(result))
     typer.echo(f"\n{outcome_line(result)}")
     if junit is not None:
-        typer.echo(f"junit: {write_junit(result, junit)}")
+        with unwritten_said_as(AnalysisError, "the file is written whole or not at all, so none is cut; free "
+                               "space there, or give --junit another place, and run it again"):
+            typer.echo(f"junit: {write_junit(result, junit)}")
     if not result.passed:
         raise typer.Exit(1)

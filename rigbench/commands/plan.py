@@ -20,9 +20,10 @@ from analysis.goodput_section import targets_text
 from analysis.plan import Targets, plan_table, plans_for_sections
 from analysis.prices import GIVEN_PRICE_HELP, PriceBook
 from analysis.report_model import build_section
-from core.errors import UsageError
+from core.errors import AnalysisError, UsageError
 from core.instance_types import known_types
 from core.rundir.capacity_search import CapacitySearch, is_search, read_search
+from core.whole_files import unwritten_said_as, write_whole
 from rigbench.autotune import is_tuning, kept_run
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
@@ -31,7 +32,7 @@ EXIT_CODES = (
     "Exit codes: 0 a rig meets the targets (the recommendation is printed); 3 no measured rig meets them; "
     "2 a bad option or run directory, an unknown instance type in --price-as or --hypothetical, a --usd-per-hour "
     "not above 0, no run priced (none ran on a known type: give --price-as, --usd-per-hour or --hypothetical), "
-    "or a --gguf that is no given run's model."
+    "a --gguf that is no given run's model, or an --out file that could not be written (none is left cut)."
 )
 
 
@@ -128,7 +129,9 @@ def plan(
         given = {**targets.__dict__, "min_tok_s": min_tok_s, "ttft_p90_s": ttft_p90}
         searched = {path.name: search.targets for path, search in searches.items()}
         payload = {"targets": given, "capacity_searches": searched, "plans": [plan.to_dict() for plan in plans]}
-        out.write_text(json.dumps(payload, indent=2) + "\n")
+        with unwritten_said_as(AnalysisError, "the file is written whole or not at all, so none is cut; free "
+                               "space there, or give --out another place, and run it again"):
+            write_whole(out, json.dumps(payload, indent=2) + "\n")
     if any(plan.price.hypothetical for plan in plans):
         typer.echo("\nprices marked (hypothetical) apply an instance type the run did not run on (--hypothetical), "
                    "to figures measured on the machine each names")

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from pydantic import TypeAdapter
 
+from core.whole_files import write_whole
 from provision.stack import RigTarget, resolve_target
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
@@ -47,9 +48,7 @@ def write_result(path: Path, result: Any) -> None:
     """The step's result as JSON (a build manifest, the runs copied, a bench summary), for a caller that
     composes steps (the cloud loop) and should not parse progress lines."""
     payload = TypeAdapter(Any).dump_python(result, mode="json")
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(payload, indent=2) + "\n")
-    partial.replace(path)
+    write_whole(path, json.dumps(payload, indent=2) + "\n")
 
 
 app = typer.Typer(

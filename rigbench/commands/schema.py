@@ -10,6 +10,7 @@ import typer
 
 from analysis import summary
 from core.rundir import schema as run_schema
+from core.whole_files import write_whole
 
 EXIT_CODES = (
     "Exit codes: 0 printed or written; 2 an unknown schema name."
@@ -41,7 +42,7 @@ def schema(
     """Print the JSON Schema of run directories (manifest, records, telemetry), or of a report's summary.json."""
     path, text = schema_source(name)
     if write:
-        path.write_text(text())
+        write_whole(path, text())
         typer.echo(f"wrote {path}")
     else:
         typer.echo(text(), nl=False)

@@ -13,6 +13,7 @@ from analysis.report import build_sections
 from core.errors import LoadTestError
 from core.lists import DEFAULT_USER_STEPS, STEPS_HELP, parse_counts, parse_rates
 from core.repeat_order import interleaved, new_series_id
+from core.whole_files import write_whole
 from loadtest.process_capacity import save_capacity
 from rigbench import fidelity
 from rigbench.fidelity import capacity, results_table
@@ -106,7 +107,7 @@ def selftest(
         typer.echo(f"saved the per-process capacity ({entry['per_process_tok_s']:.0f} tok/s) for sweep warnings")
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(f"# rigbench selftest ({run.path.name})\n\n{table}\n\n{summary}\n")
+        write_whole(output, f"# rigbench selftest ({run.path.name})\n\n{table}\n\n{summary}\n")
         typer.echo(f"wrote {output}")
 
 
@@ -125,5 +126,5 @@ def aa_check(runs_dir: Path, runs: int, options: dict, output: Path | None) -> N
     typer.echo("runs: " + " ".join(str(path) for path in paths))
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(f"# rigbench selftest --aa {runs} ({series})\n\n{text}")
+        write_whole(output, f"# rigbench selftest --aa {runs} ({series})\n\n{text}")
         typer.echo(f"wrote {output}")

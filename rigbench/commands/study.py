@@ -31,6 +31,7 @@ from core.errors import StudyError
 from core.instance_types import known_types
 from core.lists import parse_choices, parse_counts
 from core.rundir.quality import EvalSettings
+from core.whole_files import write_whole
 from core.workload import parse_slo, parse_think, parse_turns
 from llamacpp.build import BACKENDS
 from llamacpp.gemma4_shapes import PRESETS
@@ -182,7 +183,7 @@ def mps_report(
         raise typer.BadParameter(f"{study}: not an MPS study folder (no study.json)", param_hint="STUDY")
     text = mps_study_tables(study, known_types(price_as, "--price-as"))
     if out is not None:
-        out.write_text(text)
+        write_whole(out, text)
     typer.echo(text)
 
 
@@ -196,7 +197,7 @@ def real_gemma_report(
         raise typer.BadParameter(f"{study}: not a real-Gemma study folder (no phases.jsonl)", param_hint="STUDY")
     text = study_tables(study)
     if out is not None:
-        out.write_text(text)
+        write_whole(out, text)
     typer.echo(text)
 
 

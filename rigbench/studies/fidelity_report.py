@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from core.whole_files import write_whole
 from loadtest.selftest import OPEN_LOOP_SLOTS, open_loop_capacity
 from rigbench.fidelity import FOLLOWED_RULE, StepFidelity, capacity, selftest
 
@@ -123,5 +124,5 @@ def write_fidelity_report(out: Path, runs_dir: Path, *, measure: float = 5.0, ca
     ]
     text = "\n".join(sections)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    write_whole(out, text)
     return text

@@ -57,6 +57,7 @@ from core.errors import RigbenchError, StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile, merge_server_args, split_flags
 from core.repeat_order import interleaved, new_series_id
+from core.whole_files import write_whole
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import BUILD_SCRIPT, build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
@@ -164,7 +165,7 @@ class GpuStudy:
             self.record(name, status="ok", seconds=round(time.monotonic() - began, 1))
         except Exception as error:  # noqa: BLE001 - keep every later phase running
             self.log(f"phase {name} FAILED: {error}")
-            (self.out / f"error-{name}.txt").write_text(traceback.format_exc())
+            write_whole(self.out / f"error-{name}.txt", traceback.format_exc())
             self.record(name, status="failed", error=str(error)[:500], seconds=round(time.monotonic() - began, 1))
 
     def rig_options(self, label: str, preset: str, overrides: list[str], profile: str = MANY_PROFILE,
@@ -212,7 +213,7 @@ class GpuStudy:
             return str(report.parent)
         except Exception as error:  # noqa: BLE001 - one broken run must not end the phase
             if not isinstance(error, RigbenchError):
-                (self.out / f"error-run-{options.label}.txt").write_text(traceback.format_exc())
+                write_whole(self.out / f"error-run-{options.label}.txt", traceback.format_exc())
             self.log(f"run {options.label}{_of(options)} failed: {str(error)[:300]}")
             self.record("run", label=options.label, status="failed", error=str(error)[:500], **repeat)
             return None
@@ -245,7 +246,7 @@ def start_build(study: GpuStudy) -> subprocess.Popen:
 def use_cached_build(study: GpuStudy) -> None:
     """--phases without models: the build of this card (from the cache when it is there)."""
     study.build = build_llama_cpp(backend=study.backend)
-    (study.out / "build_manifest.json").write_text(study.build.model_dump_json(indent=1))
+    write_whole(study.out / "build_manifest.json", study.build.model_dump_json(indent=1))
 
 
 def f16_of(q4_0: Path) -> Path:
@@ -278,7 +279,7 @@ def write_models(study: GpuStudy) -> None:
     study.build = BuildManifest.parse(manifest_path.read_text(), str(manifest_path))
     study.log(f"build {study.build.backend} {study.build.cuda_arch} in {study.build.build_seconds} s")
     devices = subprocess.run([study.binary("llama-server"), "--list-devices"], capture_output=True, text=True)
-    (study.out / "list_devices.txt").write_text(devices.stdout + devices.stderr)
+    write_whole(study.out / "list_devices.txt", devices.stdout + devices.stderr)
     quantized = [study.target(first, favoured=False)]
     for preset in study.presets:
         quantized += [study.target(preset), study.drafter(preset), study.drafter(preset, right=False)]
@@ -287,7 +288,7 @@ def write_models(study: GpuStudy) -> None:
             log = study.out / f"quantize-{q4.stem}.log"
             quantize_q4_0(study.binary("llama-quantize"), f16_of(q4), q4, log_path=log)
     sizes = {path.name: path.stat().st_size for path in sorted(study.models.glob("*-q4_0.gguf"))}
-    (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
+    write_whole(study.out / "models.json", json.dumps(sizes, indent=1))
     study.log(f"models: {sizes}")
     if failed:  # what was written is quantized and kept; the runs that need the rest fail on their own
         raise StudyError(f"model writers failed: {failed}")
@@ -299,9 +300,9 @@ def writer_done(study: GpuStudy, name: str, future: Future[list[Path]]) -> bool:
     try:
         written = future.result()
     except Exception as error:  # noqa: BLE001 - one writer that fails must not stop the others' files
-        log.write_text("".join(traceback.format_exception(error)))
+        write_whole(log, "".join(traceback.format_exception(error)))
         return False
-    log.write_text("".join(f"wrote {path} ({path.stat().st_size} bytes)\n" for path in written))
+    write_whole(log, "".join(f"wrote {path} ({path.stat().st_size} bytes)\n" for path in written))
     return True
 
 
@@ -311,13 +312,13 @@ def bench(study: GpuStudy) -> None:
         args[args.index("-ot") + 1] = study.placement[1]
     for preset in study.presets:
         report = run_llama_bench(study.binary("llama-bench"), study.target(preset), args)
-        (study.out / f"bench-{preset}.json").write_text(report.to_json())
+        write_whole(study.out / f"bench-{preset}.json", report.to_json())
         study.log(f"llama-bench {preset}: {report.summary}")
     first = study.presets[0]
     depths = "32768,120000" if study.scale >= 1 else "256"
     report = run_llama_bench(study.binary("llama-bench"), study.target(first), [*args, "-d", depths],
                              prompt_tokens=0, repetitions=2)
-    (study.out / f"bench-{first}-depth.json").write_text(report.to_json())
+    write_whole(study.out / f"bench-{first}-depth.json", report.to_json())
     study.log(f"llama-bench {first} at depth: {report.summary}")
     many = merge_server_args(load_profile(MANY_PROFILE).server.args, study.placement)
     for name, extra in (("per-slot-kv", []), ("unified-kv", ["-kvu"])):
@@ -326,7 +327,7 @@ def bench(study: GpuStudy) -> None:
         threads = ["-t", "1", "-tb", "1"] if study.placement else []
         report = run_batched_bench(study.binary("llama-batched-bench"), study.target(first),
                                    [*batched_bench_args(many), *extra, *threads], parallel)
-        (study.out / f"batched-bench-{first}-{name}.json").write_text(report.to_json())
+        write_whole(study.out / f"batched-bench-{first}-{name}.json", report.to_json())
         study.log(f"llama-batched-bench {first} {name}: {report.summary}")
 
 
@@ -434,7 +435,7 @@ def greedy(study: GpuStudy) -> None:
     }
     margins = [pair[0] - pair[1] for reply in cpu.values() if isinstance(reply, dict)
                for pair in reply.get("top2", []) if len(pair) == 2]
-    (study.out / "greedy.json").write_text(json.dumps(
+    write_whole(study.out / "greedy.json", json.dumps(
         {"same_text_as_cpu_sampling": same_as_cpu, "drafter_keeps_text": drafter_same,
          "where_texts_part": partings, "median_top2_margin_cpu_sampling": sorted(margins)[len(margins) // 2]
          if margins else None, "replies": results}, indent=1))
@@ -481,7 +482,7 @@ def slot_profile(study: GpuStudy, patched: bool) -> Path:
     if "[llama_cpp]" in text:
         raise StudyError(f"{MANY_PROFILE} has llama_cpp settings besides the slot patch: the study cannot vary it")
     path = study.out / f"{MANY_PROFILE}-{'patched' if patched else 'stock'}.toml"
-    path.write_text(f"{text}\n{block}" if patched else text)
+    write_whole(path, f"{text}\n{block}" if patched else text)
     return path
 
 
@@ -494,7 +495,7 @@ def slots(study: GpuStudy) -> None:
         threads = ["-t", "1", "-tb", "1"] if study.placement else []
         report = run_batched_bench(study.binary("llama-batched-bench"), study.target(preset),
                                    [*batched_bench_args(many), *extra, *threads], steps, gen_tokens=SLOT_MAX_TOKENS)
-        (study.out / f"batched-bench-{preset}-{name}-slots.json").write_text(report.to_json())
+        write_whole(study.out / f"batched-bench-{preset}-{name}-slots.json", report.to_json())
         study.log(f"llama-batched-bench {preset} {name} at {steps}: {report.summary}")
     profiles = {patched: str(slot_profile(study, patched)) for patched in (False, True)}
     arms = []
@@ -520,7 +521,7 @@ def run_gpu_study(out: Path, presets: list[str], *, scale: float = 1.0, processe
     study = GpuStudy(out, presets, scale, processes, backend, deadline, repeats)
     steps = {"models": write_models, "bench": bench, "autotune": autotune, "greedy": greedy,
              "sweep": sweep, "second": second, "longctx": longctx, "slots": slots}
-    (out / "study.json").write_text(json.dumps({"presets": study.presets, "phases": wanted, "repeats": repeats}))
+    write_whole(out / "study.json", json.dumps({"presets": study.presets, "phases": wanted, "repeats": repeats}))
     if "models" not in wanted:
         study.phase("build", lambda: use_cached_build(study))
     return run_phases(study, PHASES, wanted, steps)
@@ -539,5 +540,5 @@ def run_phases(study: GpuStudy, order: tuple[str, ...], wanted: list[str],
     log = study.out / "phases.jsonl"
     failed = [line for line in log.read_text().splitlines() if '"failed"' in line] if log.exists() else []
     study.log(f"study done, {len(failed)} failure(s)")
-    (study.out / "DONE").write_text("done\n")
+    write_whole(study.out / "DONE", "done\n")
     return failed

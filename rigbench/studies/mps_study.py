@@ -39,6 +39,7 @@ from pathlib import Path
 from core.errors import StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile
+from core.whole_files import write_whole
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
@@ -147,7 +148,7 @@ def model(study: MpsStudy) -> None:
 
 def built(study: MpsStudy) -> None:
     study.build = build_llama_cpp(backend=study.backend, patches=load_profile(PROFILE).llama_cpp.patches)
-    (study.out / "build_manifest.json").write_text(study.build.model_dump_json(indent=1))
+    write_whole(study.out / "build_manifest.json", study.build.model_dump_json(indent=1))
     study.log(f"patched build {study.build.key} ({study.build.backend} {study.build.cuda_arch}): "
               f"{'cached' if study.build.cached else f'{study.build.build_seconds} s'}")
 
@@ -157,7 +158,7 @@ def bench(study: MpsStudy) -> None:
     if not (study.out / "bench.json").exists():
         report = run_llama_bench(study.binary("llama-bench"), study.target(),
                                  llama_bench_args(load_profile(ONE_USER).server.args))
-        (study.out / "bench.json").write_text(report.to_json())
+        write_whole(study.out / "bench.json", report.to_json())
         study.log(f"llama-bench: {report.summary}")
     ceiling = study.out / "batched-bench-per-slot-kv.json"
     if not ceiling.exists():
@@ -165,7 +166,7 @@ def bench(study: MpsStudy) -> None:
         report = run_batched_bench(study.binary("llama-batched-bench"), study.target(),
                                    [*batched_bench_args(load_profile(PROFILE).server.args), *threads], study.steps,
                                    gen_tokens=study.reply_tokens)
-        ceiling.write_text(report.to_json())
+        write_whole(ceiling, report.to_json())
         study.log(f"llama-batched-bench: {report.summary}")
 
 
@@ -211,7 +212,7 @@ def run_study(out: Path, steps: list[int], *, replicas: list[int], mps_replicas:
     wanted = list(PHASES) if phases is None else phases
     study = MpsStudy(out, steps, scale, processes, backend, deadline, replicas, mps_replicas, small_host_cores,
                      reply_tokens, repeats)
-    (out / "study.json").write_text(json.dumps({
+    write_whole(out / "study.json", json.dumps({
         "steps": steps, "phases": wanted, "scale": scale, "replicas": replicas, "mps_replicas": mps_replicas,
         "small_host_cores": small_host_cores, "processes": processes, "reply_tokens": reply_tokens,
         "repeats": repeats}))

@@ -44,6 +44,7 @@ from core.digest import file_sha256
 from core.errors import StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile
+from core.whole_files import write_whole
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
@@ -119,7 +120,7 @@ class RealGemmaStudy(GpuStudy):
             text = text.replace("\n--backend-sampling", "").replace(" --backend-sampling", "")
         name = f"{MANY_USERS}-{'patched' if patched else 'stock'}-{'gpu' if gpu_sampling else 'cpu'}-sampling.toml"
         path = self.out / name
-        path.write_text(text)
+        write_whole(path, text)
         return path
 
     def one_user_patched(self, gpu_sampling: bool = True) -> Path:
@@ -130,7 +131,7 @@ class RealGemmaStudy(GpuStudy):
         if not gpu_sampling:
             text = text.replace(" --backend-sampling", "")
         path = self.out / f"{ONE_USER}-patched-{'gpu' if gpu_sampling else 'cpu'}-sampling.toml"
-        path.write_text(text)
+        write_whole(path, text)
         return path
 
 
@@ -142,7 +143,7 @@ def checked_model(study: GpuStudy) -> Path:
     facts = {"file": path.name, "size": path.stat().st_size, "sha256": digest, "expected": GEMMA3_270M.sha256,
              "matches": digest == GEMMA3_270M.sha256, "source": model_source(GEMMA3_270M.name),
              "terms": GEMMA3_270M.licence}
-    (study.out / "model.json").write_text(json.dumps(facts, indent=1))
+    write_whole(study.out / "model.json", json.dumps(facts, indent=1))
     said = "matches" if facts["matches"] else "DIFFERS"
     study.log(f"model {path.name}: {facts['size']} bytes, sha256 {digest} ({said})")
     if not facts["matches"]:
@@ -154,7 +155,7 @@ def model(study: RealGemmaStudy) -> None:
     """The model fetched (its digest recomputed here), both builds, and the drafter rung."""
     path = checked_model(study)
     study.build = build_llama_cpp(backend=study.backend, patches=load_profile(MANY_USERS).llama_cpp.patches)
-    (study.out / "build_manifest_patched.json").write_text(study.build.model_dump_json(indent=1))
+    write_whole(study.out / "build_manifest_patched.json", study.build.model_dump_json(indent=1))
     study.log(f"patched build {study.build.key} ({study.build.backend} {study.build.cuda_arch}) in "
               f"{study.build.build_seconds} s")
     if not study.drafter().exists():
@@ -162,20 +163,20 @@ def model(study: RealGemmaStudy) -> None:
                                 allow_requantize=True, log_path=study.out / "quantize-drafter.log")
         study.log(f"drafter {study.drafter().name} in {seconds:.0f} s")
     sizes = {p.name: p.stat().st_size for p in (path, study.drafter())}
-    (study.out / "models.json").write_text(json.dumps(sizes, indent=1))
+    write_whole(study.out / "models.json", json.dumps(sizes, indent=1))
 
 
 def bench(study: RealGemmaStudy) -> None:
     one = load_profile(ONE_USER).server.args
     report = run_llama_bench(study.binary("llama-bench"), study.target(), llama_bench_args(one))
-    (study.out / "bench.json").write_text(report.to_json())
+    write_whole(study.out / "bench.json", report.to_json())
     study.log(f"llama-bench: {report.summary}")
     many = load_profile(MANY_USERS).server.args
     for name, extra in (("per-slot-kv", []), ("unified-kv", ["-kvu"])):
         # the server's own thread count (its default), so that a CPU ceiling is the server's too
         report = run_batched_bench(study.binary("llama-batched-bench"), study.target(),
                                    [*batched_bench_args(many), *extra], study.steps, gen_tokens=REPLY_TOKENS)
-        (study.out / f"batched-bench-{name}.json").write_text(report.to_json())
+        write_whole(study.out / f"batched-bench-{name}.json", report.to_json())
         study.log(f"llama-batched-bench {name}: {report.summary}")
 
 
@@ -198,7 +199,7 @@ def sweep(study: RealGemmaStudy, patched_arms: bool = True) -> None:
 def stock(study: RealGemmaStudy) -> None:
     """The stock build (the slot choice as shipped), then the arms that need it."""
     build = build_llama_cpp(backend=study.backend)
-    (study.out / "build_manifest.json").write_text(build.model_dump_json(indent=1))
+    write_whole(study.out / "build_manifest.json", build.model_dump_json(indent=1))
     study.log(f"stock build {build.key} in {build.build_seconds} s")
     sweep(study, patched_arms=False)
 
@@ -240,7 +241,7 @@ def run_study(out: Path, steps: list[int], *, scale: float = 1.0, processes: int
     """Every wanted phase in order; returns the failed lines of ``phases.jsonl`` (``DONE`` is written either way)."""
     wanted = list(PHASES) if phases is None else phases
     study = RealGemmaStudy(out, steps, scale, processes, backend, deadline, set(arms) if arms else None, repeats)
-    (out / "study.json").write_text(json.dumps({"steps": steps, "phases": wanted, "scale": scale, "arms": arms,
+    write_whole(out / "study.json", json.dumps({"steps": steps, "phases": wanted, "scale": scale, "arms": arms,
                                                 "repeats": repeats}))
     if "model" not in wanted:
         def cached() -> None:

@@ -34,6 +34,7 @@ from core.errors import StudyError
 from core.profile import load_profile
 from core.rundir import RunDir
 from core.rundir.capacity_search import SEARCH_FILE, read_search
+from core.whole_files import write_whole
 from rigbench.local_rig import LocalRigOptions, prepare_server
 from rigbench.own_command import rigbench_program
 from rigbench.studies.real_gemma_report import typical_run
@@ -110,7 +111,7 @@ def profile_file(study: SessionsStudy, arm: str, patched: bool, swa_full: bool) 
     text = f'{head}args = "{line}"{after}'
     text = text.replace("max_tokens = 128", f"max_tokens = {study.max_tokens}")
     path = study.out / f"{PROFILE}-cpu-{arm}.toml"
-    path.write_text(text)
+    write_whole(path, text)
     load_profile(path)  # still a valid profile
     return path
 
@@ -156,7 +157,7 @@ def run_study(study: SessionsStudy) -> Path:
         if done.returncode != 0:
             study.log(f"report {folder}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
     readme = study.out / "README.md"
-    readme.write_text(study_readme(study))
+    write_whole(readme, study_readme(study))
     study.log(f"wrote {readme}")
     return readme
 

@@ -22,6 +22,7 @@ import httpx
 from tabulate import tabulate
 
 from core.errors import StudyError
+from core.whole_files import write_whole
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
@@ -119,7 +120,7 @@ def summary_rows(probe: dict) -> list[list[str]]:
 def write_note(probe: dict, path: Path) -> None:
     table = tabulate(summary_rows(probe), ["KV cache", "busy slots", "slot ids", "tok/s median (range)",
                                            "ms per decode call median (range)"], "github")
-    path.write_text(
+    write_whole(path,
         f"# Which slots are busy matters with one KV stream per slot (CPU probe)\n\n"
         f"`rigbench study slot-layout --out {path}` on this 2-core VM: the real llama-server "
         f"(pinned CPU build), synthetic `{probe['preset']}` model, `--parallel {probe['parallel']}`, "
@@ -131,7 +132,7 @@ def write_note(probe: dict, path: Path) -> None:
         "(`split_equal(n_ubatch, sequential=true)` in src/llama-kv-cache.cpp), so spread-out busy slots "
         "cost one graph evaluation each; the unified cache batches any set of slots at once.\n\n"
         f"Raw figures: `{path.with_suffix('.json').name}`.\n")
-    path.with_suffix(".json").write_text(json.dumps(probe, indent=1) + "\n")
+    write_whole(path.with_suffix(".json"), json.dumps(probe, indent=1) + "\n")
 
 
 def summary_table(probe: dict) -> str:

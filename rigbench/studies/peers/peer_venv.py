@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import StudyError
+from core.whole_files import write_whole
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def ensure_peer(peer: Peer, cache: Path, log: Callable[[str], None], timeout: fl
     if done.returncode != 0:
         lines = [line for line in (done.stderr or done.stdout).splitlines() if not line.startswith("WARNING:")]
         raise StudyError(f"pip install {peer.name}=={peer.version} failed: " + " ".join(lines[-3:])[-400:])
-    (venv / INSTALLED_MARK).write_text(f"{peer.name}=={peer.version}\n")
+    write_whole(venv / INSTALLED_MARK, f"{peer.name}=={peer.version}\n")
     return venv
 
 

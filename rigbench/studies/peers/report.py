@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 from tabulate import tabulate
 
+from core.whole_files import write_whole
 from rigbench.studies.peers.cells import Cell
 from rigbench.studies.peers.cpu_trace import SAMPLE_SECONDS
 from rigbench.studies.peers.loads import REPLY_TOKENS, TTFT_MS, Durations, Load
@@ -160,7 +161,7 @@ def write_report(out: Path, loads: Sequence[Load], cells: Mapping[tuple[str, str
         "loads": [asdict(load) | {"name": load.name, "slug": load.slug} for load in loads],
         "cells": [asdict(cells[(tool, load.slug)]) for load in loads for tool in tools if (tool, load.slug) in cells],
     }  # fmt: skip
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_whole(out / "results.json", json.dumps(results, indent=2) + "\n")
     versions = ", ".join(f"{t} {versions.get(t) or 'not installed'}" for t in tools)
     text = "\n".join([
         f"# Load generators against the ground-truth server on {info['host']}",
@@ -180,5 +181,5 @@ def write_report(out: Path, loads: Sequence[Load], cells: Mapping[tuple[str, str
         METHOD.format(ttft=TTFT_MS, reply=REPLY_TOKENS, seconds=durations.seconds,
                       warmup=durations.warmup, measure=durations.measure, sample=SAMPLE_SECONDS),
     ])  # fmt: skip
-    (out / "README.md").write_text(text)
+    write_whole(out / "README.md", text)
     return table

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.errors import StudyError
+from core.whole_files import write_whole
 from loadtest.ground_truth import GroundTruthServer
 from rigbench.fidelity import read_truth
 from rigbench.studies.peers.cells import Cell, compare_cell
@@ -80,7 +81,7 @@ class PeerComparison:
             cell = compare_cell(tool, load, adapter.read(run), read_truth(truth_log), outcome.cpu)
             cell.wall_seconds = outcome.seconds
         except Exception as error:  # noqa: BLE001 - one failed run must not lose the others
-            (folder / "error.txt").write_text(traceback.format_exc())
+            write_whole(folder / "error.txt", traceback.format_exc())
             cell = Cell(tool, load.name, ok=False, error=f"{type(error).__name__}: {error}"[:300])
         cell.loadavg_before = loadavg
         cell.command = command

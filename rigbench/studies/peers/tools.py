@@ -18,6 +18,7 @@ from typing import ClassVar, Protocol
 from analysis.figures import run_figures
 from analysis.load import load_run
 from core.errors import StudyError
+from core.whole_files import whole_file
 from rigbench.own_command import rigbench_program
 from rigbench.studies.peers.loads import MODEL, REPLY_TOKENS, Durations, Load
 from rigbench.studies.peers.peer_venv import installed_version, peer_env
@@ -198,7 +199,7 @@ class ServebenchTool(VirtualenvTool):
 def guidellm_data(path: Path, rows: int) -> Path:
     """Prompts with a fixed reply length: guidellm then asks for exactly that many tokens and
     ignore_eos, and a file needs no tokenizer (synthetic prompts would fetch one)."""
-    with open(path, "w") as handle:
+    with whole_file(path) as handle:
         for i in range(rows):
             handle.write(json.dumps({"prompt": f"{PROMPT} ({i})", "output_tokens_count": REPLY_TOKENS}) + "\n")
     return path
