@@ -12,6 +12,15 @@ stream at a time). Measured on a 2-core machine against the ground-truth server,
 one process started 8,192 users in time, at about 40 KB each; at 16,384 its core was saturated, at 25,000
 8 % of the users had not started when the window opened, and at 100,000 87 % had not, while it grew to
 0.8 GB. A step above the bound is refused naming ``--steps``, the bound and the ``--processes`` it needs.
+
+An open-loop step (``--rates``, or a ``--trace`` at its mean rate) has one too: ``MAX_RATE_PER_PROCESS``
+arrivals a second per load process, one second of the in-flight cap. Measured the same way (2 cores, the
+ground-truth server beside it, 16-token replies): asked 1,000 req/s, one process started 87 % of its
+measured requests more than 10 ms late; asked 100,000 it started about 3,400 a second, none of them inside
+the measured window, while every process still built the whole schedule (warm-up and window: 4 million
+arrivals at the default windows). Such a run ends failed, naming the shortfall, only once its drain is
+over; a step above the bound is refused before it, naming ``--rates`` (or ``--trace``), the bound and the
+``--processes`` it needs. Below the bound the sweep still judges the rate that ran (``core.load_reached``).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from loadtest.dispatch_tally import MAX_IN_FLIGHT
 
 CAPACITY_FILE_NAME = "selftest.json"
 MAX_USERS_PER_PROCESS = MAX_IN_FLIGHT
+MAX_RATE_PER_PROCESS = float(MAX_IN_FLIGHT)  # arrivals a second
 
 
 def capacity_path() -> Path:
@@ -89,6 +99,12 @@ def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_fr
     return chosen, line
 
 
+def _processes_said(processes: int | None, most: int) -> str:
+    if processes is None:
+        return f"--processes auto's at most {most} (this machine's cores)"
+    return f"{processes} load process{'es' if processes != 1 else ''}"
+
+
 def check_users_per_process(user_steps: list[int], processes: int | None, cores: int) -> None:
     """Refuse, before any run, a step with more users than its load processes can start and hold
     (``processes`` None: ``--processes auto``, which never runs more than ``cores``)."""
@@ -97,10 +113,26 @@ def check_users_per_process(user_steps: list[int], processes: int | None, cores:
     if users <= most * MAX_USERS_PER_PROCESS:
         return
     needed = math.ceil(users / MAX_USERS_PER_PROCESS)
-    given = f"{processes} load process{'es' if processes != 1 else ''}" if processes is not None else (
-        f"--processes auto's at most {most} (this machine's cores)")
+    given = _processes_said(processes, most)
     raise UsageError(
         f"--steps: a step of {users} users is more than {given} can start and hold: one holds at most "
         f"{MAX_USERS_PER_PROCESS} users (loadtest.process_capacity); give --processes {needed} or more, or fewer "
         "users"
+    )
+
+
+def check_rate_per_process(rate_steps: list[float], processes: int | None, cores: int, *, trace: bool = False) -> None:
+    """Refuse, before any run, an open-loop step whose arrivals its load processes cannot start on time
+    (``trace``: the one step is a trace's mean rate, refused naming ``--trace``)."""
+    rate = max(rate_steps, default=0.0)
+    most = processes if processes is not None else max(1, cores)
+    if rate <= most * MAX_RATE_PER_PROCESS:
+        return
+    needed = math.ceil(rate / MAX_RATE_PER_PROCESS)
+    step = (f"--trace: the trace's mean rate of {rate:g} req/s (at its --trace-speed)" if trace
+            else f"--rates: a step of {rate:g} req/s")
+    fewer = "a slower --trace-speed" if trace else "lower rates"
+    raise UsageError(
+        f"{step} is more than {_processes_said(processes, most)} can start on time: one starts at most "
+        f"{MAX_RATE_PER_PROCESS:g} req/s (loadtest.process_capacity); give --processes {needed} or more, or {fewer}"
     )

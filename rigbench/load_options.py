@@ -49,7 +49,7 @@ from core.rundir import LoadSettings
 from core.rundir.models import RequestOrigins, SettingOrigin, TraceSource
 from core.workload import LENGTH_EXAMPLE
 from loadtest.locust_options import THINK_DEFAULT, TURNS_DEFAULT, load_steps, workload_fields
-from loadtest.process_capacity import check_users_per_process
+from loadtest.process_capacity import check_rate_per_process, check_users_per_process
 from loadtest.schedule import ARRIVALS_PER_WINDOW, open_loop_windows
 from loadtest.trace import trace_rate, trace_source
 from rigbench.load_processes import PROCESSES_HELP, parse_processes
@@ -302,6 +302,7 @@ def settle_load(fields: dict[str, Any], *, request: RequestDefaults, request_fro
         raise UsageError(f"{where}: {key}: {said}" if key else f"{where}: {said}") from None
     try:
         check_users_per_process(settings.user_steps, processes, os.cpu_count() or 1)
+        check_rate_per_process(settings.rate_steps, processes, os.cpu_count() or 1, trace=settings.trace is not None)
     except UsageError as error:
         raise UsageError(str(error) if where == FLAGS_ONLY else f"{where}: {error}") from None
     return LoadRequest(settings, contexts, processes is None, RequestOrigins(**origins))

@@ -9,8 +9,12 @@ Two kinds of finding:
 - **damage**: data that is wrong or missing (invalid manifest, unreadable lines, records of
   steps the manifest does not list, steps without records, impossible windows, a run left
   ``running`` by a writer that is gone), or a run that measured nothing: a finished step whose
-  measured window holds no successful request, or records that are all interrupted. The
-  check exits 1.
+  measured window holds no successful request, or records that are all interrupted; or a finished step
+  that ran under half the load it names (``core.load_reached.FAIL_BELOW``): an open-loop step whose
+  measured window saw under half its rate sent, a closed-loop step whose window opened with under half
+  its users started. The sweep fails such a run once its load is over, but a sweep stopped between its
+  load generator's last word (``complete``) and that judgement leaves it ``complete``: the check judges
+  it again, so its verdict does not hang on when the run was stopped. The check exits 1.
 - **warning**: readable but worth knowing (a truncated last line that analysis skips, a run
   still being written, duplicate request ids). The check exits 0.
 """
@@ -25,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import psutil
 from pydantic import ValidationError
 
 from core.errors import RunDirError
+from core.load_reached import FAIL_BELOW, load_reached, sent_rate
 from core.rundir import RequestRecord, RunDir, RunManifest, StepWindow, TelemetrySnapshot
 from core.validation import describe_validation_error
 
@@ -69,6 +75,7 @@ class CheckReport:
     measured_per_step: Counter[int] = field(default_factory=Counter)
     last_ok_end: dict[int, float] = field(default_factory=dict)  # per step: when its last whole request ended
     cut_or_failed_per_step: Counter[int] = field(default_factory=Counter)
+    measured_starts: dict[int, list[float]] = field(default_factory=dict)  # per step: its measured requests' starts
     interrupted: int = 0
     findings: list[Finding] = field(default_factory=list)
 
@@ -181,6 +188,7 @@ def _check_shards(run: RunDir, report: CheckReport) -> None:
             report.interrupted += record.interrupted
             if record.phase == "measure":
                 report.measured_per_step[record.step] += 1
+                report.measured_starts.setdefault(record.step, []).append(record.t_start)
             if record.ok and not record.interrupted:
                 report.last_ok_end[record.step] = max(report.last_ok_end.get(record.step, 0.0), record.t_end)
             else:
@@ -252,6 +260,33 @@ def _check_status(run: RunDir, manifest: RunManifest, report: CheckReport) -> No
         report.warn("status", f"{manifest.status} but ended_at is not set")
 
 
+def _shortfall(step: StepWindow, report: CheckReport) -> str | None:
+    """A finished step that ran under ``FAIL_BELOW`` of the load it names, as the sweep judges it
+    (``loadtest.sweep``): an open-loop step by the rate its measured requests were sent at, a closed-loop
+    one by the users started when its window opened (its in-flight mean needs every record's span, which
+    the sweep's own judgement reads)."""
+    length = (step.measure_end or step.measure_start) - step.measure_start
+    if length <= 0:
+        return None
+    if step.rate is not None:
+        starts = np.array(report.measured_starts.get(step.index, []), dtype=float)
+        sent = sent_rate(starts, step.measure_start, step.measure_start + length)
+        reached = load_reached(step.users, step.rate, 0.0, sent)
+        label = f"the load that ran was {reached:.0%} of {step.rate:g} req/s ({sent:.3g} req/s sent)"
+        cause = "the load generator fell behind its schedule, or the window held too few of its arrivals"
+    elif step.users_started is not None and step.users > 0:
+        reached = step.users_started / step.users
+        label = f"only {step.users_started} of its {step.users} users had started when its window opened"
+        cause = "the load generator could not start them in time"
+    else:
+        return None
+    if reached is None or reached >= FAIL_BELOW:
+        return None
+    return (f"{label}, under {FAIL_BELOW:.0%}: its figures stand for a load that did not run ({cause}); a sweep "
+            "fails such a run once its load is over, one stopped before that left it unjudged; re-run the step "
+            "with --processes N or a lighter load")
+
+
 def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
     steps: list[StepWindow] = manifest.steps
     indices = [s.index for s in steps]
@@ -285,6 +320,8 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
                 f"no request of the step ended successfully in its measured window ({others} cut or failed): it "
                 "measured nothing; re-run the step with a longer --measure, or see the records' error_kind",
             )
+        elif step.measure_end is not None and (shortfall := _shortfall(step, report)) is not None:
+            report.damage(where, shortfall)
     if manifest.last_complete_step is not None and manifest.last_complete_step not in listed:
         report.damage("last_complete_step", f"{manifest.last_complete_step} is not among the steps {indices}")
     planned = manifest.load.step_count if manifest.load else None

@@ -157,6 +157,17 @@ def prompt_file_case(ws: Path, url: str, text: str) -> str:
         path.unlink()
 
 
+def trace_file_case(ws: Path, url: str, *args: str) -> str:
+    """A two-row trace written for the case (and removed again), replayed by a sweep with ``args``."""
+    path = ws / "notes" / "trace.jsonl"
+    path.write_text('{"offset_s": 0, "prompt_tokens": 8, "output_tokens": 4}\n'
+                    '{"offset_s": 1, "prompt_tokens": 8, "output_tokens": 4}\n')
+    try:
+        return cli("sweep", "--url", url, "--trace", "notes/trace.jsonl", *args)
+    finally:
+        path.unlink()
+
+
 def sweep_against(mode: str, *args: str) -> Callable[[Path, str], str]:
     return lambda ws, url: cli("sweep", "--url", SERVERS[mode], "--steps", "1", *args)
 
@@ -367,6 +378,19 @@ CASES = [
         lambda ws, url: cli("sweep", "--url", url, "--steps", "10000", "--processes", "2"),
         "UsageError: --steps: a step of 10000 users is more than 2 load processes can start and hold: one holds at "
         "most 4096 users (loadtest.process_capacity); give --processes 3 or more, or fewer users (exit 2)",
+    ),
+    Case(  # more arrivals than a load process starts on time: refused before the run, not sent late to its end
+        "cli: local --rates 100000",
+        lambda ws, url: cli("local", "--rates", "1,100000"),
+        "UsageError: --rates: a step of 100000 req/s is more than 1 load process can start on time: one starts at "
+        "most 4096 req/s (loadtest.process_capacity); give --processes 25 or more, or lower rates (exit 2)",
+    ),
+    Case(
+        "cli: sweep --trace at 10000 times its speed",
+        lambda ws, url: trace_file_case(ws, url, "--trace-speed", "10000", "--processes", "2"),
+        "UsageError: --trace: the trace's mean rate of 20000 req/s (at its --trace-speed) is more than 2 load "
+        "processes can start on time: one starts at most 4096 req/s (loadtest.process_capacity); give --processes 5 "
+        "or more, or a slower --trace-speed (exit 2)",
     ),
     Case(
         "cli: local --backend tpu",
