@@ -27,7 +27,10 @@ Faults for tests: ``fault_cycle`` gives request *i* the fault ``fault_cycle[i % 
 ``none``, ``http_500``, ``http_503`` and ``http_429`` (overload answers with ``Retry-After:
 retry_after_s`` and an OpenAI-style error body), ``disconnect`` (closes mid-stream), ``malformed``
 (a non-JSON event), ``stall`` (stops sending for ``stall_seconds``), ``error_event`` (llama-server's
-mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens); with ``overload_after`` every
+mid-stream ``{"error": {"code": 500, ...}}`` event after two tokens), ``no_done`` (streams every token of the
+reply at its pace, then neither the finish chunk nor ``data: [DONE]``: the connection stays open until the
+client closes it, logged ``no_done`` with what was sent, or the server stops, as a server that hangs at the
+end of a reply; only a client's read timeout ends it); with ``overload_after`` every
 request from that one on is answered ``http_503``, as a server that tips over mid-run. A model name other than
 ``model`` gets a 404 ``model_not_found``, as OpenAI answers. With ``queue`` at most ``slots``
 replies stream at once and the rest wait, as on a real server: its capacity is then
@@ -322,7 +325,7 @@ class GroundTruthApp:
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 received = time.time()
-                keep = await self.route(method, path.split("?")[0], headers, body, received, writer)
+                keep = await self.route(method, path.split("?")[0], headers, body, received, writer, reader)
                 if not keep:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -344,7 +347,9 @@ class GroundTruthApp:
         await writer.drain()
         return True
 
-    async def route(self, method: str, path: str, headers: dict, body: bytes, received: float, writer) -> bool:
+    async def route(self, method: str, path: str, headers: dict, body: bytes, received: float, writer,
+                    reader: asyncio.StreamReader | None = None) -> bool:
+        """One request's answer; ``reader`` (the connection's) lets a reply that hangs see the client leave."""
         if path == "/health":  # with the server's pid: on a port two servers raced for, the client knows which answered
             body = json.dumps({"status": "ok", "pid": os.getpid()}).encode()
             return await self.respond(writer, "200 OK", body, "application/json")
@@ -377,11 +382,11 @@ class GroundTruthApp:
         if path == "/v1/chat/completions" and method == "POST":
             request_id = headers.get("x-request-id") or f"gt-{next(self.anonymous)}"
             if not self.config.queue:
-                return await self.chat(json.loads(body), request_id, received, writer)
+                return await self.chat(json.loads(body), request_id, received, writer, reader)
             if self.free_slots is None:
                 self.free_slots = asyncio.Semaphore(self.config.slots)
             async with self.free_slots:  # asyncio's semaphore wakes waiters first come, first served
-                return await self.chat(json.loads(body), request_id, received, writer)
+                return await self.chat(json.loads(body), request_id, received, writer, reader)
         return await self.respond(writer, "404 Not Found", b'{"error":"not found"}', "application/json")
 
     def word_id(self, word: str) -> int:
@@ -436,7 +441,8 @@ class GroundTruthApp:
         options = request.get("stream_options")
         return "usage" if isinstance(options, dict) and options.get("continuous_usage_stats") else None
 
-    async def chat(self, request: dict, request_id: str, received: float, writer: asyncio.StreamWriter) -> bool:
+    async def chat(self, request: dict, request_id: str, received: float, writer: asyncio.StreamWriter,
+                   reader: asyncio.StreamReader | None = None) -> bool:
         config = self.config
         request_index = self.stats.requests
         fault = config.fault_cycle[request_index % len(config.fault_cycle)]
@@ -478,14 +484,15 @@ class GroundTruthApp:
         try:
             if fault == "none":
                 return await self.pacer.stream(writer, reply, plan)
-            return await self._stream_with_fault(writer, reply, plan, fault)
+            return await self._stream_with_fault(writer, reply, plan, fault, reader)
         except asyncio.CancelledError:
             self._log(log, "server_stopped")
             raise
         finally:
             self.stats.processing -= 1
 
-    async def _stream_with_fault(self, writer, reply: _Reply, plan: list[tuple[float, int]], fault: str) -> bool:
+    async def _stream_with_fault(self, writer, reply: _Reply, plan: list[tuple[float, int]], fault: str,
+                                 reader: asyncio.StreamReader | None = None) -> bool:
         """A reply with its own timer, for the faults a test asks for (rare and slow by design)."""
         loop = asyncio.get_running_loop()
         base = loop.time()
@@ -513,8 +520,24 @@ class GroundTruthApp:
                 self._log(reply.log, fault)
                 return False
             reply.send(writer, made_by_now)
+        if fault == "no_done":
+            return await self._hang(writer, reply.log, reader)
         writer.write(_chunk(reply.tail()))
         return await self._finish_chunked(writer, reply.log, fault, keep=True)
+
+    async def _hang(self, writer, log: _SendLog, reader: asyncio.StreamReader | None) -> bool:
+        """Every token sent, the stream never ends: wait for the client to close the connection (its read
+        timeout), then log ``no_done``. Nothing is written meanwhile, not even an SSE comment, as a keep-alive
+        would reset the client's read timeout; a server stop cancels the wait (logged ``server_stopped``)."""
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+            if reader is None:  # no connection to watch (a caller outside ``handle``): hang until the server stops
+                await asyncio.Event().wait()
+            else:
+                while await reader.read(4096):  # a client waiting on its stream sends nothing more; EOF: it left
+                    pass
+        self._log(log, "no_done")
+        return False
 
     async def _finish_chunked(self, writer, log: _SendLog, fault: str, keep: bool) -> bool:
         writer.write(b"0\r\n\r\n")

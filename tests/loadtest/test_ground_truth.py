@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -63,3 +64,27 @@ def test_queue_lets_only_slots_stream_and_logs_the_arrival(tmp_path: Path) -> No
     starts, ends = sorted(e["sends"][0] for e in logged), sorted(e["sends"][-1] for e in logged)
     assert starts[2] >= ends[0] + 0.09, "the third reply waited for a slot, then made its first token"
     assert max(e["sends"][0] - e["t_received"] for e in logged) > 0.15, "the wait counts from the arrival"
+
+
+def test_no_done_streams_every_token_then_hangs_until_the_client_leaves(tmp_path: Path) -> None:
+    """The reply's tokens come at their pace, then nothing: no finish chunk, no [DONE], no end of the chunked body.
+    Only the client's read timeout ends it; the server logs the reply once the client has closed the connection."""
+    config = GroundTruthConfig(ttft_ms=2, itl_ms=1, tokens=4, model="m", fault_cycle=["no_done", "none"])
+    lines: list[str] = []
+    with GroundTruthServer(config, tmp_path / "truth.jsonl") as server:
+        with pytest.raises(httpx.ReadTimeout), httpx.stream(
+                "POST", f"{server.base_url}/v1/chat/completions", json={"model": "m"},
+                headers={"X-Request-Id": "hung"}, timeout=httpx.Timeout(5, read=0.3)) as response:
+            lines.extend(line for line in response.iter_lines() if line)
+        log_path = tmp_path / "truth.jsonl"
+        for _ in range(100):  # the server sees the client's close a moment after it
+            if "hung" in read_truth_log(log_path):
+                break
+            time.sleep(0.02)
+        healthy = stream(server.base_url, {"model": "m"}, "next")
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    assert content(events) == ["t0 ", "t1 ", "t2 ", "t3 "] and "data: [DONE]" not in lines
+    assert all(event["choices"][0]["finish_reason"] is None for event in events), "no finish chunk"
+    logged = read_truth_log(log_path)
+    assert logged["hung"]["fault"] == "no_done" and logged["hung"]["tokens"] == [1, 1, 1, 1]
+    assert content(healthy) == ["t0 ", "t1 ", "t2 ", "t3 "] and logged["next"]["fault"] == "none"
