@@ -26,7 +26,8 @@ terminal. Its terms (the report's definitions repeat them, :data:`DEFINITIONS`):
   ``analysis.card_limits`` (replicas taking turns on a GPU without MPS, or one server limited by its own loop);
 - $/Mtok is given at the best step for the prices the run is priced at (its own instance type, the
   type ``--price-as`` names, or an hourly price given); a run that is not priced says so and how to
-  price it (:data:`NOT_PRICED`);
+  price it (:data:`NOT_PRICED`, naming ``rigbench report``: the glance also ends
+  ``rigbench local`` and ``rigbench sweep``, which take no price);
 - across runs, the arm with the highest best aggregate is said to serve more than another only when
   the ratio of their best aggregates has a 95% interval between runs wholly above 1 (``analysis.repeats``:
   each arm run ``--repeats`` times); with one run of an arm the spread between runs is unknown and no
@@ -169,7 +170,7 @@ def floor_sentence(steps: Sequence[StepFigures], floor: float = PER_USER_FLOOR_T
     return text + missing + "."
 
 
-NOT_PRICED = "Cost: not priced: give --price-as TYPE or --usd-per-hour USD."
+NOT_PRICED = "Cost: not priced: rigbench report RUN --price-as TYPE (or --usd-per-hour USD) prices it."
 
 
 def cost_sentence(section: RunSection, best: StepFigures) -> str:

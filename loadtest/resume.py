@@ -62,14 +62,13 @@ def check_resumable(old: RunDir) -> RunManifest:
 
 
 def go_on_command(run: RunDir, url: str | None = None) -> str | None:
-    """The command that runs an interrupted run's remaining steps (``rigbench sweep --resume RUN``, with
-    ``--url URL`` where its server is gone: ``url`` says what to write there), or None when the run was
-    not interrupted or has nothing left to run."""
+    """The command that runs a stopped run's remaining steps (``rigbench sweep --resume RUN``, with ``--url
+    URL`` where its server is gone: ``url`` says what to write there), for every run ``--resume`` takes
+    (:func:`check_resumable`: an interrupted or a failed one, its failed step run again); None for the others
+    (complete, still running, already resumed or with nothing left to run)."""
     try:
-        manifest = check_resumable(run)
+        check_resumable(run)
     except (LoadTestError, RunDirError):
-        return None
-    if manifest.status != "interrupted":
         return None
     return f"rigbench sweep --resume {shlex.quote(str(run.path))}" + (f" --url {url}" if url else "")
 

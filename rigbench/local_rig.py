@@ -340,15 +340,16 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
         if result.failures:
             # The report is still written (it counts what failed), but the command must not
             # look like a success.
+            say_how_to_go_on([Path(path) for path in result.runs], options.profile, console)
             raise RunIncomplete(f"{'; '.join(result.failures)}; report at {report}")
         return report
 
 
 def say_what_ran(runs: list[Path], profile: str, console: Console) -> None:
     """After a stop: the report of what ran, as the end of a run writes it (when a step was measured), and
-    for an interrupted run the commands that go on with its remaining steps. A second Ctrl-C leaves the
-    report unwritten (no file of it half-written) and says how to write it."""
-    write_it = "rigbench report " + " ".join(shlex.quote(str(run)) for run in runs)
+    how to go on (:func:`say_how_to_go_on`). A second Ctrl-C leaves the report unwritten (no file of it
+    half-written) and says how to write it."""
+    write_it = report_command(runs)
     try:
         report, glance = write_report_with_headline(runs)
     except RigbenchError as error:  # nothing measured yet, or a disk that is full: said, and the stop goes on
@@ -359,12 +360,23 @@ def say_what_ran(runs: list[Path], profile: str, console: Console) -> None:
     else:
         console.print(f"\nAt a glance:\n{glance}\n", markup=False, highlight=False, soft_wrap=True)
         console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)
+    say_how_to_go_on(runs, profile, console)
+
+
+def say_how_to_go_on(runs: list[Path], profile: str, console: Console) -> None:
+    """For each run ``rigbench sweep --resume`` takes (an interrupted or a failed one), the commands that run
+    its remaining steps against the model served again, then report the whole sweep."""
+    write_it = report_command(runs)
     for run in runs:
         command = go_on_command(RunDir(run), url="URL")
         if command is not None:
             console.print(f"go on with its remaining steps: serve the model again (rigbench serve --profile "
                           f"{shlex.quote(profile)} prints its URL), then {command}; then {write_it} reports the "
                           "whole sweep", markup=False, highlight=False, soft_wrap=True)
+
+
+def report_command(runs: list[Path]) -> str:
+    return "rigbench report " + " ".join(shlex.quote(str(run)) for run in runs)
 
 
 def local_manifest(prepared: PreparedServer, settings: LoadSettings, label: str, mps: MpsInfo | None,

@@ -63,6 +63,7 @@ def parse_servers(urls: list[str]) -> list[tuple[str | None, str]]:
 
 
 NO_PROFILE = "none"
+RUNS_DIR = Path("runs")
 
 
 def profile_sweep_manifest(profile: RigProfile | None, server: CheckedServer, settings: LoadSettings,
@@ -120,7 +121,7 @@ def sweep(
         "default: none, so request defaults are rigbench's own (said on stderr and in the run's warnings) and slots "
         "are the server's /slots",
     ),
-    runs_dir: Path = runs_dir_option(),
+    runs_dir: Path = runs_dir_option(RUNS_DIR),
     model_name: str = typer.Option(
         None, "--model-name", help="model name sent in requests; default: the one model the server lists at "
         "/v1/models, else 'default' (llama-server takes any)",
@@ -157,10 +158,9 @@ def sweep(
     result = SweepResult()
     try:
         if resume is not None:
-            if load.given:  # the run's own settings are what it resumes
-                given = ", ".join(sorted(load.flag(name) for name in load.given))
-                raise UsageError(f"--resume with {given}: a resumed run keeps its own load settings; leave "
-                                 f"{'it' if len(load.given) == 1 else 'them'} out")
+            refuse_with_resume(load, {"--profile": profile_name, "--replicas-file": replicas_file,
+                                      "--find-max": find_max, "--resolution": resolution, "--max-load": max_load,
+                                      "--runs-dir": None if runs_dir == RUNS_DIR else runs_dir})
             _resume(resume, url, marker, progress=progress, model=model_name, preflight=not no_preflight,
                     result=result)
             return
@@ -194,6 +194,28 @@ def sweep(
         say_headline([Path(path) for path in result.runs])
     if result.failures:
         raise RunIncomplete("; ".join(result.failures))
+
+
+# the options a resumed run cannot honour (its manifest says them), each with why
+RESUME_KEEPS = {
+    "--profile": "a resumed run keeps the profile and request settings it ran with",
+    "--replicas-file": "a resumed run sends to the replicas its manifest lists",
+    "--find-max": "a resumed run runs a sweep's remaining steps, not a search",
+    "--resolution": "a resumed run runs a sweep's remaining steps, not a search",
+    "--max-load": "a resumed run runs a sweep's remaining steps, not a search",
+    "--runs-dir": "a resumed run goes beside the run it continues",
+}
+
+
+def refuse_with_resume(load: LoadFlags, options: dict[str, object]) -> None:
+    """``--resume`` with an option the resumed run would not honour is refused, naming it, before anything runs:
+    ignored, ``--resume RUN --measure 3`` would run the old windows while the command line says 3 s.
+    ``options``: each of :data:`RESUME_KEEPS`'s flags and its value, None where it was not given."""
+    typed = [(flag, RESUME_KEEPS[flag]) for flag, value in options.items() if value is not None]
+    typed += [(load.flag(name), "a resumed run keeps its own load settings") for name in sorted(load.given)]
+    if typed:
+        flags, reasons = ", ".join(flag for flag, _ in typed), "; ".join(dict.fromkeys(why for _, why in typed))
+        raise UsageError(f"--resume with {flags}: {reasons}; leave {'it' if len(typed) == 1 else 'them'} out")
 
 
 def write_result(result: SweepResult, path: Path) -> None:

@@ -21,6 +21,7 @@ from analysis.intervals import Estimate, decimals
 from analysis.load import load_run
 from analysis.report import write_report
 from core.rundir import RigInfo
+from rigbench.cli import load_command
 from rigbench.decode_bytes import decode_bytes_for_runs
 
 RUNS = Path(__file__).resolve().parents[2] / "runs"
@@ -28,6 +29,8 @@ BEST = "gpu-h200-study-2026-11-30/runs/20261130T062207Z-gemma4-e2b-e2b-best-0bae
 KNEE = "gpu-h200-slots-2026-12-01/runs/20261201T193215Z-gemma4-e2b-many-patched-e2b-per-slot-kv-patched-1269"
 AT_THE_KNEE = "real-gemma-h200-2026-12-02/runs/20261202T195924Z-gemma3-270m-many-patched-cpu-sampling-cpu-sampling-3bef"
 FIGURE = r"(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]"
+# the glance also ends `rigbench local` and `rigbench sweep`, which take no price: it names the command that does
+HOW_TO_PRICE = "Cost: not priced: rigbench report RUN --price-as TYPE (or --usd-per-hour USD) prices it."
 LOAD = r"(\d+) users?"
 
 
@@ -127,7 +130,7 @@ def test_a_committed_runs_headline_reads_back_from_its_summary(name: str, tmp_pa
     (paragraph,) = glance(markdown)
     check_run_headline(paragraph, summary["runs"][0]["steps"])
     # not priced: no $ figure, and the glance says how to price it
-    assert "$" not in paragraph and "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in paragraph
+    assert "$" not in paragraph and HOW_TO_PRICE in paragraph
 
 
 def test_the_h200_runs_headline_says_what_limited_it_from_the_roofline(tmp_path: Path, monkeypatch) -> None:
@@ -259,6 +262,14 @@ def test_at_a_glance_answers_throughput_latency_and_cost(kit) -> None:
                    ((best_step["ttft_s"]["p90"], 3), (per_user(best_step), 1)))
     assert (f"; there a user waits {ttft} s for the first token (TTFT p90) and then reads {speed} tok/s (median "
             "per-user decode speed)") in paragraph
-    assert "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in paragraph
+    assert HOW_TO_PRICE in paragraph
     priced = write_report([path], kit.root / "priced", price_as=["g6.xlarge"]).read_text()
     assert "per million output tokens at g6.xlarge" in glance(priced)[0] and "not priced" not in glance(priced)[0]
+
+
+@pytest.mark.parametrize("command", ["report", "plan"])
+def test_the_way_to_price_a_run_names_options_that_exist(command: str) -> None:
+    """The flags the not-priced sentence names are ``rigbench report``'s (the command it names), and ``plan``'s."""
+    named = set(re.findall(r"--[a-z-]+", HOW_TO_PRICE))
+    assert named == {"--price-as", "--usd-per-hour"} and "rigbench report RUN" in HOW_TO_PRICE
+    assert named <= {flag for param in load_command(command).params for flag in param.opts}

@@ -10,6 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from analysis.headline import NOT_PRICED as GLANCE_NOT_PRICED
 from analysis.report import write_report
 from rigbench.cli import app
 
@@ -94,7 +95,7 @@ def test_a_local_machine_that_is_no_known_type_is_not_priced_and_says_so_once(ki
     assert cost.strip() == "Not priced: ran on an unnamed machine (no GPU recorded), not a known instance type; " \
         "--price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price."
     assert text.lower().count("not priced") == 2  # the Cost section says why, the glance says how to price it
-    assert "Cost: not priced: give --price-as TYPE or --usd-per-hour USD." in text.split("## local", 1)[0]
+    assert GLANCE_NOT_PRICED in text.split("## local", 1)[0]
     assert not re.search(r"\$\s?\d", text) and "| $/Mtok" not in text and "g6.xlarge" not in text
     assert "### Warnings (0)" in text  # said once, in the cost section: not a warning to count
     assert not (path / "plots" / "usd_per_mtok.png").exists()  # no $ plot, rather than an empty one

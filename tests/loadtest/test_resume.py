@@ -21,7 +21,7 @@ from analysis.report import write_report
 from core.errors import LoadTestError
 from core.rundir import LoadSettings, RunDir, RunManifest, ServerInfo, new_manifest, new_run_id, server_at, utc_now
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
-from loadtest.resume import start_resumed_run
+from loadtest.resume import check_resumable, go_on_command, start_resumed_run
 from loadtest.sweep import run_sweep
 from rigbench.cli import app
 
@@ -125,6 +125,21 @@ def test_resume_refuses_runs_with_nothing_to_continue_and_creates_nothing(tmp_pa
     with pytest.raises(LoadTestError, match=re.escape(message)):
         start_resumed_run(run, None)
     assert [p.name for p in tmp_path.iterdir()] == [run.path.name] and run.read_manifest().linked_runs == []
+
+
+@pytest.mark.parametrize(("status", "last"), [("interrupted", 0), ("failed", 1), ("interrupted", None),
+                                            ("complete", 2), ("running", 0), ("failed", 2)])
+def test_the_go_on_hint_is_given_for_every_run_resume_takes_and_no_other(tmp_path, status, last) -> None:
+    """``--resume`` takes an interrupted or a failed run with steps left (``check_resumable``); the hint printed
+    after a stop names exactly those."""
+    run = stored_run(tmp_path, status, last)
+    takes = status in ("interrupted", "failed") and last != 2
+    assert go_on_command(run, url="URL") == (f"rigbench sweep --resume {run.path} --url URL" if takes else None)
+    if takes:
+        check_resumable(run)
+    else:
+        with pytest.raises(LoadTestError):
+            check_resumable(run)
 
 
 def test_resume_plan_repeats_the_cut_step_and_keeps_the_old_server_unless_told(tmp_path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -26,10 +27,13 @@ from pathlib import Path
 import psutil
 import pytest
 from PIL import Image
+from rich.console import Console
 
+import analysis.report
 from core.rundir import LoadSettings, RequestRecord, RunDir, new_manifest, server_at
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.sweep import run_sweep
+from rigbench.local_rig import say_what_ran
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -356,6 +360,49 @@ def test_sigterm_to_rigbench_local_writes_the_report_of_what_ran_and_says_how_to
     run_path, stderr = local_rig_terminated.run_path, local_rig_terminated.stderr
     assert f"report: {run_path / 'report.md'}" in stderr and (run_path / "report.md").is_file(), stderr
     assert f"then rigbench sweep --resume {run_path} --url URL;" in stderr, stderr
+
+
+def test_ctrl_c_on_rigbench_local_writes_the_report_of_what_ran_and_says_how_to_go_on(
+    tmp_path: Path, llama_server_binary: Path,
+) -> None:
+    """Ctrl-C at a terminal: SIGINT to the whole foreground process group (rigbench, Locust, llama-server), not
+    only to rigbench as SIGTERM above. The run ends interrupted, keeps what ran, and, as its --help and
+    docs/local.md say, writes the report of what ran and prints how to go on."""
+    faulted = fault_local_rig(tmp_path / "runs", lambda process: os.killpg(process.pid, signal.SIGINT))
+    run_path, stderr = faulted.run_path, faulted.stderr
+    assert faulted.returncode == 1, stderr
+    assert last_line(stderr) == f"rigbench: error: {run_path}: interrupted (Ctrl-C or SIGTERM); its records are kept"
+    assert faulted.before <= completed_lines(run_path)
+    manifest = RunDir(run_path).read_manifest()
+    assert (manifest.status, manifest.last_complete_step) == ("interrupted", 0), manifest.status_detail
+    assert "At a glance:" in stderr and f"report: {run_path / 'report.md'}" in stderr, stderr
+    assert (run_path / "report.md").is_file()
+    assert (f"serve the model again (rigbench serve --profile tiny prints its URL), then rigbench sweep --resume "
+            f"{run_path} --url URL; then rigbench report {run_path} reports the whole sweep") in stderr, stderr
+    port = f"--port {faulted.server_port}"
+    assert not [p for p in processes_mentioning(port) if p.name() == "llama-server"], "orphan llama-server"
+
+
+def test_a_second_ctrl_c_while_the_report_is_written_leaves_it_unwritten_and_says_how_to_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report of what ran is cut by a second Ctrl-C (staged here where it lands: the moment the report's
+    files are written, which no signal sent from outside can hit reliably): no report, the command that
+    writes it, and still how to go on."""
+    run = Path(shutil.copytree(COMMITTED_RUN, tmp_path / COMMITTED_RUN.name,
+                               ignore=shutil.ignore_patterns("plots", "report.md", "summary.json")))
+    RunDir(run).update_manifest(status="interrupted", last_complete_step=0)  # its 64-user step left to run
+
+    def stopped_again(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analysis.report, "write_sections", stopped_again)
+    console = Console(file=io.StringIO(), width=100)
+    say_what_ran([run], "tiny", console)
+    said = console.file.getvalue()
+    assert f"no report: stopped again while it was written; write it with rigbench report {run}\n" in said, said
+    assert f"then rigbench sweep --resume {run} --url URL; then rigbench report {run} reports" in said, said
+    assert not (run / "report.md").exists()
 
 
 # ---------------------------------------------------------------- 4. full disk

@@ -116,6 +116,44 @@ def test_resume_takes_no_load_flags(tmp_path: Path) -> None:
     assert "--resume with --measure: a resumed run keeps its own load settings" in str(result.exception)
 
 
+REFUSED_WITH_RESUME = [
+    ("--profile", "local-cpu", "a resumed run keeps the profile and request settings it ran with"),
+    ("--replicas-file", "replicas.json", "a resumed run sends to the replicas its manifest lists"),
+    ("--find-max", "users", "a resumed run runs a sweep's remaining steps, not a search"),
+    ("--resolution", "2", "a resumed run runs a sweep's remaining steps, not a search"),
+    ("--max-load", "8", "a resumed run runs a sweep's remaining steps, not a search"),
+    ("--runs-dir", "elsewhere", "a resumed run goes beside the run it continues"),
+    ("--repeats", "3", "a resumed run keeps its own load settings"),
+    ("--steps", "1,2", "a resumed run keeps its own load settings"),
+]
+
+
+@pytest.mark.parametrize(("flag", "value", "why"), REFUSED_WITH_RESUME, ids=[item[0] for item in REFUSED_WITH_RESUME])
+def test_resume_refuses_every_option_it_would_not_honour(flag: str, value: str, why: str, tmp_path: Path) -> None:
+    """Refused in one line naming the option, before the run is read (``tmp_path`` is no run)."""
+    result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), flag, value])
+    assert isinstance(result.exception, UsageError), result.output
+    assert str(result.exception) == f"--resume with {flag}: {why}; leave it out"
+
+
+def test_resume_names_every_refused_option_at_once(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), "--measure", "3", "--profile", "x",
+                                      "--find-max", "rate"])
+    assert str(result.exception) == (
+        "--resume with --profile, --find-max, --measure: a resumed run keeps the profile and request settings it "
+        "ran with; a resumed run runs a sweep's remaining steps, not a search; a resumed run keeps its own load "
+        "settings; leave them out")
+
+
+def test_resume_takes_the_options_it_honours(tmp_path: Path) -> None:
+    """The options a resume honours pass the refusal: the error is the run's own (``tmp_path`` is no run)."""
+    result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), "--url", "http://127.0.0.1:9",
+                                      "--model-name", "m", "--no-preflight", "--no-progress", "--interruption-marker",
+                                      str(tmp_path / "marker"), "--result", str(tmp_path / "made.json")])
+    assert result.exception is not None and "--resume with" not in str(result.exception)
+    assert json.loads((tmp_path / "made.json").read_text())["runs"] == []
+
+
 def doc_local_lines() -> list[list[str]]:
     """The ``rigbench local`` command lines the docs show (their arguments)."""
     lines = []
