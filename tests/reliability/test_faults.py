@@ -408,23 +408,6 @@ def test_a_second_ctrl_c_while_the_report_is_written_leaves_it_unwritten_and_say
 # ---------------------------------------------------------------- 4. full disk
 
 
-@pytest.fixture()
-def small_disk(tmp_path: Path):
-    """A 2 MiB tmpfs as the runs folder (root only), unmounted afterwards."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command here, so no small filesystem for the full-disk test")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a 2 MiB tmpfs (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def stop_everything(process: subprocess.Popen, run_path: Path) -> None:
     """Kill a hung sweep and its Locust (which runs in a session of its own)."""
     for child in processes_mentioning(str(run_path)):
