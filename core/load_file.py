@@ -40,11 +40,3 @@ def load_fields_text(fields: dict[str, Any]) -> str:
     if "processes" in fields and fields["processes"] is None:
         kept["processes"] = AUTO_PROCESSES
     return json.dumps(kept, indent=1, default=lambda value: value.model_dump(mode="json")) + "\n"
-
-
-def load_file_text(settings: LoadSettings, contexts: list[int] | None = None) -> str:
-    """The settings as a load file (JSON), with ``contexts`` as its list of document lengths when given."""
-    fields = settings.model_dump(mode="json")
-    if contexts is not None:
-        fields["context_tokens"] = contexts
-    return load_fields_text(fields)

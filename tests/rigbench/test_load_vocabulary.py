@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from core.errors import UsageError
 from core.lists import DEFAULT_USER_STEPS, parse_counts
-from core.load_file import load_file_text
+from core.load_file import load_fields_text
 from core.load_reached import FAIL_BELOW
 from core.profile import RequestDefaults
 from core.rundir import LoadSettings
@@ -100,7 +100,7 @@ def test_what_rigbench_writes_as_a_load_file_reads_back_whole(tmp_path: Path) ->
     settings = settle_load({"rate_steps": [1.5], "arrival": "gamma", "arrival_shape": 0.5, "warmup_seconds": 1,
                             "measure_seconds": 2, "slo": {"e2e_p99": 4.0}}, request=RequestDefaults(),
                            request_from="rigbench").settings
-    assert read(tmp_path, load_file_text(settings), suffix=".json") == settings
+    assert read(tmp_path, load_fields_text(settings.model_dump(mode="json")), suffix=".json") == settings
 
 
 def test_the_local_rig_reads_its_load_as_a_load_file_does() -> None:
