@@ -309,6 +309,7 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
             for index, each in enumerate(replicas.servers):
                 each.log_path = first.path / f"llama-server-{index}.log"
         stopped: RunIncomplete | None = None
+        gone: list[str] = []
         try:
             with served_under_mps(prepared, first.path / "mps", console) as mps, \
                     replicas if replicas is not None else prepared.server:
@@ -319,15 +320,18 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                     lambda server, settings: local_manifest(prepared, settings, label, mps, server),
                     replicas=served_at(prepared).replicas, server_threads=server_threads(prepared.server_args),
                     premade=[first], repeat=options.repeat)
-                sweep_servers(plan, result)
+                try:
+                    sweep_servers(plan, result)
+                finally:  # read before the servers stop: a server that died under the load is said with its exit
+                    gone = servers_gone(prepared)
         except KeyboardInterrupt:
             mark_ended(first, "interrupted", "Ctrl-C or SIGTERM")
             stopped = interrupted_error(first)
         except RunIncomplete as error:  # a spot notice, or a sweep that could not go on
-            stopped = error
+            stopped = RunIncomplete(f"{error}; {'; '.join(gone)}") if gone else error
         except RigbenchError as error:  # the run folder exists: exit 1 (a run that failed), not 2
             mark_ended(first, "failed", str(error))
-            stopped = RunIncomplete(f"{first.path}: run failed: {error}")
+            stopped = RunIncomplete(f"{first.path}: run failed: {'; '.join([str(error), *gone])}")
         except Exception as error:  # a bug must not leave the run "running" (compact and check refuse those)
             mark_ended(first, "failed", f"{type(error).__name__}: {error}")
             raise
@@ -341,8 +345,20 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
             # The report is still written (it counts what failed), but the command must not
             # look like a success.
             say_how_to_go_on([Path(path) for path in result.runs], options.profile, console)
-            raise RunIncomplete(f"{'; '.join(result.failures)}; report at {report}")
+            raise RunIncomplete(f"{'; '.join(result.failures + gone)}; report at {report}")
         return report
+
+
+def servers_gone(prepared: PreparedServer) -> list[str]:
+    """One line per local server whose process ended on its own while the load ran: nothing restarts a
+    server here, so a sweep that failed on an outage is said with the exit that caused it."""
+    if prepared.replicas is not None:
+        return prepared.replicas.dead()
+    process = prepared.server.process
+    if process is None or process.poll() is None:
+        return []
+    return [f"llama-server ({prepared.server.base_url}) exited with code {process.returncode}; its log: "
+            f"{prepared.server.log_path}"]
 
 
 def say_what_ran(runs: list[Path], profile: str, console: Console) -> None:

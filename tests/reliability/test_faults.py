@@ -223,6 +223,7 @@ def test_llama_server_killed_mid_step_makes_rigbench_local_exit_non_zero_saying_
     assert server_killed.returncode != 0, "a run whose server died must not exit 0"
     line = last_line(server_killed.stderr)
     assert server_killed.run_path.name in line and "failed" in line, server_killed.stderr
+    assert "llama-server (http://127.0.0.1:" in line and "exited with code -9" in line, line  # the cause, named
 
 
 # ---------------------------------------------------------------- 2. faults inside requests, at the run level
