@@ -30,6 +30,10 @@ class CompilerCacheStats(Strict):
 
 
 class BuildManifest(Strict):
+    """One build's manifest; ``build_seconds`` is the compile that made the build, and the ``*_seconds`` fields after
+    ``uploaded_to`` are what the build step that returned it spent, timed on the caller's side around the commands it
+    ran on the rig (None for a phase that did not happen, and in manifests written before they were recorded)."""
+
     key: str = Field(description="hash of source, backend, GPU arch, options, targets and machine")
     source: str = Field(description="sha256:<sdist digest> or git:<commit>")
     source_tree: str
@@ -53,6 +57,21 @@ class BuildManifest(Strict):
     )
     uploaded_to: str | None = Field(
         None, description="the s3:// URI this call uploaded the build to, for the next rigs to restore"
+    )
+    compile_seconds: float | None = Field(
+        None, ge=0, description="this call's configure and compile (build_seconds); None when it reused a finished "
+        "build, whose build_seconds is the compile that made it, possibly on another rig"
+    )
+    restore_seconds: float | None = Field(
+        None, ge=0, description="this call's restore from the store: the archive's download to the rig and the build "
+        "script's --restore, also when it failed and the rig compiled instead; None when nothing was restored"
+    )
+    pack_seconds: float | None = Field(
+        None, ge=0, description="this call's --pack of the build on the rig for the store; None when nothing was packed"
+    )
+    upload_seconds: float | None = Field(
+        None, ge=0, description="this call's PUT of the packed archive from the rig to the store, also when it failed; "
+        "None when nothing was sent"
     )
 
     @classmethod

@@ -13,9 +13,12 @@ Each step is a plain function of a Fabric ``Connection``, safe to run twice; the
     download.py      model and drafter, resumable, sha256 verified; synthetic ones uploaded
     serve.py         llama-server as a systemd unit or a supervised process (one per replica); stop,
                      status, logs
+    readiness.py     how long a serve took to be ready: /health and a first token per server
     llama_bench.py   llama-bench pp512/tg128 on the rig at the profile's settings
     tunnel.py        a local port forwarded to the rig's llama-server
     sweep.py         project install, load sweep on the rig, fetch of run directories
+    resume.py        a rig sweep stopped by a spot notice finished from its copy here (upload, sweep --resume,
+                     fetch)
     run_metadata.py  build, digests, GPU and instance written into fetched manifests
 
 Imports only the base (``core``); the llama.cpp toolbox reaches a rig through the app.

@@ -12,12 +12,19 @@ the build's key; a build the store has is fetched with ``curl`` from a presigned
 restored instead of compiled, and a build the store lacks is packed and uploaded after it is
 checked, so the next rig of the same kind skips the compile. The store is an optimisation: a
 failed download, check or upload is a warning line, and the rig builds as it would without it.
+
+The step times what it ran, from this machine around each command on the rig, and returns the
+figures in the manifest (``compile_seconds``, ``restore_seconds``, ``pack_seconds``,
+``upload_seconds``), so a caller that records a rig's phases reads them from ``--result`` rather
+than from progress lines.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,6 +93,30 @@ def warn(message: str) -> None:
     print(f"[build] warning: {message}", flush=True)
 
 
+@dataclass
+class StoreUse:
+    """What the shared store did in one build step, for its manifest: where the build came from or went and how
+    long each transfer took on the rig (None: it did not happen)."""
+
+    restored_from: str | None = None
+    uploaded_to: str | None = None
+    upload: bool = False  # pack and upload the build once it is checked
+    restore_seconds: float | None = None
+    pack_seconds: float | None = None
+    upload_seconds: float | None = None
+
+    def manifest_fields(self) -> dict:
+        return {"restored_from": self.restored_from, "uploaded_to": self.uploaded_to,
+                "restore_seconds": self.restore_seconds, "pack_seconds": self.pack_seconds,
+                "upload_seconds": self.upload_seconds}
+
+
+def seconds_since(started: float) -> float:
+    """Seconds from ``started`` (``time.monotonic()``), to the millisecond: a restore of a small build is well
+    under a second."""
+    return round(time.monotonic() - started, 3)
+
+
 def attempt(c: Connection, command: str, timeout: int = TRANSFER_TIMEOUT_S) -> tuple[bool, str, str]:
     """Run a command whose failure the step survives: (ok, its last output line, its stdout)."""
     try:
@@ -131,43 +162,54 @@ def restore_from_store(c: Connection, store: S3BuildCache, key: str, sha256: str
     return uri
 
 
-def upload_to_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str) -> str | None:
-    """Pack the key's build on the rig and PUT it to the store with its sha256; the URI, or None
-    (with a warning) when packing or the upload failed: the build itself is fine either way."""
+def upload_to_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str, use: StoreUse) -> None:
+    """Pack the key's build on the rig and PUT it to the store with its sha256, timing each in ``use``; its
+    ``uploaded_to`` stays None (with a warning) when packing or the upload failed: the build itself is fine either
+    way."""
     uri, archive = store.uri(key), transfer_path(cache, key)
+    started = time.monotonic()
     packed, said, stdout = attempt(c, f"{command} --pack {quote(archive)}")
+    use.pack_seconds = seconds_since(started)
     sent = False
     if packed:
         info = last_json(stdout, "--pack")
         header = f"x-amz-meta-sha256: {info['sha256']}"
-        sent, said, _ = attempt(c, f"curl -fsS --retry 3 -T {quote(archive)} -H {quote(header)} "
-                                f"{quote(store.upload_url(key, info['sha256']))}")
+        url = store.upload_url(key, info["sha256"])  # signed here, before the clock starts
+        started = time.monotonic()
+        sent, said, _ = attempt(c, f"curl -fsS --retry 3 -T {quote(archive)} -H {quote(header)} {quote(url)}")
+        use.upload_seconds = seconds_since(started)
     run(c, f"rm -f {quote(archive)}", warn=True)
     if not sent:
         warn(f"could not upload build {key} to {uri} ({said}); the build itself is fine")
-        return None
-    print(f"[build] uploaded build {key} to {uri} ({info['bytes'] / 1e6:.1f} MB)", flush=True)
-    return uri
+        return
+    print(f"[build] uploaded build {key} to {uri} ({info['bytes'] / 1e6:.1f} MB; packed in {use.pack_seconds:.1f} s, "
+          f"sent in {use.upload_seconds:.1f} s)", flush=True)
+    use.uploaded_to = uri
 
 
-def consult_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str) -> tuple[str | None, bool]:
-    """Decide what the store does for this build: (the URI it was restored from, whether to upload
-    it after the build). One ``[build]`` line says which."""
+def consult_store(c: Connection, store: S3BuildCache, key: str, command: str, cache: str) -> StoreUse:
+    """Decide what the store does for this build, and restore it when the store has it and the rig does not (timed:
+    the download and the script's ``--restore``). One ``[build]`` line says which."""
     found = store.lookup(key)
     on_rig = remote_exists(c, f"{cache.rstrip('/')}/builds/{key}/build_manifest.json")
     if found and on_rig:
         print(f"[build] cache key {key}: on the rig already and in {found[0]}; nothing to transfer", flush=True)
-        return None, False
+        return StoreUse()
     if found:
         print(f"[build] cache key {key}: restoring from {found[0]} instead of compiling", flush=True)
+        started = time.monotonic()
         restored = restore_from_store(c, store, key, found[1], command, cache)
-        return restored, restored is None  # a bad object is replaced by the build that follows
+        seconds = seconds_since(started)
+        if restored:
+            print(f"[build] restored {key} in {seconds:.1f} s", flush=True)
+        # a bad object is replaced by the build that follows
+        return StoreUse(restored_from=restored, upload=restored is None, restore_seconds=seconds)
     where = store.uri(key)
     if on_rig:
         print(f"[build] cache key {key}: on the rig, not in {where}; uploading it after the check", flush=True)
     else:
         print(f"[build] cache key {key}: not in {where}; building on the rig, then uploading", flush=True)
-    return None, True
+    return StoreUse(upload=True)
 
 
 @rig_step("build")
@@ -192,23 +234,23 @@ def build(c: Connection, profile: RigProfile, paths: RigPaths | None = None, *, 
     print(f"[build] {backend}{' sm_' + arch if arch else ''} in {cache} (progress below; cached builds return at once)",
           flush=True)
     command = build_command(paths, profile, backend, arch, cache, jobs, patches)
-    key, restored_from, upload = None, None, False
+    key, use = None, StoreUse()
     if cache_store is not None:
         key = print_key(c, command)
-        restored_from, upload = consult_store(c, cache_store, key, command, cache)
+        use = consult_store(c, cache_store, key, command, cache)
     result = run(c, f"mkdir -p {shlex.quote(cache)} && {command}", timeout=timeout, hide=False)
     manifest = parse_manifest(result.stdout)
     server = manifest.binaries["llama-server"]
     devices = list_devices(c, server)
     if backend == "cuda" and "CUDA" not in devices:
         raise ProvisionError(f"build: {server} --list-devices shows no CUDA device; it printed:\n{devices.strip()}")
-    uploaded_to = None
-    if upload and manifest.key != key:
+    if use.upload and manifest.key != key:
         warn(f"the build's key {manifest.key} is not the key {key} --print-key gave; not uploading it")
-    elif upload:
-        uploaded_to = upload_to_store(c, cache_store, key, command, cache)
-    manifest = manifest.model_copy(update={"devices": devices.strip(), "restored_from": restored_from,
-                                           "uploaded_to": uploaded_to})
+    elif use.upload:
+        upload_to_store(c, cache_store, key, command, cache, use)
+    compiled = None if manifest.cached else manifest.build_seconds  # a reused build's figure is not this call's
+    manifest = manifest.model_copy(update={"devices": devices.strip(), "compile_seconds": compiled,
+                                           **use.manifest_fields()})
     upload_text(c, manifest.model_dump_json(indent=2), paths.build_manifest)
     print(f"[build] llama-server at {server} ({'cached' if manifest.cached else 'built'}); "
           f"manifest kept at {paths.build_manifest}", flush=True)

@@ -46,6 +46,12 @@ class RigPaths:
         return f"{self.results}/runs"
 
     @property
+    def spot_marker(self) -> str:
+        """Where the spot watcher (infra's user data) writes the two-minute notice: the rig's sweep watches it
+        (``--interruption-marker``), whatever the work folder is."""
+        return f"{self.root}/spot-interruption.json"
+
+    @property
     def build_manifest(self) -> str:
         return f"{self.root}/build_manifest.json"
 

@@ -30,6 +30,11 @@ there). The control daemon is supervised like a replica, unit ``rigbench-mps.ser
 answering ``get_server_list`` before any replica starts, each replica its client (``CUDA_MPS_PIPE_DIRECTORY`` in
 its ``env`` prefix), and stopped after the last replica, only when this serve started it: a daemon already
 answering at the pipe folder is used and left running. ``status``, ``logs`` and ``stop`` cover it.
+
+A serve that starts servers returns, in its state's ``timings`` (``provision.readiness``), the seconds from its start
+until each answered ``/health`` and until each streamed the token of a one-token completion sent from the rig, so a
+caller recording a rig's phases reads them from ``--result``; ``serve.json`` keeps none, and a serve that found the
+same servers running returns none.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from provision.connection import agent, privileged, rig_step, run, upload_helper
 from provision.defaults import SERVER_PORT
 from provision.download import model_paths
 from provision.mps import ServedMps
+from provision.readiness import ServeTimings, time_first_tokens
 from provision.rig_paths import RigPaths
 
 UNIT_NAME = "rigbench-llama.service"
@@ -61,6 +67,7 @@ LOG_NAME = "llama-server.log"
 EXIT_MARKER = "[supervisor] llama-server exited"
 SERVE_HEADER = "[rigbench] serve"
 ENV = "/usr/bin/env"  # an absolute path: a systemd ExecStart= may not search PATH
+KEY_HEADER_NAME = "api_key_header"  # curl's -H @file: the key never on a command line
 
 
 class ServedReplica(BaseModel):
@@ -91,6 +98,8 @@ class ServeState(BaseModel):
     replicas: list[ServedReplica] = Field(default_factory=list)
     mps: ServedMps | None = Field(None, description="CUDA MPS for the servers; None: a serve.json from before it was "
                                   "recorded")
+    timings: ServeTimings | None = Field(None, description="how long the serve that returned this state took to be "
+                                         "ready; None in serve.json and when it started nothing")
 
 
 @dataclass(frozen=True)
@@ -533,8 +542,9 @@ def check_port_free(c: Connection, paths: RigPaths, port: int, replica: str = ""
 def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, port: int = DEFAULT_PORT,
           public: bool = False, api_key: str | None = None, health_timeout: int = 300,
           supervisor: str = "auto") -> ServeState:
-    """Start llama-server for ``profile`` (each of its replicas, after the MPS daemon they share where it runs) and
-    wait until ``/health`` answers 200."""
+    """Start llama-server for ``profile`` (each of its replicas, after the MPS daemon they share where it runs), wait
+    until ``/health`` answers 200 and time each server's first token; the state with its ``timings``."""
+    started = time.monotonic()
     paths = paths or RigPaths()
     check_replicas(profile)
     if public and not api_key:
@@ -554,10 +564,11 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
         if not run(c, f"test -s {shlex.quote(needed)}", warn=True).ok:
             raise ProvisionError(f"serve: model file {needed} is missing on the rig; run the download step first")
     run(c, f"mkdir -p {shlex.quote(paths.serve)}")
-    key_file = None
+    key_file = key_header = None
     if api_key:
-        key_file = f"{paths.serve}/api_key"
+        key_file, key_header = f"{paths.serve}/api_key", f"{paths.serve}/{KEY_HEADER_NAME}"
         upload_text(c, api_key + "\n", key_file, mode=0o600)
+        upload_text(c, f"Authorization: Bearer {api_key}\n", key_header, mode=0o600)
     binary = manifest.binary("llama-server")
     mps = rig_mps.served_mps(c, decision, paths)
     if mps.ran or plans:
@@ -593,7 +604,8 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
         stop_service(c, paths, state)
         raise
     print(f"[serve] {state.supervisor}: waiting up to {health_timeout} s for /health on {host}:{ports}", flush=True)
-    failed = wait_healthy(c, paths, state, health_timeout)
+    healthy_at: dict[int | None, float] = {}
+    failed = wait_healthy(c, paths, state, health_timeout, healthy_at)
     if failed is not None:
         tail = log_tail(c, paths, log=failed.log)
         stop_service(c, paths, state)
@@ -605,7 +617,11 @@ def serve(c: Connection, profile: RigProfile, paths: RigPaths | None = None, por
                              f"stopped; last lines of {failed.log}:\n{tail.strip()}")
     print(f"[serve] healthy: {profile.name} on {host}:{ports}"
           + (f" ({len(starting)} replicas)" if state.replicas else ""), flush=True)
-    return state
+    timings = time_first_tokens(c, starting, started, healthy_at, key_header)
+    print(f"[serve] ready {timings.health_seconds:.1f} s after the step started (/health); first token "
+          + ("failed" if timings.first_token_seconds is None else f"at {timings.first_token_seconds:.1f} s"),
+          flush=True)
+    return state.model_copy(update={"timings": timings})
 
 
 def served_the_same(c: Connection, paths: RigPaths, previous: ServeState, state: ServeState) -> bool:
@@ -637,13 +653,17 @@ def exited_since_serve(c: Connection, paths: RigPaths, service: Service) -> bool
     return any(EXIT_MARKER in line for line in recent)
 
 
-def wait_healthy(c: Connection, paths: RigPaths, state: ServeState, timeout: float) -> Service | None:
+def wait_healthy(c: Connection, paths: RigPaths, state: ServeState, timeout: float,
+                 healthy_at: dict[int | None, float] | None = None) -> Service | None:
     """Poll /health of every service on the rig, all within ``timeout``; the first that does not answer (given up
-    early when its supervisor saw it exit), or None when all do."""
+    early when its supervisor saw it exit), or None when all do. ``healthy_at`` gets each service's
+    ``time.monotonic()`` when its /health answered, by index."""
     deadline = time.monotonic() + timeout
     for service in services(state, paths):
         while True:
             if agent(c, paths, f"health --port {service.port} --timeout 3", warn=True, timeout=30).ok:
+                if healthy_at is not None:
+                    healthy_at[service.index] = time.monotonic()
                 break
             if exited_since_serve(c, paths, service) or time.monotonic() >= deadline:
                 return service

@@ -12,6 +12,11 @@ replica i mod N. The supervisor restarts a llama-server that dies, which the loa
 notice (the other replicas go on answering; a restarted one answers again), so the sweep counts
 each service's exits before and after: a server or replica that died meanwhile fails the run,
 here and in the rig's copy of its manifest.
+
+The rig's sweep watches the spot watcher's marker in the rig's work folder (``RigPaths.spot_marker``, where
+the stack's user data points the watcher, whatever the folder): a two-minute notice stops it at its last
+complete step, and the step brings the interrupted run home and says how to finish it on a new rig
+(``provision.resume``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shlex
 import stat
 import tarfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,53 +122,157 @@ def sweep(c: Connection, profile: RigProfile, load: dict[str, Any], paths: RigPa
     The copied manifests get the build, model digests and GPU from the rig, whether the servers ran under CUDA
     MPS from the serve step's record, the instance,
     market and price from ``stack_outputs`` when given, and the source and terms of a model fetched
-    here from ``provenance`` (by role).
+    here from ``provenance`` (by role). The rig's sweep watches the spot watcher's marker in the work folder
+    (``paths.spot_marker``): a notice stops it ``interrupted`` at its last complete step, and this raises
+    :class:`RigSweepInterrupted` once the runs are home.
     """
     paths = paths or RigPaths()
-    state = read_state(c, paths)
-    if state is None:
-        raise ProvisionError("sweep: nothing is served on the rig; run the serve step first")
-    rigbench = rigbench or rig_rigbench(paths)
-    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
-        raise ProvisionError(f"sweep: no rigbench at {rigbench} on the rig; run the project step first")
+    state = served_state(c, paths, "sweep")
+    rigbench = checked_rigbench(c, paths, rigbench, "sweep")
     remote_profile = upload_profile(c, profile, paths)
     remote_load = upload_load(c, load, paths)
     remote_result = f"{paths.root}/sweep-result.json"
     command = [rigbench, "sweep", "--url", f"http://127.0.0.1:{state.port}", "--profile", remote_profile,
                "--load", remote_load, "--runs-dir", paths.runs, "--no-progress", "--result", remote_result,
-               *upload_replicas(c, state, paths), *(search or [])]
+               "--interruption-marker", paths.spot_marker, *upload_replicas(c, state, paths), *(search or [])]
+    return sweep_on_rig(c, RigSweep("sweep", command, remote_result, local_runs, profile), paths, state,
+                        timeout=timeout, stack_outputs=stack_outputs, provenance=provenance)
+
+
+class RigSweepInterrupted(ProvisionError):
+    """A spot notice stopped the rig's sweep. Its runs are home, ``interrupted`` with their records kept;
+    ``copied`` names them (and the message how to finish them), for a caller that goes on with
+    ``rigbench provision resume`` on another rig."""
+
+    exit_code = 1  # the runs were made and came home; they are not complete
+
+    def __init__(self, message: str, copied: list[Path]) -> None:
+        super().__init__(message)
+        self.copied = copied
+
+
+@dataclass(frozen=True)
+class RigSweep:
+    """One ``rigbench sweep`` to run on the rig: which step starts it (its messages name it), the command, the
+    ``--result`` file it writes there, the local folder its runs come home to, and the served profile (the
+    rig's facts are read for it). ``earlier``: runs fetched with it but not annotated again (the run a resumed
+    one continues, whose manifest the rig's sweep linked to the new run)."""
+
+    step: str
+    command: list[str]
+    result_file: str
+    local_runs: Path | str
+    profile: RigProfile
+    earlier: tuple[str, ...] = ()
+
+
+def served_state(c: Connection, paths: RigPaths, step: str) -> ServeState:
+    """What the serve step recorded on the rig; refused where nothing is served."""
+    state = read_state(c, paths)
+    if state is None:
+        raise ProvisionError(f"{step}: nothing is served on the rig; run the serve step first")
+    return state
+
+
+def checked_rigbench(c: Connection, paths: RigPaths, rigbench: str | None, step: str) -> str:
+    """The rig's ``rigbench`` (the project step's, unless given); refused where it is not there."""
+    rigbench = rigbench or rig_rigbench(paths)
+    if not run(c, f"test -x {shlex.quote(rigbench)}", warn=True).ok:
+        raise ProvisionError(f"{step}: no rigbench at {rigbench} on the rig; run the project step first")
+    return rigbench
+
+
+def sweep_on_rig(c: Connection, sweep: RigSweep, paths: RigPaths, state: ServeState, *, timeout: int,
+                 stack_outputs: dict | None, provenance: Mapping[str, ModelProvenance] | None) -> list[Path]:
+    """Run ``sweep`` on the rig and bring its runs home annotated with the rig's facts; return their folders.
+
+    A server or replica that died meanwhile fails the runs (here and on the rig); a spot notice during the
+    sweep raises :class:`RigSweepInterrupted`; any other non-zero exit is a ProvisionError with the command's
+    last lines. Each error comes after the runs are copied, and names them."""
+    step = sweep.step
     exits_before = exit_counts(c, paths, state)
-    print(f"[sweep] on the rig: {' '.join(shlex.quote(part) for part in command)}", flush=True)
-    result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && rm -f {shlex.quote(remote_result)} && "
-                 + " ".join(shlex.quote(p) for p in command), timeout=timeout, hide=False, warn=True)
+    notice_before = marker_stamp(c, paths)
+    print(f"[{step}] on the rig: {' '.join(shlex.quote(part) for part in sweep.command)}", flush=True)
+    result = run(c, f"mkdir -p {shlex.quote(paths.runs)} && rm -f {shlex.quote(sweep.result_file)} && "
+                 + " ".join(shlex.quote(p) for p in sweep.command), timeout=timeout, hide=False, warn=True)
     if result.exited in (None, -1):  # the channel closed without an exit status: the link, not the sweep
         raise ProvisionError(
-            f"sweep: lost the SSH session to {describe_host(c)} while `rigbench sweep` ran on the rig (no exit "
+            f"{step}: lost the SSH session to {describe_host(c)} while `rigbench sweep` ran on the rig (no exit "
             "status came back); the sweep goes on there: once it has ended, `rigbench provision fetch` copies its runs"
         )
-    made = read_result(c, remote_result)
+    made = read_result(c, sweep.result_file)
     # a capacity search's folder holds its probes' runs; else the runs themselves
     run_ids = [Path(made.search).name] if made.search else [Path(path).name for path in made.runs]
-    copied = fetch.__wrapped__(c, paths, local_runs, run_ids) if run_ids else []
+    local_runs = Path(sweep.local_runs)
+    fetched = fetch.__wrapped__(c, paths, local_runs, [*sweep.earlier, *run_ids]) if run_ids else []
+    copied = [path for path in fetched if path.name in run_ids]
     runs = [run_dir for path in copied for run_dir in runs_under(path)]
     if runs:
         mps = state.mps.info() if state.mps is not None else None
-        annotate_runs(runs, rig_facts(c, profile, paths, provenance, mps), stack_outputs)
+        annotate_runs(runs, rig_facts(c, sweep.profile, paths, provenance, mps), stack_outputs)
     died = exits_since(c, paths, state, exits_before) + unanswered_replicas(runs, len(state.replicas))
     if died:
         detail = "; ".join(died)
-        fail_runs(c, paths, runs, detail, Path(local_runs))
+        fail_runs(c, paths, runs, detail, local_runs)
         for path in copied:
             if is_search(path):
                 fail_search(c, paths, path, detail)
         where = f" (runs copied to {', '.join(map(str, copied))}, marked failed)" if copied else ""
-        raise ProvisionError(f"sweep: during the sweep {detail}{where}; the load it measured was not the served "
+        raise ProvisionError(f"{step}: during the sweep {detail}{where}; the load it measured was not the served "
                              "configuration's, so the run failed")
     if not result.ok:
+        notice = spot_notice(c, paths, notice_before)
+        stopped = [run_dir for run_dir in runs if _status(run_dir) == "interrupted"]
+        if notice is not None and stopped:
+            raise RigSweepInterrupted(interrupted_message(step, notice, stopped, sweep.profile, made.search), copied)
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
-        raise ProvisionError(f"sweep: `rigbench sweep` on the rig exited {result.exited}"
+        raise ProvisionError(f"{step}: `rigbench sweep` on the rig exited {result.exited}"
                              f"{' (runs copied to ' + ', '.join(map(str, copied)) + ')' if copied else ''}:\n{tail}")
     return copied
+
+
+def marker_stamp(c: Connection, paths: RigPaths) -> str | None:
+    """The spot marker's inode and modification time on the rig (None: no marker): the watcher writes it whole
+    under a new inode, so a stamp that changed across a sweep is a notice given during it."""
+    found = run(c, f"stat -c '%i %Y' {shlex.quote(paths.spot_marker)}", warn=True)
+    return found.stdout.strip() if found.ok else None
+
+
+def spot_notice(c: Connection, paths: RigPaths, before: str | None) -> str | None:
+    """What the spot marker says (when detected, the action and its time), where it was written since ``before``;
+    None where no notice came during the sweep."""
+    now = marker_stamp(c, paths)
+    if now is None or now == before:
+        return None
+    text = run(c, f"cat {shlex.quote(paths.spot_marker)}", warn=True).stdout
+    try:
+        notice = json.loads(text)
+    except ValueError:
+        return f"{paths.spot_marker}"
+    action = notice.get("instance_action") if isinstance(notice, dict) else None
+    said = [f"detected at {notice['detected_at']}"] if isinstance(notice, dict) and notice.get("detected_at") else []
+    if isinstance(action, dict):
+        said.append(f"{action.get('action', 'action')} at {action.get('time', '?')}")
+    return f"{paths.spot_marker}{': ' + ', '.join(said) if said else ''}"
+
+
+def interrupted_message(step: str, notice: str, stopped: list[Path], profile: RigProfile,
+                        search: str | None) -> str:
+    """What stopped the rig's sweep, what came home and how to finish it on another rig."""
+    said = []
+    for run_dir in stopped:
+        manifest = RunDir(run_dir).read_manifest()
+        total = manifest.load.step_count if manifest.load is not None else len(manifest.steps)
+        done = 0 if manifest.last_complete_step is None else manifest.last_complete_step + 1
+        said.append(f"{run_dir} ({done} of {total} steps complete)")
+    head = (f"{step}: a spot interruption notice ({notice}) stopped the rig's sweep; copied here, interrupted "
+            f"with their records kept: {', '.join(said)}")
+    if search is not None:
+        return head + "; a capacity search is not resumed: run the search again on a new rig"
+    runs = ",".join(str(run_dir) for run_dir in stopped)
+    return (head + "; the rig is being reclaimed: on a new rig (pulumi up, then `rigbench provision setup`, `up` and "
+            f"`project`) finish the sweep with `rigbench provision --profile {shlex.quote(profile.command_name)} "
+            f"resume --run {shlex.quote(runs)}`")
 
 
 def upload_load(c: Connection, load: dict[str, Any], paths: RigPaths) -> str:

@@ -22,15 +22,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import RunDirError, UsageError
+from core.errors import LoadTestError, RunDirError, UsageError
 from core.lists import DEFAULT_USER_STEPS, MEASURE_HELP, RATES_HELP, SWEEP_MEASURE, SWEEP_WARMUP_SECONDS
 from core.profile import RigProfile, load_profile
 from core.quality_settings import QualityEvalSettings, QualityLadderSettings, Settings, read_settings
+from core.rundir import RunDir
 from core.rundir.quality_files import read_questions
 from llamacpp.build import BUILD_SCRIPT, patch_files
 from llamacpp.named_models import model_source
 from llamacpp.quantize import DEFAULT_RUNGS
 from llamacpp.synthetic_models import write_synthetic_model
+from loadtest.resume import check_resumable
 from provision.build import build as build_step
 from provision.build_cache import S3BuildCache
 from provision.defaults import CUDA_PACKAGE, SERVER_PORT
@@ -39,6 +41,7 @@ from provision.download import model_paths
 from provision.llama_bench import bench as bench_step
 from provision.quality import evaluate as eval_step
 from provision.quality import ladder as ladder_step
+from provision.resume import resume as resume_step
 from provision.rig_paths import DEFAULT_WORK, RigPaths
 from provision.run_metadata import ModelProvenance
 from provision.serve import check_mps, check_replicas
@@ -199,12 +202,13 @@ def download(rig: Rig) -> None:
         download_step(rig.c, rig.profile, rig.paths, synthetic_files=written)
 
 
-def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> None:
-    """Serve the profile with llama-server (systemd unit, or a supervised process) and wait for /health."""
+def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> Any:
+    """Serve the profile with llama-server (systemd unit, or a supervised process) and wait for /health; the
+    served state, with the seconds to /health and to a first token under ``timings``."""
 
-    serve_step(rig.c, rig.profile, rig.paths, port=server_port, public=public,
-                     api_key=api_key or os.environ.get(API_KEY_VARIABLE) or None, health_timeout=health_timeout,
-                     supervisor=supervisor)
+    return serve_step(rig.c, rig.profile, rig.paths, port=server_port, public=public,
+                      api_key=api_key or os.environ.get(API_KEY_VARIABLE) or None, health_timeout=health_timeout,
+                      supervisor=supervisor)
 
 
 def up(rig: Rig, server_port: int, cache: str) -> None:
@@ -289,6 +293,36 @@ def sweep(rig: Rig, steps: str, rates: str, arrival: str, arrival_seed: int, war
     for path in copied:
         print(path, flush=True)
     return copied
+
+
+def resume(rig: Rig, run: str, rigbench: str) -> list[Path]:
+    """Finish runs a spot notice stopped (copied here by sweep or fetch) on this rig: each goes to the rig where
+    it is not there, its remaining steps run against the rig's llama-server, and the linked run comes home
+    beside it (``rigbench report`` on either joins the two)."""
+
+    folders = resumable_runs(run, rig.profile)
+    copied = resume_step(rig.c, rig.profile, folders, rig.paths, rigbench=rigbench or None,
+                         stack_outputs=rig.stack_outputs, provenance=pypi_provenance(rig.profile))
+    for path in copied:
+        print(path, flush=True)
+    return copied
+
+
+def resumable_runs(given: str, profile: RigProfile) -> list[Path]:
+    """The run folders of ``--run`` (comma-separated), each checked here as ``rigbench sweep --resume`` would
+    check it, and swept with ``profile``: a typo or a complete run stops the step before the rig is touched."""
+    folders = [Path(part) for part in given.split(",") if part.strip()]
+    if not folders:
+        raise UsageError("--run: give the interrupted run's folder here, e.g. --run runs/<run-id>")
+    for folder in folders:
+        try:
+            manifest = check_resumable(RunDir(folder))
+        except (LoadTestError, RunDirError) as error:
+            raise UsageError(f"--run {folder}: {error}") from None
+        if manifest.profile != profile.name:
+            raise UsageError(f"--run {folder}: it was swept with profile {manifest.profile}, not {profile.name}; "
+                             f"pass --profile {manifest.profile}")
+    return folders
 
 
 def fetch(rig: Rig, runs_dir: str) -> list[Path]:
@@ -395,6 +429,11 @@ STEPS: tuple[ProvisionStep, ...] = (
         StepOption("resolution", "", "with --find-max: the bracket's width at which it stops"),
         StepOption("max_load", 0.0, "with --find-max: the highest load probed (0: none)"),
         RUNS_OPTION,
+        StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
+    ), needs_profile=True),
+    ProvisionStep("resume", resume, (
+        StepOption("run", "", "the stopped run's folder here (several: comma-separated); the linked run "
+                   "comes home beside it"),
         StepOption("rigbench", "", "rigbench on the rig (default: the one the project step installed)"),
     ), needs_profile=True),
     ProvisionStep("fetch", fetch, (RUNS_OPTION,)),

@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 
 from core.whole_files import write_whole
 from provision.stack import RigTarget, resolve_target
+from provision.sweep import RigSweepInterrupted
 from rigbench.provision_steps import (
     DEFAULT_PROFILE,
     PROFILE_HELP,
@@ -37,7 +38,12 @@ def step_command(step: ProvisionStep, rig_of: Any) -> Any:
     signature = step.signature([context], typer_option)
 
     def body(ctx: typer.Context, **options: Any) -> None:
-        result = step.execute(rig_of(ctx), **options)
+        try:
+            result = step.execute(rig_of(ctx), **options)
+        except RigSweepInterrupted as error:  # the runs a spot notice stopped came home: a caller resumes them
+            if ctx.obj.get("result") is not None:
+                write_result(ctx.obj["result"], error.copied)
+            raise
         if ctx.obj.get("result") is not None:
             write_result(ctx.obj["result"], result)
 
@@ -52,8 +58,9 @@ def write_result(path: Path, result: Any) -> None:
 
 
 app = typer.Typer(
-    epilog="Exit codes: 0 the step is done; 2 the step failed or was refused (one line names the step and "
-    "the host; a remote sweep's runs are copied first).",
+    epilog="Exit codes: 0 the step is done; 1 a spot notice stopped the rig's sweep (its runs are home, "
+    "interrupted, and --result names them: `resume --run` finishes them); 2 the step failed or was refused (one "
+    "line names the step and the host; a remote sweep's runs are copied first).",
     help="Provision the rig over SSH (Fabric): toolkit, build, download, serve, ...", no_args_is_help=True
 )
 

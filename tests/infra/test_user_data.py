@@ -17,6 +17,7 @@ import pytest
 
 from core.errors import InfraError
 from infra.user_data import USER_DATA_LIMIT_BYTES, UserDataSettings, render_user_data, template_text
+from provision.rig_paths import RigPaths
 
 NOW = 1_796_000_000
 SETTINGS = UserDataSettings(nvme_path="/opt/dlami/nvme", owner_user="ubuntu", ttl_hours=8, market="spot")
@@ -223,7 +224,8 @@ def test_spot_setup_installs_and_starts_the_watcher_and_the_ttl_guard(machine):
         assert (installed / installed_name).read_text().rstrip("\n") == template_text(template).rstrip("\n")
     assert os.access(installed / "rigbench-spot-watcher", os.X_OK)
     unit = (machine.root / "etc" / "systemd" / "system" / "rigbench-spot-watcher.service").read_text()
-    assert f"Environment=RIGBENCH_SPOT_MARKER={machine.nvme}/rigbench/spot-interruption.json" in unit
+    # the marker the rig's sweep is told to watch (provision's RigPaths) is the one the watcher writes
+    assert f"Environment=RIGBENCH_SPOT_MARKER={RigPaths(work=str(machine.nvme)).spot_marker}\n" in unit
     assert machine.logged("systemctl") == [
         "systemctl daemon-reload",
         "systemctl enable --now rigbench-ttl-guard.service",

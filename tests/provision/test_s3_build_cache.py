@@ -225,7 +225,8 @@ def test_denied_access_is_named():
 # ---------------------------------------------------------------- the build step with the store
 
 
-def test_a_rig_that_has_the_build_uploads_it(rig, rig_paths, llama_build, packed, s3, store, tmp_path, capsys):
+def test_a_rig_that_has_the_build_uploads_it_and_the_next_rig_restores_it(rig, rig_paths, llama_build, packed, s3,
+                                                                          store, tmp_path, capsys):
     cache = seed_cache(packed, tmp_path / "rig-cache", tmp_path)
     manifest = step(rig, rig_paths, cache, store)
     uri = store.uri(llama_build.key)
@@ -238,9 +239,19 @@ def test_a_rig_that_has_the_build_uploads_it(rig, rig_paths, llama_build, packed
     out = capsys.readouterr().out
     assert f"on the rig, not in {uri}; uploading it" in out and f"uploaded build {llama_build.key} to {uri}" in out
     assert not (cache / "transfer" / f"{llama_build.key}.tar.gz").exists()
+    assert manifest.pack_seconds > 0 and manifest.upload_seconds > 0
+    assert (manifest.restore_seconds, manifest.compile_seconds) == (None, None)  # reused, not compiled
+    assert (kept.pack_seconds, kept.upload_seconds) == (manifest.pack_seconds, manifest.upload_seconds)
+
+    fresh = step(rig, rig_paths, tmp_path / "fresh-rig-cache", store)  # the next rig restores what this one sent
+    assert (fresh.restored_from, fresh.uploaded_to) == (uri, None)
+    assert fresh.restore_seconds > 0
+    assert (fresh.pack_seconds, fresh.upload_seconds, fresh.compile_seconds) == (None, None, None)
+    assert f"restored {llama_build.key} in" in capsys.readouterr().out
 
     again = step(rig, rig_paths, cache, store)  # now both have it: nothing moves
     assert (again.uploaded_to, again.restored_from) == (None, None)
+    assert (again.restore_seconds, again.pack_seconds, again.upload_seconds) == (None, None, None)
     assert "nothing to transfer" in capsys.readouterr().out
 
 

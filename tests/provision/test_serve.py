@@ -46,9 +46,13 @@ def test_serve_status_logs_stop_twice_each(built_rig, capsys) -> None:
     state = serve(rig, profile, paths, port=port, health_timeout=120)
     assert state.supervisor == "process" and state.host == "127.0.0.1"
     assert state.command[0] == manifest.binary("llama-server")
+    timings = state.timings
+    assert 0 < timings.health_seconds <= timings.first_token_seconds and timings.replicas == []
+    assert json.loads(Path(paths.serve, "serve.json").read_text())["timings"] is None
     pid = Path(paths.serve, "supervisor.pid").read_text().strip()
     again = serve(rig, profile, paths, port=port, health_timeout=120)
     assert again.started_at == state.started_at, "serving the same command twice must not restart it"
+    assert again.timings is None, "a serve that started nothing has nothing to time"
     assert Path(paths.serve, "supervisor.pid").read_text().strip() == pid
     assert "already serving" in capsys.readouterr().out
 
@@ -108,7 +112,9 @@ def test_public_serve_requires_the_key_and_keeps_it_out_of_argv(built_rig) -> No
     state = serve(rig, profile, paths, port=port, public=True, api_key=key, health_timeout=120)
     try:
         assert state.host == "0.0.0.0" and key not in " ".join(state.command)
-        assert oct(Path(paths.serve, "api_key").stat().st_mode & 0o777) == "0o600"
+        assert state.timings.first_token_seconds > 0, "the first-token request must carry the key"
+        for secret in ("api_key", "api_key_header"):
+            assert oct(Path(paths.serve, secret).stat().st_mode & 0o777) == "0o600"
         assert key not in Path(paths.serve, "serve.json").read_text()
         assert key not in Path(paths.serve, "supervise.sh").read_text()
         url = f"http://127.0.0.1:{port}/v1/models"
@@ -120,3 +126,20 @@ def test_public_serve_requires_the_key_and_keeps_it_out_of_argv(built_rig) -> No
         assert httpx.get(url, headers={"Authorization": "Bearer rotated-key"}, timeout=10).status_code == 200
     finally:
         stop(rig, paths)
+
+
+def test_replicas_are_timed_each_and_as_a_whole(built_rig, replica_ports, tmp_path: Path) -> None:
+    rig, paths, _, _ = built_rig
+    profile_file = tmp_path / "tiny-x2.toml"
+    profile_file.write_text('[model.synthetic]\narchitecture = "llama"\npreset = "tiny"\nseed = 0\n\n'
+                            '[server]\nargs = "-c 4096 --parallel 4 -kvu"\nreplicas = 2\n')
+    base = replica_ports.free_ports(2)
+    try:
+        timings = serve(rig, load_profile(profile_file), paths, port=base, health_timeout=120).timings
+    finally:
+        stop(rig, paths)
+    assert [(each.index, each.port) for each in timings.replicas] == [(0, base), (1, base + 1)]
+    for each in timings.replicas:
+        assert 0 < each.health_seconds <= each.first_token_seconds
+    assert timings.health_seconds == max(each.health_seconds for each in timings.replicas)
+    assert timings.first_token_seconds == max(each.first_token_seconds for each in timings.replicas)

@@ -82,3 +82,27 @@ def test_a_load_that_cannot_run_is_refused_before_the_rig_is_reached(tmp_path, l
         rig_sweep(Rig(NoRig(), RigPaths(), "tiny"), **options)  # type: ignore[arg-type]
 
 
+
+
+def test_a_sweep_a_spot_notice_stopped_exits_1_and_its_result_names_the_runs_that_came_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller composing steps (the cloud loop, the rehearsal) reads which runs to resume from ``--result``."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from provision.sweep import RigSweepInterrupted
+    from rigbench.cli import app
+
+    came_home = [tmp_path / "runs" / "20261205T000000Z-tiny-abcd"]
+
+    def stopped(self, rig, **options):
+        raise RigSweepInterrupted("sweep: a spot notice stopped the rig's sweep", came_home)
+
+    monkeypatch.setattr(type(step("sweep")), "execute", stopped)
+    result_file = tmp_path / "result.json"
+    outcome = CliRunner().invoke(app, ["provision", "--host", "127.0.0.1", "--profile", "tiny", "--result",
+                                       str(result_file), "sweep"])
+    assert isinstance(outcome.exception, RigSweepInterrupted) and outcome.exception.exit_code == 1, outcome.output
+    assert json.loads(result_file.read_text()) == [str(path) for path in came_home]
