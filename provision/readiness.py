@@ -11,22 +11,30 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from core.strict import Strict
 from provision.connection import run
 
-if TYPE_CHECKING:
-    from provision.serve import Service
+
+class Service(Protocol):
+    """What a first-token request needs of a served server (``provision.serve.Service`` has it)."""
+
+    index: int | None
+    port: int
+
+    @property
+    def label(self) -> str: ...
 
 FIRST_TOKEN_REQUEST = json.dumps({"prompt": "Hello", "n_predict": 1, "stream": True, "cache_prompt": False})
 FIRST_TOKEN_TIMEOUT_S = 300  # a large model's first request on a cold GPU
 
 
-class ServerTimes(BaseModel):
+class ServerTimes(Strict):
     """How long one server took to be ready, in seconds from the start of the serve step that started it."""
 
     index: int | None = Field(None, description="the replica; None: the profile's one server")
@@ -37,7 +45,7 @@ class ServerTimes(BaseModel):
         "None when that request failed (a warning line says why)")
 
 
-class ServeTimings(BaseModel):
+class ServeTimings(Strict):
     """How long a serve took to be ready, in seconds from the step's start (reading the build, uploading helpers,
     starting the supervisors included): the whole, and each replica's where there are replicas."""
 
