@@ -84,62 +84,18 @@ def smollm2_server(llama_server_binary: Path, tmp_path_factory: pytest.TempPathF
 # ---------------------------------------------------------------- a stand-in Hugging Face hub
 
 
-class HubFiles:
-    """What the stand-in hub serves and the requests it saw."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.redirects: dict[str, str] = {}
-        self.requests: list[dict] = []
-
-
 @pytest.fixture()
 def fake_hub(monkeypatch: pytest.MonkeyPatch):
-    """An HTTP server on 127.0.0.1 that answers ``/{repo}/resolve/main/{file}`` with Range, set as HF_ENDPOINT."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    """The rehearsal's stand-in hub on 127.0.0.1 (``/{repo}/resolve/main/{file}`` with Range, redirects,
+    model info), set as HF_ENDPOINT; yields it to fill ``files``/``redirects``/``licenses`` and read ``requests``."""
+    from rigbench.studies.rehearsal.hub import StandInHub
 
-    hub = HubFiles()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            hub.requests.append({"path": self.path, "range": self.headers.get("Range"),
-                                 "authorization": self.headers.get("Authorization")})
-            if self.path in hub.redirects:  # like the hub's 302 to its storage host
-                self.send_response(302)
-                self.send_header("Location", hub.redirects[self.path])
-                self.end_headers()
-                return
-            body = hub.files.get(self.path)
-            if body is None:
-                self.send_error(404)
-                return
-            start = 0
-            if self.headers.get("Range"):
-                start = int(self.headers["Range"].removeprefix("bytes=").split("-")[0])
-                if start >= len(body):
-                    self.send_error(416)
-                    return
-                self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-            else:
-                self.send_response(200)
-            self.send_header("Content-Length", str(len(body) - start))
-            self.end_headers()
-            self.wfile.write(body[start:])
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-    yield hub
-    server.shutdown()
-    server.server_close()
+    hub = StandInHub()
+    with hub.serving() as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+        yield hub
 
 
 # ---------------------------------------------------------------- run directories for analysis

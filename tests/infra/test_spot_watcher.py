@@ -1,94 +1,28 @@
-"""The spot-interruption watcher script against a fake IMDSv2 on 127.0.0.1 (real curl, real HTTP)."""
+"""The spot-interruption watcher script against the rehearsal's IMDSv2 stand-in on 127.0.0.1 (real
+curl, real HTTP)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from infra.user_data import template_text
+from rigbench.studies.rehearsal.imds import NOTICE, StandInImds
 
 pytestmark = pytest.mark.integration
-
-NOTICE = {"action": "terminate", "time": "2026-11-30T04:12:00Z"}
-TOKEN_PATH = "/latest/api/token"
-ACTION_PATH = "/latest/meta-data/spot/instance-action"
-
-
-@dataclass
-class FakeImds:
-    """IMDSv2 as far as the watcher uses it: tokens by PUT, instance-action 404 until the notice."""
-
-    notice_after_polls: int = 3  # the poll number from which instance-action answers 200
-    expire_token_on_poll: int | None = None  # answer 401 once at this poll, as for an expired token
-    tokens_issued: list[str] = field(default_factory=list)
-    polls: list[str | None] = field(default_factory=list)  # the token header of each instance-action GET
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def handler(self) -> type[BaseHTTPRequestHandler]:
-        imds = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def reply(self, code: int, body: str = "") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_PUT(self) -> None:
-                if self.path != TOKEN_PATH or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-                    self.reply(400)
-                    return
-                with imds.lock:
-                    token = f"token-{len(imds.tokens_issued) + 1}"
-                    imds.tokens_issued.append(token)
-                self.reply(200, token)
-
-            def do_GET(self) -> None:
-                if self.path != ACTION_PATH:
-                    self.reply(404)
-                    return
-                token = self.headers.get("X-aws-ec2-metadata-token")
-                with imds.lock:
-                    imds.polls.append(token)
-                    poll = len(imds.polls)
-                    valid = token is not None and token == imds.tokens_issued[-1]
-                if not valid or poll == imds.expire_token_on_poll:
-                    self.reply(401)
-                elif poll >= imds.notice_after_polls:
-                    self.reply(200, json.dumps(NOTICE))
-                else:
-                    self.reply(404, "Not Found")
-
-        return Handler
 
 
 @pytest.fixture
 def serve_imds() -> Iterator:
-    servers = []
-
-    def start(imds: FakeImds) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), imds.handler())
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with ExitStack() as servers:
+        yield lambda imds: servers.enter_context(imds.serving())
 
 
 def start_watcher(tmp_path: Path, imds_url: str) -> tuple[subprocess.Popen, Path, Path]:
@@ -110,7 +44,7 @@ def start_watcher(tmp_path: Path, imds_url: str) -> tuple[subprocess.Popen, Path
 
 
 def test_notice_writes_the_marker_and_a_log_line(tmp_path, serve_imds):
-    imds = FakeImds(notice_after_polls=3)
+    imds = StandInImds(notice_after_polls=3)
     process, marker, log = start_watcher(tmp_path, serve_imds(imds))
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
@@ -127,7 +61,7 @@ def test_notice_writes_the_marker_and_a_log_line(tmp_path, serve_imds):
 
 
 def test_expired_token_is_fetched_again(tmp_path, serve_imds):
-    imds = FakeImds(notice_after_polls=4, expire_token_on_poll=2)
+    imds = StandInImds(notice_after_polls=4, expire_token_on_poll=2)
     process, marker, _ = start_watcher(tmp_path, serve_imds(imds))
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
@@ -137,7 +71,7 @@ def test_expired_token_is_fetched_again(tmp_path, serve_imds):
 
 
 def test_keeps_polling_without_a_marker_until_the_notice(tmp_path, serve_imds):
-    imds = FakeImds(notice_after_polls=10_000)
+    imds = StandInImds(notice_after_polls=10_000)
     process, marker, log = start_watcher(tmp_path, serve_imds(imds))
     try:
         deadline = time.monotonic() + 30

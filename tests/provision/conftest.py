@@ -1,20 +1,15 @@
 """The private sshd that stands in for a rig, and a connection to it per test.
 
-sshd (Debian openssh-server; ``make sshd`` installs it) runs on 127.0.0.1 on a free port with
-its own config, host key and authorized key in a temp folder, as root, for the whole session.
-Each test gets a connection whose known_hosts file pins that host key (strict: an unknown key
-is an error), and its own remote work folder standing in for /opt/dlami/nvme.
+The sshd is the rehearsal's (``rigbench.studies.rehearsal.sshd``): this machine's OpenSSH server
+(``make sshd`` installs it) on 127.0.0.1 on a free port with its own config, host key and
+authorized key in a temp folder, for the whole session. Each test gets a connection whose
+known_hosts file pins that host key (strict: an unknown key is an error), and its own remote work
+folder standing in for /opt/dlami/nvme.
 """
 
 from __future__ import annotations
 
-import contextlib
-import getpass
 import os
-import socket
-import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,68 +20,21 @@ from core.cache import cache_root
 from core.network import bind_error, free_port
 from provision.connection import connect
 from provision.rig_paths import RigPaths
-
-SSHD = "/usr/sbin/sshd"
-
-
-@dataclass(frozen=True)
-class PrivateSshd:
-    host: str
-    port: int
-    user: str
-    key: Path
-    host_key_line: str
-    folder: Path
-
-    def known_hosts(self, path: Path) -> Path:
-        """A known_hosts file pinning this sshd's real host key."""
-        path.write_text(f"[{self.host}]:{self.port} {self.host_key_line}\n")
-        return path
+from rigbench.studies.rehearsal.sshd import SYSTEM_SSHD, PrivateSshd, private_sshd, write_key
 
 
 def keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-
-
-def wait_listening(port: int, process: subprocess.Popen, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sshd exited with {process.returncode}: {process.stderr.read().decode()}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"sshd did not listen on 127.0.0.1:{port} within {timeout} s")
+    """An ed25519 key pair at ``path`` and ``path.pub`` (the cloud tests' rigs take theirs from here)."""
+    write_key(path)
 
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
-    if not os.access(SSHD, os.X_OK):
-        pytest.fail(f"{SSHD} is missing: run `make sshd` (apt-get install openssh-server)")
-    folder = tmp_path_factory.mktemp("sshd")
-    keygen(folder / "host_ed25519")
-    keygen(folder / "client_ed25519")
-    (folder / "authorized_keys").write_text((folder / "client_ed25519.pub").read_text())
-    port = free_port()
-    config = folder / "sshd_config"
-    config.write_text(
-        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {folder / 'host_ed25519'}\n"
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile {folder / 'sshd.pid'}\n"
-        "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n"
-    )
-    with contextlib.suppress(PermissionError):  # sshd needs it as root; a non-root sshd does without
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
-    try:
-        wait_listening(port, process)
-        host_key = " ".join((folder / "host_ed25519.pub").read_text().split()[:2])
-        yield PrivateSshd("127.0.0.1", port, getpass.getuser(), folder / "client_ed25519",
-                          host_key, folder)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    if not os.access(SYSTEM_SSHD, os.X_OK):
+        pytest.fail(f"{SYSTEM_SSHD} is missing: run `make sshd` (apt-get install openssh-server)")
+    with private_sshd(tmp_path_factory.mktemp("sshd"), binary=SYSTEM_SSHD) as server:
+        yield server
+
 
 
 @pytest.fixture()
