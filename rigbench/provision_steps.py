@@ -150,10 +150,10 @@ def command_function(name: str, doc: str, signature: inspect.Signature, body: Ca
 # ---------------------------------------------------------------- the steps
 
 
-def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> None:
+def toolkit(rig: Rig, cuda_package: str, require_gpu: bool) -> Any:
     """GPU, driver and nvcc; install the CUDA toolkit from NVIDIA's apt repository when nvcc is missing."""
 
-    toolkit_step(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
+    return toolkit_step(rig.c, cuda_package=cuda_package, require_gpu=require_gpu)
 
 
 def build(rig: Rig, cache: str, backend: str, cache_bucket: str = "") -> BuildManifest:
@@ -194,12 +194,12 @@ def pypi_provenance(profile: RigProfile) -> dict[str, ModelProvenance]:
     return provenance
 
 
-def download(rig: Rig) -> None:
+def download(rig: Rig) -> dict[str, dict]:
     """The profile's model and drafter into the NVMe folder, resumable, sha256 verified (HF_TOKEN, HF_ENDPOINT)."""
 
     with tempfile.TemporaryDirectory() as folder:
         written = synthetic_files(rig.profile, Path(folder))
-        download_step(rig.c, rig.profile, rig.paths, synthetic_files=written)
+        return download_step(rig.c, rig.profile, rig.paths, synthetic_files=written)
 
 
 def serve(rig: Rig, server_port: int, public: bool, api_key: str, health_timeout: int, supervisor: str) -> Any:

@@ -6,6 +6,7 @@
     slot-layout  does it matter which llama-server slots are busy? (a probe on the real server)
     sessions     conversations against one-shot prompts on one server, stock and patched, and a capacity search
     mps          the whole card: replicas with and without CUDA MPS, the ceiling, a small host (a GPU machine)
+    rehearsal    every provision step over real SSH against this machine, two rigs' lives, timed
     ladder       the quantization ladder, for a lent GPU machine (``rigbench/studies/quality_gpu.sh``)
     report       REPORT.md and plots from a GPU study's folder
 
@@ -27,7 +28,7 @@ import typer
 from analysis.quality_report import write_ladder_report
 from analysis.study_report import write_study_report
 from core.cache import cache_root
-from core.errors import StudyError
+from core.errors import StudyError, UsageError
 from core.instance_types import known_types
 from core.lists import parse_choices, parse_counts
 from core.rundir.quality import EvalSettings
@@ -50,6 +51,7 @@ from rigbench.studies.peers.tools import TOOLS
 from rigbench.studies.real_gemma import DRAFTER_ARMS, SWEEP_ARMS, run_study
 from rigbench.studies.real_gemma import PHASES as REAL_GEMMA_PHASES
 from rigbench.studies.real_gemma_report import study_tables
+from rigbench.studies.rehearsal.study import RehearsalSettings, run_rehearsal
 from rigbench.studies.sessions_study import SessionsStudy
 from rigbench.studies.sessions_study import run_study as run_sessions_study
 from rigbench.studies.slot_layout import run_probe, slot_ids, summary_table, write_note
@@ -305,6 +307,43 @@ def sessions(
                           loads=tuple(parse_choices(loads, "--loads", ("one-shot", "sessions", "search"),
                                                     example="sessions,search")))
     typer.echo(str(run_sessions_study(study)))
+
+
+@app.command("rehearsal", epilog=EXIT_CODES)
+def rehearsal(
+    out: Path = typer.Argument(..., help="the rehearsal's folder: cloud-run.json, rigs/<rig>/rig.log, runs/"),
+    profile: str = typer.Option("tiny", "--profile", "-p", help="the profile served (its model becomes the hub's)"),
+    model_file: Path = typer.Option(..., "--model-file", help="the GGUF the stand-in hub serves as its model"),
+    repo: str = typer.Option("rigbench-rehearsal/model-GGUF", "--repo", help="the hub repo it is served from"),
+    terms: str = typer.Option("", "--terms", help="the license the hub's model card names (gemma, apache-2.0)"),
+    openssh: Path = typer.Option(None, "--openssh", help="an OpenSSH tree unpacked by "
+                                 "rigbench/studies/rehearsal_bundle.sh (FOLDER/tree), where this machine has no sshd"),
+    rig_build_cache: str = typer.Option("", "--rig-build-cache", help="the first rig's build cache folder "
+                                        "(default: in its work folder, so its build is cold)"),
+    rigbench: str = typer.Option("", "--rigbench", help="rigbench on the rig (default: this checkout, this Python)"),
+    require_gpu: bool = typer.Option(False, "--require-gpu", help="the toolkit step fails without an NVIDIA GPU"),
+    steps: str = typer.Option("1,2", "--steps", help="user counts of the first sweep"),
+    spot_steps: str = typer.Option("1,2,4", "--spot-steps", help="user counts of the sweep the spot notice stops"),
+    warmup: float = typer.Option(1.0, "--warmup", min=0.0, help="warm-up seconds per step"),
+    measure: float = typer.Option(3.0, "--measure", min=0.1, help="measured seconds per step"),
+) -> None:
+    """A rig's whole life over real SSH against this machine, with stand-ins for the hub, the metadata service
+    and S3 on loopback: set-up, toolkit, build, download, serve, sweeps, a spot notice, fetch, stop, then a
+    new rig restoring the build and resuming the stopped run; every phase timed in cloud-run.json."""
+    for option, text in (("--steps", steps), ("--spot-steps", spot_steps)):
+        parse_counts(text, option)
+    if len(parse_counts(spot_steps, "--spot-steps")) < 2:
+        raise UsageError("--spot-steps: give at least two steps: the notice comes once the first is done")
+    settings = RehearsalSettings(profile=profile, model_file=model_file.resolve(), repo=repo, terms=terms or None,
+                                 openssh_tree=openssh.resolve() if openssh else None,
+                                 rig_build_cache=rig_build_cache or None, rigbench=rigbench or None,
+                                 require_gpu=require_gpu, steps=steps, spot_steps=spot_steps, warmup=warmup,
+                                 measure=measure)
+    record = run_rehearsal(out, settings)
+    failed = [f"{name}: {rig.error}" for name, rig in record.rigs.items() if rig.status != "finished"]
+    typer.echo(str(out / "cloud-run.json"))
+    if failed:
+        raise StudyError(f"the rehearsal ran; {'; '.join(failed)} (their output: {out}/rigs/<rig>/rig.log)")
 
 
 @app.command("ladder", epilog=EXIT_CODES)

@@ -7,4 +7,6 @@ is not a rig, and nothing here binds anything but 127.0.0.1.
     hub.py    the Hugging Face hub: files by ``resolve`` URL with Range, redirects, model info
     imds.py   EC2's instance metadata (IMDSv2): tokens, and a spot notice switched on at will
     s3.py     moto's S3 server with a bucket (the ``rehearsal`` extra)
+    stand_ins.py  the rig's user data run here, with stand-ins for systemctl and shutdown
+    study.py  ``rigbench study rehearsal``: two rigs' lives through every provision step, timed
 """

@@ -7,6 +7,7 @@ other change. moto is not a runtime dependency of rigbench: it comes with the ``
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ def moto_s3(bucket: str) -> Iterator[StandInS3]:
         from moto.server import ThreadedMotoServer
     except ImportError as error:
         raise StudyError(f"the S3 stand-in needs moto ({error}): pip install 'rigbench[rehearsal]'") from error
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise, on stderr
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
