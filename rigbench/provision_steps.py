@@ -55,9 +55,9 @@ from provision.sweep import install_project
 from provision.sweep import sweep as sweep_step
 from provision.toolkit import toolkit as toolkit_step
 from provision.tunnel import hold_tunnel
-from rigbench.capacity_search import check_search_flags, search_plan
 from rigbench.load_options import LoadFlags, load_to_send
 from rigbench.pypi_models import checked_named_model, fetch_pypi_models, pypi_specs
+from rigbench.search_plan import check_search_flags, search_plan
 
 if TYPE_CHECKING:
     from fabric import Connection

@@ -24,10 +24,11 @@ from core.rundir.models import RepeatInfo, ReplicaInfo
 from core.sweep_result import SweepResult
 from loadtest.preflight import CheckedServer, check_servers
 from loadtest.sweep import interrupted_error, run_sweep
-from rigbench.capacity_search import SearchPlan, exit_problem, search_capacity
+from rigbench.capacity_search import exit_problem, search_capacity
 from rigbench.hardware_sampling import sampled_hardware
 from rigbench.load_options import LoadRequest
 from rigbench.load_processes import auto_processes
+from rigbench.search_plan import SearchPlan
 
 # what a run's manifest says of a server: made from the server's checks and the run's settings
 Describe = Callable[[CheckedServer, LoadSettings], RunManifest]

@@ -29,11 +29,11 @@ from loadtest.prompts import load_prompts
 from loadtest.resume import check_resumable, go_on_command, resume_url, start_resumed_run
 from loadtest.sweep import default_interruption_marker
 from loadtest.telemetry import server_slots
-from rigbench.capacity_search import FIND_MAX_HELP, MAX_LOAD_HELP, RESOLUTION_HELP, check_search_flags, search_plan
 from rigbench.decode_bytes import decode_bytes_for_runs
 from rigbench.load_options import LoadFlags, load_request, with_load_options
 from rigbench.options import runs_dir_option
 from rigbench.replica_list import read_replicas, with_replicas
+from rigbench.search_plan import FIND_MAX_HELP, MAX_LOAD_HELP, RESOLUTION_HELP, check_search_flags, search_plan
 from rigbench.served_model import served_model
 from rigbench.sweep_runs import SweepPlan, sweep_one, sweep_servers
 

@@ -16,9 +16,10 @@ from core.rundir import LoadSettings, RunDir
 from core.rundir.capacity_search import CapacitySearch, SearchProbe, SearchResult, read_search, search_of_run
 from core.rundir.models import RequestOrigins
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
-from rigbench.capacity_search import Bisection, SearchPlan, judge_probe, parse_resolution, search_plan
+from rigbench.capacity_search import Bisection, judge_probe
 from rigbench.cli import app
 from rigbench.load_options import LoadFlags, LoadRequest
+from rigbench.search_plan import SearchPlan, parse_resolution, search_plan
 
 TARGETS = {"ttft_p90": 0.5}
 
