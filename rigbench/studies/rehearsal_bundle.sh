@@ -9,6 +9,10 @@
 # libraries come first on the path, so sshd gets the versions it was built with, and a newer glibc
 # (2.39 on Ubuntu 24.04) runs binaries built for an older one (Debian 12's 2.36).
 #
+# curl and patch come along, with their libraries: a rig's steps use both (the build cache's transfers,
+# the first-token request, the profile's patches), and a bare image may lack them; the GPU machine's
+# set-up (real_gemma_device.sh) runs them from the tree, with its libraries, where it has none.
+#
 # Usage: rigbench/studies/rehearsal_bundle.sh DEST
 # A DEST that already holds tree/usr/sbin/sshd is left as it is.
 set -euo pipefail
@@ -37,10 +41,12 @@ unpack() {
 }
 
 rm -rf "$dest/tree.partial"
-download openssh-server openssh-sftp-server
+download openssh-server openssh-sftp-server curl patch
 unpack
-# The libraries the unpacked sshd loads, as this machine resolves them, by the package that holds them.
-libraries=$(ldd "$dest/tree.partial/usr/sbin/sshd" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+# The libraries the unpacked programs load, as this machine resolves them, by the package that holds them.
+libraries=$(for program in usr/sbin/sshd usr/bin/curl usr/bin/patch; do
+    ldd "$dest/tree.partial/$program" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+done | sort -u)
 packages=$(for library in $libraries; do
     dpkg -S "$(readlink -f "$library")" 2>/dev/null || dpkg -S "$library"
 done | cut -d: -f1 | sort -u | grep -vx 'libc6')
