@@ -66,7 +66,8 @@ def run_phase(argv: list[str], log: Path, cancel: threading.Event | None, timeou
         if cancelled or timed_out:
             stop(process, stop_signal)
             break
-        time.sleep(POLL_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # wakes as the phase ends: its seconds are exact
+            process.wait(timeout=POLL_S)
     returncode = process.wait()
     return PhaseOutcome(returncode, time.monotonic() - started, output_since(log, since), cancelled, timed_out)
 
