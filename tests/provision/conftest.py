@@ -20,12 +20,7 @@ from core.cache import cache_root
 from core.network import bind_error, free_port
 from provision.connection import connect
 from provision.rig_paths import RigPaths
-from rigbench.studies.rehearsal.sshd import SYSTEM_SSHD, PrivateSshd, private_sshd, write_key
-
-
-def keygen(path: Path) -> None:
-    """An ed25519 key pair at ``path`` and ``path.pub`` (the cloud tests' rigs take theirs from here)."""
-    write_key(path)
+from rigbench.studies.rehearsal.sshd import SYSTEM_SSHD, PrivateSshd, private_sshd
 
 
 @pytest.fixture(scope="session")

@@ -117,12 +117,12 @@ def ensure_privilege_separation() -> None:
 
 
 def sshd_config(folder: Path, port: int, *, tree: Path | None = None,
-                set_env: Mapping[str, str] | None = None) -> str:
-    """The config: loopback only, key login only, files in ``folder``. With ``tree`` (an sshd
+                set_env: Mapping[str, str] | None = None, address: str = "127.0.0.1") -> str:
+    """The config: one address (loopback unless told), key login only, files in ``folder``. With ``tree`` (an sshd
     unpacked there) SFTP is the tree's sftp-server with the tree's libraries, and sessions get the
     tree's usr/bin on PATH."""
     lines = [
-        "ListenAddress 127.0.0.1", f"Port {port}", f"HostKey {folder / 'host_ed25519'}",
+        f"ListenAddress {address}", f"Port {port}", f"HostKey {folder / 'host_ed25519'}",
         f"AuthorizedKeysFile {folder / 'authorized_keys'}", f"PidFile {folder / 'sshd.pid'}",
         "StrictModes no", "UsePAM no", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "LogLevel ERROR",
@@ -142,19 +142,23 @@ def sshd_config(folder: Path, port: int, *, tree: Path | None = None,
     return "\n".join(lines) + "\n"
 
 
-def wait_listening(port: int, process: subprocess.Popen, log: Path, timeout: float = 10) -> None:
-    """Return once ``process`` accepts connections on 127.0.0.1:``port``; raise, quoting its ``log``,
+def wait_listening(port: int, process: subprocess.Popen, log: Path, timeout: float = 10,
+                   host: str = "127.0.0.1") -> None:
+    """Return once ``process`` accepts connections on ``host``:``port``; raise, quoting its ``log``,
     if it exits or never does."""
+    def said() -> str:
+        return log.read_text(errors="replace").strip() if log.exists() else ""
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            said = log.read_text(errors="replace").strip() if log.exists() else ""
-            raise StudyError(f"sshd exited with {process.returncode}: {said}")
+            raise StudyError(f"sshd exited with {process.returncode}: {said()}")
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            probe.settimeout(1)
+            if probe.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
-    raise StudyError(f"sshd did not listen on 127.0.0.1:{port} within {timeout} s")
+    raise StudyError(f"sshd did not listen on {host}:{port} within {timeout} s: {said()}")
 
 
 @contextmanager

@@ -20,10 +20,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from rigbench.studies.rehearsal.sshd import sshd_config, wait_listening, write_key
 
 ROOT = Path(__file__).resolve().parents[3]
 SSHD = "/usr/sbin/sshd"
@@ -52,7 +52,6 @@ def load_module(name: str, path: Path) -> ModuleType:
 
 
 fake_pulumi_module = load_module("cloud_fake_pulumi", Path(__file__).resolve().parent / "fake_pulumi.py")
-keygen = load_module("provision_test_fixtures", ROOT / "tests/provision/conftest.py").keygen
 
 
 # ---------------------------------------------------------------- rigs
@@ -111,20 +110,6 @@ class NetnsRig:
         return [int(pid) for pid in ip("netns", "pids", self.namespace, check=False).stdout.split()]
 
 
-def wait_listening(host: str, port: int, process: subprocess.Popen, log: Path, timeout: float = 10) -> None:
-    """Probe from the host side: that is the path the cloud loop's SSH takes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sshd exited with {process.returncode}: {log.read_text()}")
-        with socket.socket() as probe:
-            probe.settimeout(1)
-            if probe.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"sshd did not listen on {host}:{port} within {timeout} s: {log.read_text()}")
-
-
 def taken_subnets() -> set[int]:
     addresses = ip("-o", "addr").stdout
     return {int(k) for k in re.findall(rf"inet {re.escape(SUBNET)}\.(\d+)\.", addresses)}
@@ -173,19 +158,12 @@ def create_rig(k: int, folder: Path) -> NetnsRig:
     ip("-n", namespace, "link", "set", "lo", "up")
     ip("-n", namespace, "route", "add", "default", "via", host_address)
 
-    keygen(folder / "host_ed25519")
-    keygen(folder / "client_ed25519")
-    (folder / "authorized_keys").write_text((folder / "client_ed25519.pub").read_text())
+    host_key = " ".join(write_key(folder / "host_ed25519").split()[:2])
+    (folder / "authorized_keys").write_text(write_key(folder / "client_ed25519") + "\n")
     work, marker = folder / "nvme", folder / "setup-complete.json"
     work.mkdir()
     config = folder / "sshd_config"
-    config.write_text(
-        f"ListenAddress {address}\nPort 22\nHostKey {folder / 'host_ed25519'}\n"
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile {folder / 'sshd.pid'}\n"
-        "StrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\nLogLevel ERROR\n"
-    )
-    host_key = " ".join((folder / "host_ed25519.pub").read_text().split()[:2])
+    config.write_text(sshd_config(folder, 22, address=address))
     rig = NetnsRig(
         name=f"rig{k}", namespace=namespace, host_interface=host_interface, host_address=host_address,
         address=address, user=getpass.getuser(), key=folder / "client_ed25519", host_key_line=host_key,
@@ -196,7 +174,7 @@ def create_rig(k: int, folder: Path) -> NetnsRig:
     with open(log, "wb") as out:
         rig.process = subprocess.Popen(["ip", "netns", "exec", namespace, SSHD, "-D", "-e", "-f", str(config)],
                                        stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-    wait_listening(address, 22, rig.process, log)
+    wait_listening(22, rig.process, log, host=address)
     return rig
 
 
@@ -331,7 +309,7 @@ def project_dir(tmp_path: Path) -> ProjectDir:
     folder = tmp_path / "project"
     folder.mkdir()
     shutil.copy(ROOT / "Pulumi.yaml", folder / "Pulumi.yaml")
-    keygen(tmp_path / "stack_key")
+    write_key(tmp_path / "stack_key")
     project = ProjectDir(folder, (tmp_path / "stack_key.pub").read_text().strip())
     for name, config in DEFAULT_STACKS.items():
         project.write_stack(name, config)
