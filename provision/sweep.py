@@ -222,7 +222,7 @@ def sweep_on_rig(c: Connection, sweep: RigSweep, paths: RigPaths, state: ServeSt
                              "configuration's, so the run failed")
     if not result.ok:
         notice = spot_notice(c, paths, notice_before)
-        stopped = [run_dir for run_dir in runs if _status(run_dir) == "interrupted"]
+        stopped = [run_dir for run_dir in runs if run_status(run_dir) == "interrupted"]
         if notice is not None and stopped:
             raise RigSweepInterrupted(interrupted_message(step, notice, stopped, sweep.profile, made.search), copied)
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
@@ -312,7 +312,7 @@ def runs_under(path: Path) -> list[Path]:
     return sorted(child for child in path.iterdir() if (child / RunDir.MANIFEST).is_file()) if path.is_dir() else []
 
 
-def _status(run_dir: Path) -> str | None:
+def run_status(run_dir: Path) -> str | None:
     """The run's status as its copied manifest says, None where it cannot be read."""
     try:
         return RunDir(run_dir).read_manifest().status
@@ -485,7 +485,7 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
         copied.append(local_runs / run_id)
         print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
         running = [run_dir.name for run_dir in runs_under(local_runs / run_id)
-                   if _status(run_dir) == "running"]
+                   if run_status(run_dir) == "running"]
         if running:
             print(f"[fetch] {run_id}: {', '.join(running)} still running on the rig when copied; fetch again "
                   "when it ends for the rest of its records", flush=True)

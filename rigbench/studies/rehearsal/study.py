@@ -47,6 +47,7 @@ from core.strict import Strict
 from core.whole_files import write_whole
 from llamacpp.named_models import fetch_named_model, named_model
 from provision.rig_paths import RigPaths
+from provision.sweep import run_status
 from rigbench.cloud.phase_runner import PhaseOutcome, run_phase
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord, PhaseRecord, RigRecord
 from rigbench.studies.rehearsal.hub import StandInHub
@@ -264,7 +265,7 @@ def look_for_leftovers(stage: Stage, rig: RigRecord, machine: RigMachine) -> Non
     machine.stop_units()
     time.sleep(1.0)
     started = time.time()
-    left = processes_under(machine.folder, keep={os.getpid(), *[p.pid for p in _ancestors()]})
+    left = processes_under(machine.folder, keep={os.getpid(), *[p.pid for p in psutil.Process().parents()]})
     rig.phases["leftovers"] = PhaseRecord(
         name="leftovers", started_at=started, seconds=0.0, ok=not left,
         detail="; ".join(f"{p.pid}: {' '.join(p.info['cmdline'])[:200]}" for p in left) or "nothing left running")
@@ -272,10 +273,6 @@ def look_for_leftovers(stage: Stage, rig: RigRecord, machine: RigMachine) -> Non
         with contextlib.suppress(Exception):
             process.kill()
     stage.save()
-
-
-def _ancestors() -> list[psutil.Process]:
-    return psutil.Process().parents()
 
 
 def rig_a(stage: Stage, rig: RigRecord, machine: RigMachine) -> None:
@@ -299,19 +296,13 @@ def rig_a(stage: Stage, rig: RigRecord, machine: RigMachine) -> None:
             stop.set()
             notice.join(timeout=5)
         interrupted = [stage.folder.relative(path) for path in paths_in(stopped)
-                       if _status(Path(path)) == "interrupted"]
+                       if run_status(Path(path)) == "interrupted"]
         spot.detail = f"notice announced: {imds.announced}; interrupted: {', '.join(interrupted) or 'none'}"
         spot.ok = bool(spot.ok and interrupted)
         rig.runs += [stage.folder.relative(path) for path in paths_in(stopped)]
         run_step(stage, rig, machine, "fetch", ["--runs-dir", str(stage.runs)])
         run_step(stage, rig, machine, "stop", [])
         look_for_leftovers(stage, rig, machine)
-
-
-def _status(path: Path) -> str | None:
-    with contextlib.suppress(OSError, ValueError):
-        return RunDir(path).read_manifest().status
-    return None
 
 
 def rig_b(stage: Stage, rig: RigRecord, machine: RigMachine, stopped: list[str]) -> None:
@@ -395,7 +386,7 @@ def _run_rigs(stage: Stage) -> None:
         rig_a(stage, a, machines["rig-a"])
         finish(a)
         stage.save()
-    stopped = [path for path in a.runs if _status(stage.out / path) == "interrupted"]
+    stopped = [path for path in a.runs if run_status(stage.out / path) == "interrupted"]
     if b.status != "finished":
         b.status, b.phases, b.runs = "running", {}, []
         stage.save()
