@@ -59,12 +59,9 @@ class ReplicaSet:
 
     def dead(self) -> list[str]:
         """One line per replica whose process has ended on its own."""
-        found = []
-        for plan, server in zip(self.plans, self.servers, strict=True):
-            if server.process is not None and server.process.poll() is not None:
-                found.append(f"replica {plan.index} ({server.base_url}) exited with code {server.process.returncode};"
-                             f" its log: {server.log_path}")
-        return found
+        pairs = zip(self.plans, self.servers, strict=True)
+        said = (server.exit_said(f"replica {plan.index}") for plan, server in pairs)
+        return [line for line in said if line is not None]
 
     def __enter__(self) -> ReplicaSet:
         return self.start()

@@ -187,6 +187,13 @@ class LocalServer:
         mine = sum(pid in ours for pid in listening)
         return mine, len(listening) - mine
 
+    def exit_said(self, name: str = "llama-server") -> str | None:
+        """``NAME (URL) exited with code N; its log: PATH`` once the process has ended on its own; None while it
+        runs or before it started."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return f"{name} ({self.base_url}) exited with code {self.process.returncode}; its log: {self.log_path}"
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``timeout``; returns once it has
         exited. A second Ctrl-C or SIGTERM while it stops skips the grace, never the wait."""

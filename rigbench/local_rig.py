@@ -356,11 +356,8 @@ def servers_gone(prepared: PreparedServer) -> list[str]:
     server here, so a sweep that failed on an outage is said with the exit that caused it."""
     if prepared.replicas is not None:
         return prepared.replicas.dead()
-    process = prepared.server.process
-    if process is None or process.poll() is None:
-        return []
-    return [f"llama-server ({prepared.server.base_url}) exited with code {process.returncode}; its log: "
-            f"{prepared.server.log_path}"]
+    said = prepared.server.exit_said()
+    return [said] if said is not None else []
 
 
 def say_what_ran(runs: list[Path], profile: str, console: Console) -> None:
