@@ -19,13 +19,11 @@ import urllib.parse
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 from botocore.stub import Stubber
 
 from core.build_manifest import BuildManifest
 from core.errors import ProvisionError
-from core.network import free_port
 from core.profile import load_profile
 from llamacpp import build_script as lb
 from llamacpp.build import BUILD_SCRIPT
@@ -33,6 +31,7 @@ from provision import build as build_module
 from provision.build import build
 from provision.build_cache import S3BuildCache
 from provision.connection import run
+from rigbench.studies.rehearsal.s3 import moto_s3
 
 pytestmark = pytest.mark.integration
 
@@ -62,32 +61,19 @@ def seed_cache(packed: dict, cache: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def s3_server(monkeypatch: pytest.MonkeyPatch):
-    """moto's S3 server on 127.0.0.1, with boto3 pointed at it by the environment alone."""
-    from moto.server import ThreadedMotoServer
-
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
+    """The rehearsal's S3 stand-in (moto's server on 127.0.0.1, BUCKET made), boto3 pointed at it by the
+    environment alone."""
     for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()  # moto keeps state per process
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
-    try:
-        yield endpoint
-    finally:
-        server.stop()
+    with moto_s3(BUCKET) as server:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        yield server.endpoint
 
 
 @pytest.fixture
 def s3(s3_server):
-    client = boto3.client("s3")
-    client.create_bucket(Bucket=BUCKET)
-    return client
+    return boto3.client("s3")
 
 
 @pytest.fixture
