@@ -15,7 +15,7 @@ from core.rundir import LoadSettings, RunDir, RunManifest, new_run_id, utc_now
 from loadtest.controller import SweepController
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer
 from loadtest.schedule import make_stages
-from loadtest.telemetry import MACHINE_CPU_METRIC, OTHER_CPU_METRIC, SERVER_CPU_METRIC
+from loadtest.telemetry import BUSIEST_PROCESS_CPU_METRIC, MACHINE_CPU_METRIC, OTHER_CPU_METRIC, SERVER_CPU_METRIC
 
 
 def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_once(tmp_path) -> None:
@@ -42,7 +42,12 @@ def test_a_replacing_controller_moves_the_open_window_to_its_clock_and_scrapes_o
     assert SweepController(environment, stages, other, replaces=second).recorded == set()
 
 
-def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tmp_path) -> None:
+@pytest.mark.parametrize(("busiest", "cause"), [
+    (0.0, "the warm-up was shorter than starting them took; lengthen --warmup"),
+    (150.0, "a load process was 150% busy over the warm-up: it could not start them in time; spread the users over "
+            "--processes N"),
+])
+def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tmp_path, busiest, cause) -> None:
     pytest.importorskip("gevent")
     options = SimpleNamespace(parallel_slots=8, context_tokens=0, processes=1, interruption_marker="", run_dir="")
     runner = SimpleNamespace(user_count=0)
@@ -51,6 +56,10 @@ def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tm
     run = RunDir.create(tmp_path, RunManifest(run_id=new_run_id("ctl"), created_at=utc_now(), profile="tiny",
                                               load=settings))
     controller = SweepController(environment, make_stages(settings.user_steps, 10, 5), run)
+    # the load process is this test's, whose CPU the suite's other workers may make look busy: its reading is
+    # given, so each case names the cause it asserts
+    readings = controller._cpu_readings
+    controller._cpu_readings = lambda: {**readings(), BUSIEST_PROCESS_CPU_METRIC: busiest}
     for elapsed, index, boundary, running in [(0, 0, "start", 0), (10, 0, "measure", 2), (15, 0, "end", 2),
                                               (15, 1, "start", 2), (25, 1, "measure", 3)]:
         runner.user_count = running
@@ -59,8 +68,7 @@ def test_a_window_opening_before_its_users_have_all_started_says_how_many_had(tm
     assert [step.users_started for step in manifest.steps] == [2, 3]
     shortfall = [warning for warning in manifest.warnings if "had started" in warning]
     assert shortfall == ["step 1 (8 users): 3 of its 8 users had started when its measured window opened, after "
-                         "10 s of warm-up: the window measured a smaller load; the warm-up was shorter than starting "
-                         "them took; lengthen --warmup"]
+                         "10 s of warm-up: the window measured a smaller load; " + cause]
 
 
 def busy_stranger(seconds: float = 15.0) -> psutil.Process:
