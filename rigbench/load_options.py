@@ -149,6 +149,9 @@ class LoadFlags:
 
     values: dict[str, Any]
     given: set[str] = field(default_factory=set)
+    # every parameter of the command, load or not, that the command line gave: a value equal to its default
+    # was still typed (``--runs-dir runs`` beside ``--resume`` is refused like any other)
+    command_line: set[str] = field(default_factory=set)
 
     def flag(self, name: str) -> str:
         """The option's name as typed (``read_timeout`` -> ``--read-timeout``)."""
@@ -170,9 +173,9 @@ def with_load_options(*, warmup: float, measure: str, note: str = "") -> Callabl
         def run(*args: Any, **kwargs: Any) -> Any:
             values = {name: kwargs.pop(name) for name, _, _ in _options(warmup, measure, note)}
             context = kwargs.pop(CONTEXT)
-            given = {name for name in values
+            typed = {name for name in context.params
                      if getattr(context.get_parameter_source(name), "name", "") == "COMMANDLINE"}
-            return command(*args, load=LoadFlags(values, given), **kwargs)
+            return command(*args, load=LoadFlags(values, typed & values.keys(), typed), **kwargs)
 
         run.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
         run.__annotations__ = {key: value for key, value in command.__annotations__.items() if key != "load"}

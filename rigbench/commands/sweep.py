@@ -160,7 +160,7 @@ def sweep(
         if resume is not None:
             refuse_with_resume(load, {"--profile": profile_name, "--replicas-file": replicas_file,
                                       "--find-max": find_max, "--resolution": resolution, "--max-load": max_load,
-                                      "--runs-dir": None if runs_dir == RUNS_DIR else runs_dir})
+                                      "--runs-dir": runs_dir if "runs_dir" in load.command_line else None})
             _resume(resume, url, marker, progress=progress, model=model_name, preflight=not no_preflight,
                     result=result)
             return

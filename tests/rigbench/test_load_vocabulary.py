@@ -123,12 +123,14 @@ REFUSED_WITH_RESUME = [
     ("--resolution", "2", "a resumed run runs a sweep's remaining steps, not a search"),
     ("--max-load", "8", "a resumed run runs a sweep's remaining steps, not a search"),
     ("--runs-dir", "elsewhere", "a resumed run goes beside the run it continues"),
+    ("--runs-dir", "runs", "a resumed run goes beside the run it continues"),  # typed, though it is the default
     ("--repeats", "3", "a resumed run keeps its own load settings"),
     ("--steps", "1,2", "a resumed run keeps its own load settings"),
 ]
 
 
-@pytest.mark.parametrize(("flag", "value", "why"), REFUSED_WITH_RESUME, ids=[item[0] for item in REFUSED_WITH_RESUME])
+@pytest.mark.parametrize(("flag", "value", "why"), REFUSED_WITH_RESUME,
+                         ids=[" ".join(item[:2]) for item in REFUSED_WITH_RESUME])
 def test_resume_refuses_every_option_it_would_not_honour(flag: str, value: str, why: str, tmp_path: Path) -> None:
     """Refused in one line naming the option, before the run is read (``tmp_path`` is no run)."""
     result = CliRunner().invoke(app, ["sweep", "--resume", str(tmp_path), flag, value])
