@@ -189,6 +189,27 @@ def kit(tmp_path: Path) -> SimpleNamespace:
                     writer.write(item)
         return run.path
 
+    def steady_sweep(run_id: str, speed: float, users=(1, 2, 4), categories=None, **changes) -> Path:
+        """A sweep whose users each stream 21-token replies back to back, the server's total speed ``speed``
+        tok/s; ``categories``: the prompt categories the replies take in turn (none by default)."""
+        steps, records = [], []
+        for index, count in enumerate(users):
+            start = T0 + index * 100
+            steps.append(window(index, count, start=start + 10, end=start + 70))
+            decode = 20 / (speed / count)
+            for user in range(count):
+                clock, number = start + user * 0.1, 0
+                while clock < start + 80:
+                    kind = {"category": categories[number % len(categories)]} if categories else {}
+                    records.append(record(f"{index}-{user}-{number}", step=index, users=count,
+                                          phase="measure" if clock >= start + 10 else "warmup", t_start=clock,
+                                          ttft=0.1 * count, decode=decode, tokens=21, server_tok_s=speed / count,
+                                          **kind))
+                    clock += 0.1 * count + decode + 0.02
+                    number += 1
+        return make(run_id, steps, {"p0": records}, **changes)
+
     return SimpleNamespace(
-        record=record, window=window, manifest=manifest, make_run=make, T0=T0, root=tmp_path / "runs"
+        record=record, window=window, manifest=manifest, make_run=make, steady_sweep=steady_sweep, T0=T0,
+        root=tmp_path / "runs"
     )

@@ -143,22 +143,8 @@ def test_the_h200_runs_headline_says_what_limited_it_from_the_roofline(tmp_path:
 
 
 def sweep(kit, run_id: str, speed: float, users=(1, 2, 4), **changes) -> Path:
-    """Each user streams 21-token replies back to back; the server's total speed is ``speed`` tok/s."""
-    steps, records = [], []
-    for index, count in enumerate(users):
-        start = kit.T0 + index * 100
-        steps.append(kit.window(index, count, start=start + 10, end=start + 70))
-        decode = 20 / (speed / count)
-        for user in range(count):
-            clock, number = start + user * 0.1, 0
-            while clock < start + 80:
-                records.append(kit.record(f"{index}-{user}-{number}", step=index, users=count,
-                                          phase="measure" if clock >= start + 10 else "warmup",
-                                          category=("code", "chat", "story")[number % 3], t_start=clock,
-                                          ttft=0.1 * count, decode=decode, tokens=21, server_tok_s=speed / count))
-                clock += 0.1 * count + decode + 0.02
-                number += 1
-    return kit.make_run(run_id, steps, {"p0": records}, **changes)
+    """Each user streams 21-token replies back to back, taking the three prompt categories in turn."""
+    return kit.steady_sweep(run_id, speed, users, categories=("code", "chat", "story"), **changes)
 
 
 def test_the_floor_crossing_and_the_price_at_the_best_step_read_back(kit) -> None:

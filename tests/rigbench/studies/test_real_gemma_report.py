@@ -26,28 +26,12 @@ def test_the_budget_table_is_the_one_the_study_published() -> None:
     assert "|      64 | cpu-sampling |               0.07 |           5.4 |            81.8 |       56.1 |" in made
 
 
-def sweep(kit, run_id: str, speed: float, users=(1, 2), **changes) -> Path:
-    """Each user streams 21-token replies back to back; the server's total speed is ``speed`` tok/s."""
-    steps, records = [], []
-    for index, count in enumerate(users):
-        start = kit.T0 + index * 100
-        steps.append(kit.window(index, count, start=start + 10, end=start + 70))
-        decode = 20 / (speed / count)
-        for user in range(count):
-            clock, number = start + user * 0.1, 0
-            while clock < start + 80:
-                records.append(kit.record(f"{index}-{user}-{number}", step=index, users=count,
-                                          phase="measure" if clock >= start + 10 else "warmup", t_start=clock,
-                                          ttft=0.1 * count, decode=decode, tokens=21, server_tok_s=speed / count))
-                clock += 0.1 * count + decode + 0.02
-                number += 1
-    return kit.make_run(run_id, steps, {"p0": records}, **changes)
 
 
 def test_an_arm_run_in_repeats_is_read_from_its_typical_repeat(kit, tmp_path: Path) -> None:
     speeds = {"r1": 40.0, "r2": 80.0, "r3": 50.0}  # mean 56.7: the third repeat is the typical one
-    runs = {name: sweep(kit, name, speed, users=(1, 2)) for name, speed in speeds.items()}
-    alone = [sweep(kit, name, 40.0, users=(1,)) for name in ("first", "again")]
+    runs = {name: kit.steady_sweep(name, speed, users=(1, 2)) for name, speed in speeds.items()}
+    alone = [kit.steady_sweep(name, 40.0, users=(1,)) for name in ("first", "again")]
     for run in [*runs.values(), *alone]:
         write_report([run])  # summary.json in the run's folder, as the local rig leaves it
     entries = [{"phase": "run", "label": "gpu-sampling", "status": "complete", "run": run.name, "repeat": index,
