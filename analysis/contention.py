@@ -42,6 +42,8 @@ from analysis.run_name import short_names
 from analysis.step import StepFigures
 from core.rundir import TelemetrySnapshot
 from core.rundir.hardware import FOLDER, GPU_SAMPLES, read_gpu_samples
+from core.rundir.jsonl import forms
+from core.wording import counted, listed
 
 OTHER_CPU_METRIC = "rigbench_other_cpu_percent"  # loadtest.telemetry's names, as the run directory holds them
 SERVER_CPU_METRIC = "rigbench_server_cpu_percent"
@@ -133,8 +135,9 @@ def _metric_mean(telemetry: Sequence[TelemetrySnapshot], index: int, metric: str
 
 
 @lru_cache(maxsize=8)
-def _read_clock_trace(path: Path, _stamp: tuple[int, int]) -> ClockTrace:
-    """The run's GPU shard's clocks and masks, read once per version of the file (``_stamp``: its mtime and size):
+def _read_clock_trace(path: Path, _stamp: tuple[tuple[str, int, int], ...]) -> ClockTrace:
+    """The run's GPU shard's clocks and masks, read once per version of the file (``_stamp``: each form's name,
+    mtime and size):
     a report reads them for its section and again for its comparison."""
     samples = read_gpu_samples(path)
     clocked = [s for s in samples if s.sm_clock_mhz is not None]
@@ -151,11 +154,11 @@ def clock_trace(figures: RunFigures) -> ClockTrace | None:
     if not figures.gpu_traces:
         return None
     shard = Path(figures.run.path) / FOLDER / GPU_SAMPLES
-    try:
-        stat = os.stat(shard)
+    try:  # the shard plain or packed (``core.rundir.jsonl``), each form there stamped
+        stamp = tuple((form.name, (stat := os.stat(form)).st_mtime_ns, stat.st_size) for form in forms(shard))
     except OSError:
         return None
-    return _read_clock_trace(Path(figures.run.path), (stat.st_mtime_ns, stat.st_size))
+    return _read_clock_trace(Path(figures.run.path), stamp) if stamp else None
 
 
 def step_contention(figures: RunFigures, step: StepFigures, trace: ClockTrace | None) -> StepContention:

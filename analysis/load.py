@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from core.errors import RunDirError
 from core.rundir import RunDir, RunManifest, TelemetrySnapshot, TokenCount
 from core.rundir.columns import NUMBER_COLUMNS, TEXT_COLUMNS, TIMING_KEYS, read_record_table
+from core.rundir.jsonl import GZIP_ERRORS, forms
 from core.validation import describe_validation_error
 
 # RequestRecord's defaults for the number keys a record may leave out (the bulk reader sees them as nulls).
@@ -205,9 +206,10 @@ def load_one_run(path: Path | str) -> LoadedRun:
     records = merge_token_counts(records, run_dir.path / TOKEN_COUNTS, warnings)
     try:
         telemetry = run_dir.read_telemetry()
-    except (ValidationError, ValueError) as error:
+    except (ValidationError, ValueError, *GZIP_ERRORS) as error:  # a packed file damaged or cut short too
         telemetry = []
-        warnings.append(f"telemetry.jsonl unreadable, ignored ({str(error).splitlines()[0]})")
+        kept = " and ".join(form.name for form in forms(run_dir.path / RunDir.TELEMETRY))  # the form(s) on disk
+        warnings.append(f"{kept} unreadable, ignored ({str(error).splitlines()[0]})")
     warnings.extend(f"manifest: {text}" for text in manifest.warnings)
     return LoadedRun(run_dir.path, manifest, records, telemetry, warnings)
 

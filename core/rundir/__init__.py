@@ -2,6 +2,7 @@
 
     models.py    what each file holds (manifest, request records, telemetry), schema version 1
     files.py     the folder on disk: create, validate on read, append-only record shards
+    jsonl.py     a run's JSONL files read plain or gzipped (``rigbench compact``), one way for every reader
     columns.py   every record as one Arrow table, in bulk: from the shards, or the run's side file
     manifest.py  the one builder of a new run's manifest
     check.py     every problem of a run directory, listed (``rigbench check``)

@@ -37,6 +37,7 @@ from core.errors import RunDirError
 from core.load_reached import FAIL_BELOW, load_reached, sent_rate
 from core.rundir import RequestRecord, RunDir, RunManifest, StepWindow, TelemetrySnapshot
 from core.validation import describe_validation_error
+from core.rundir.jsonl import forms
 
 Severity = Literal["damage", "warning"]
 # A writer may record its pid beside the manifest (``<anything>.pid``); shards are named
@@ -205,11 +206,13 @@ def _check_shards(run: RunDir, report: CheckReport) -> None:
 
 
 def _check_telemetry(run: RunDir, report: CheckReport) -> None:
-    path = run.path / RunDir.TELEMETRY
-    if not path.exists():
+    paths = forms(run.path / RunDir.TELEMETRY)  # plain, packed by `rigbench compact`, or both (read as RunDir does)
+    if not paths:
         report.warn(RunDir.TELEMETRY, "missing; server telemetry was not recorded")
         return
-    report.telemetry, _ = _scan(path, RunDir.TELEMETRY, TelemetrySnapshot, report)
+    counts = [_scan(path, path.name, TelemetrySnapshot, report)[0] for path in paths]
+    report.telemetry = counts[0] if len(counts) == 1 else \
+        FileCount(" and ".join(count.name for count in counts), sum(count.good for count in counts))
 
 
 def writer_pids(run: RunDir) -> list[tuple[int, Path]]:

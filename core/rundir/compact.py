@@ -1,9 +1,10 @@
 """Make a finished run directory small enough to commit, without losing what analysis reads.
 
-Why: runs/ is committed, so records and server logs are stored gzipped (the readers open
-``.jsonl.gz`` and ``.jsonl`` alike), the 64 KiB space reserve kept for disk-full errors is
-dropped, and nothing that a report, ``rigbench check`` or a re-analysis needs is removed.
-A run still ``running`` is refused: its load processes may be writing.
+Why: runs/ is committed, so records, telemetry, hardware samples and server logs are stored gzipped
+(the readers open ``.jsonl.gz`` and ``.jsonl`` alike, ``core.rundir.jsonl``), the 64 KiB space reserve kept
+for disk-full errors is dropped, and nothing that a report, ``rigbench check`` or a re-analysis needs is removed.
+A run still ``running`` is refused: its load processes, telemetry poller and hardware sampler may be
+appending to the plain files.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from core.errors import RunDirError
-from core.rundir import RunDir
+from core.rundir import RunDir, hardware
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 from core.whole_files import whole_file
 
@@ -23,6 +24,8 @@ from core.whole_files import whole_file
 LOG_FILES = ("llama-server.log", "locust.log")
 LOG_PATTERNS = ("llama-server-*.log", "mps/*.log")
 QUALITY_FILES = ("answers.jsonl", "server.log")  # in each eval folder
+# What the run's processes sampled beside its records, appended to plain while it ran.
+SAMPLE_PATTERNS = (RunDir.TELEMETRY, f"{hardware.FOLDER}/*.jsonl")
 
 
 def gzip_file(path: Path) -> Path:
@@ -61,6 +64,7 @@ def compact_run(path: Path | str) -> list[Path]:
     sources = sorted((run.path / "records").glob("*.jsonl"))
     sources += [run.path / name for name in LOG_FILES if (run.path / name).exists()]
     sources += sorted(path for pattern in LOG_PATTERNS for path in run.path.glob(pattern))
+    sources += sorted(path for pattern in SAMPLE_PATTERNS for path in run.path.glob(pattern))
     clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
     if clashes:  # checked before anything is written, so a refused run is left exactly as it was
         raise RunDirError(f"{run.path}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")

@@ -6,7 +6,7 @@
       manifest.json          RunManifest, written atomically (temp file + rename)
       records/<shard>.jsonl  RequestRecord per line, one shard per load process,
                              append-only, flushed per line (.jsonl.gz when archived)
-      telemetry.jsonl        TelemetrySnapshot per line (/metrics and /slots)
+      telemetry.jsonl        TelemetrySnapshot per line (/metrics and /slots; .jsonl.gz when archived)
       token_counts.jsonl     TokenCount per line: cut requests counted by /tokenize after the run
       timelines/<shard>.jsonl  with --timeline: {"request_id", "chunks": [arrival times]} per line
       records.arrow          the records as one validated table, once the run has ended (core.rundir.columns)
@@ -18,16 +18,15 @@ code does not know is a clear error rather than a guess.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from pydantic import ValidationError
 
 from core.errors import RunDirError
+from core.rundir.jsonl import forms, iter_lines
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
 from core.whole_files import write_whole
@@ -115,17 +114,8 @@ class RunDir:
         return RecordWriter(self.shard_path(shard))
 
     def iter_record_lines(self, path: Path) -> Iterator[tuple[int, str, bool]]:
-        """(line number, text, is_last) of a shard, gzip or plain."""
-        opener: IO[str]
-        opener = gzip.open(path, "rt") if path.name.endswith(".gz") else open(path)  # noqa: SIM115
-        with opener as handle:
-            previous: tuple[int, str] | None = None
-            for number, line in enumerate(handle, 1):
-                if previous is not None:
-                    yield previous[0], previous[1], False
-                previous = (number, line)
-            if previous is not None:
-                yield previous[0], previous[1], True
+        """(line number, text, is_last) of a shard, gzip or plain (``core.rundir.jsonl``)."""
+        return iter_lines(path)
 
     def read_records(self, warnings: list[str] | None = None) -> list[RequestRecord]:
         """Validated records of every shard. A truncated last line (a writer killed
@@ -150,10 +140,9 @@ class RunDir:
             handle.write(snapshot.model_dump_json() + "\n")
 
     def read_telemetry(self) -> list[TelemetrySnapshot]:
-        path = self.path / self.TELEMETRY
-        if not path.exists():
-            return []
-        return [TelemetrySnapshot.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+        """Every snapshot, from ``telemetry.jsonl`` or its packed ``.gz`` (both, packed first, where both are)."""
+        return [TelemetrySnapshot.model_validate_json(line) for path in forms(self.path / self.TELEMETRY)
+                for _, line, _ in iter_lines(path) if line.strip()]
 
     def write_token_counts(self, counts: list[TokenCount]) -> None:
         """All of a run's /tokenize counts at once (atomic), replacing an earlier pass's."""

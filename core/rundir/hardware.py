@@ -7,6 +7,8 @@ clock as the request records, so a step's measured window selects its samples di
 
     hardware/gpu.jsonl         GpuSample per line (one per GPU per interval)
     hardware/cpu_energy.jsonl  CpuEnergySample per line (one per RAPL domain per interval)
+
+The sampler appends to plain files; ``rigbench compact`` gzips them (``.jsonl.gz``) once the run has ended.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from core.errors import RunDirError
+from core.rundir.jsonl import GZIP_ERRORS, forms, iter_lines
 from core.strict import Strict
 from core.validation import describe_validation_error
 
@@ -92,21 +95,25 @@ def append_samples(path: Path, samples: list[GpuSample] | list[CpuEnergySample])
 
 
 def _read(path: Path, model: type[Strict]) -> list:
-    if not path.exists():
-        return []
+    """Each sample of the shard ``path``, plain or packed by ``rigbench compact`` (both, packed first, where both
+    are: ``core.rundir.jsonl``)."""
     found = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for form in forms(path):
         try:
-            found.append(model.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as error:
-            if number == len(lines):  # a sampler killed mid-line: the last line may be half written
-                break
-            detail = describe_validation_error(error, f"{path}:{number}") if isinstance(error, ValidationError) \
-                else f"{path}:{number}: not JSON ({error})"
-            raise RunDirError(detail) from None
+            for number, line, is_last in iter_lines(form):
+                if not line.strip():
+                    continue
+                try:
+                    found.append(model.model_validate(json.loads(line)))
+                except (json.JSONDecodeError, ValidationError) as error:
+                    if is_last:  # a sampler killed mid-line: the last line may be half written
+                        break
+                    detail = describe_validation_error(error, f"{form}:{number}") \
+                        if isinstance(error, ValidationError) else f"{form}:{number}: not JSON ({error})"
+                    raise RunDirError(detail) from None
+        except GZIP_ERRORS as error:
+            raise RunDirError(f"{form}: the gzip stream is damaged or cut short ({error}); restore it from its "
+                              "committed copy, or remove it to report without these samples") from None
     return found
 
 

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
-from analysis.figures import run_figures
+from analysis.figures import DECODE_COUNTER, TOKENS_COUNTER, run_figures
 from analysis.load import load_run
 from core.errors import RunDirError
-from core.rundir import RunDir
+from core.rundir import RunDir, TelemetrySnapshot
+from core.rundir.check import check_run
 from core.rundir.compact import compact_run
+from core.rundir.hardware import (
+    CPU_ENERGY_SAMPLES,
+    GPU_SAMPLES,
+    CpuEnergySample,
+    GpuSample,
+    append_samples,
+    read_cpu_energy_samples,
+    read_gpu_samples,
+    shard,
+)
 from rigbench.cli import app
 
 
@@ -80,3 +93,92 @@ def test_a_ladder_is_compacted_rung_by_rung_and_grades_the_same(tmp_path) -> Non
     assert right_before["F16"] == 74
     result = CliRunner().invoke(app, ["compact", str(ladder)])  # packed already: nothing left to do
     assert result.exit_code == 0 and "0 file(s) gzipped" in result.output
+
+
+def sampled_run(kit, run_id: str):
+    """A finished run with what a live run appends to beside its records: telemetry at the window's edges (the
+    token and decode counters), GPU samples (power, energy counter, clocks) and RAPL counters through it."""
+    records = [kit.record(f"r{i}", t_start=kit.T0 + 99 + i * 0.5, tokens=21) for i in range(20)]
+    path = kit.make_run(run_id, [kit.window()], {"p0": records[:10], "p1": records[10:]})
+    run = RunDir(path)
+    for boundary, at, tokens, decodes in (("measure", kit.T0 + 100, 1_000.0, 400.0),
+                                          ("end", kit.T0 + 110, 1_420.0, 700.0)):
+        run.append_telemetry(TelemetrySnapshot(taken_at=at, step=0, users=1, boundary=boundary, slots_total=4,
+                                               metrics={TOKENS_COUNTER: tokens, DECODE_COUNTER: decodes}))
+    times = [kit.T0 + 90 + tenth / 10 for tenth in range(301)]
+    append_samples(shard(path, GPU_SAMPLES), [
+        GpuSample(t=t, gpu=0, power_w=250.0, energy_j=1_000.0 + 250.0 * (t - times[0]), sm_clock_mhz=1_980.0,
+                  throttle_reasons=0x4 if n % 2 else 0) for n, t in enumerate(times)])
+    append_samples(shard(path, CPU_ENERGY_SAMPLES), [
+        CpuEnergySample(t=t, domain="package-0", energy_j=35.0 * (t - times[0])) for t in times])
+    return path
+
+
+def everything_read(path, out) -> dict[str, object]:
+    """What each reader makes of the run: the telemetry and hardware readers, `rigbench check` and the files
+    `rigbench report` writes."""
+    checked = check_run(path)
+    report = CliRunner().invoke(app, ["report", str(path), "--out", str(out)])
+    assert report.exit_code == 0, report.output
+    check = CliRunner().invoke(app, ["check", str(path)])
+    return {
+        "telemetry": RunDir(path).read_telemetry(),
+        "gpu": read_gpu_samples(path),
+        "cpu": read_cpu_energy_samples(path),
+        "check": (check.exit_code, checked.summary(), checked.telemetry.good, checked.findings),
+        "check lines": [line for line in check.output.splitlines() if not line.startswith("shard")],
+        "report.md": (out / "report.md").read_text(),
+        "summary.json": re.sub(r'"generated_at": "[^"]*"', "", (out / "summary.json").read_text()),
+    }
+
+
+def test_a_compacted_runs_telemetry_and_hardware_shards_read_report_and_check_the_same(kit, tmp_path) -> None:
+    path = sampled_run(kit, "sampled")
+    before = everything_read(path, tmp_path / "report")
+    assert len(before["telemetry"]) == 2 and len(before["gpu"]) == 301 and len(before["cpu"]) == 301
+    assert "telemetry  2 snapshot(s)" in before["check lines"]
+    # what the report takes from each: the counters' tok/s, the GPU's clocks and slowdowns, the energy
+    assert '"server_counter_tok_s": 42.0' in before["summary.json"] and '"cpu_j_per_token"' in before["summary.json"]
+    assert "sw_power_cap 50%" in before["report.md"]
+
+    written = compact_run(path)
+
+    assert sorted(p.relative_to(path).as_posix() for p in written) == [
+        "hardware/cpu_energy.jsonl.gz", "hardware/gpu.jsonl.gz", "records/p0.jsonl.gz", "records/p1.jsonl.gz",
+        "telemetry.jsonl.gz"]
+    assert not (path / "telemetry.jsonl").exists() and not list(path.glob("hardware/*.jsonl"))
+    (tmp_path / "report").rename(tmp_path / "report-plain")
+    assert everything_read(path, tmp_path / "report") == before
+
+
+def test_a_reader_finding_both_forms_reads_both_the_packed_one_first(kit) -> None:
+    """Lines the writers append after packing land in a plain file beside the .gz; both are read, the packed
+    lines first, none skipped."""
+    path = sampled_run(kit, "both")
+    compact_run(path)
+    packed_telemetry, packed_gpu = RunDir(path).read_telemetry(), read_gpu_samples(path)
+    later = TelemetrySnapshot(taken_at=kit.T0 + 200, step=0, users=1, boundary="end", error="appended later")
+    RunDir(path).append_telemetry(later)
+    append_samples(shard(path, GPU_SAMPLES), [GpuSample(t=kit.T0 + 200, gpu=0, power_w=1.0)])
+
+    assert (path / "telemetry.jsonl").exists() and (path / "hardware" / "gpu.jsonl").exists()  # plain, as live
+    assert RunDir(path).read_telemetry() == [*packed_telemetry, later]
+    assert read_gpu_samples(path) == [*packed_gpu, GpuSample(t=kit.T0 + 200, gpu=0, power_w=1.0)]
+    checked = check_run(path)
+    assert checked.healthy and checked.telemetry.good == 3
+    with pytest.raises(RunDirError, match="gpu.jsonl.gz, telemetry.jsonl.gz already exist"):  # nor packed over
+        compact_run(path)
+
+
+def test_a_damaged_packed_telemetry_or_hardware_shard_is_named_not_a_crash(kit) -> None:
+    path = sampled_run(kit, "damaged")
+    compact_run(path)
+    for name in ("telemetry.jsonl.gz", "hardware/gpu.jsonl.gz"):
+        whole = (path / name).read_bytes()
+        (path / name).write_bytes(whole[: len(whole) // 2])  # cut short, as by a copy that stopped
+
+    assert any(w.startswith("telemetry.jsonl.gz unreadable") for w in load_run(path).warnings)  # the form on disk
+    checked = check_run(path)
+    assert not checked.healthy and checked.damaged[0].where == "telemetry.jsonl.gz"
+    with pytest.raises(RunDirError, match=r"gpu\.jsonl\.gz: the gzip stream is damaged or cut short"):
+        read_gpu_samples(path)
