@@ -36,6 +36,7 @@ from analysis.intervals import Estimate
 from analysis.report_model import RunSection
 from analysis.step import StepFigures
 from core.mps import shared_gpus
+from core.wording import counted, listed
 
 BUSY_SM_PCT = 90.0  # mean SM utilisation at or above this: the GPU reads busy
 IDLE_SM_PCT = 50.0  # below this: the GPU is mostly idle
@@ -68,17 +69,12 @@ def _below(step: StepFigures, other: StepFigures) -> bool:
     return _has_interval(mine) and _has_interval(theirs) and mine.high < theirs.low  # type: ignore[operator]
 
 
-def _users(users: int) -> str:
-    return "1 user" if users == 1 else f"{users} users"
-
-
-def _listed(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def _also(users: list[int]) -> str:
     """The other steps where a rule holds, after the one a line names."""
-    return f"; the same at {_listed([str(count) for count in users])} users" if users else ""
+    if not users:
+        return ""
+    at = counted(users[0], "user") if len(users) == 1 else f"{listed([str(count) for count in users])} users"
+    return f"; the same at {at}"
 
 
 def _sm(values: list[float]) -> str:
@@ -167,16 +163,16 @@ def taking_turns(section: RunSection, sections: Sequence[RunSection] = ()) -> Fi
     named = found[-1]
     step = named.step
     replicas = sum(shared.values())
-    gpus = ("GPU " if len(shared) == 1 else "GPUs ") + _listed([str(gpu) for gpu in shared])
+    gpus = ("GPU " if len(shared) == 1 else "GPUs ") + listed([str(gpu) for gpu in shared])
     evidence = []
     if named.earlier is not None:
         evidence.append(f"the aggregate fell to {step.aggregate_tok_s.short()} tok/s from "
-                        f"{named.earlier.aggregate_tok_s.short()} at {_users(named.earlier.users)}")
+                        f"{named.earlier.aggregate_tok_s.short()} at {counted(named.earlier.users, 'user')}")
     if named.alone is not None:
         other, theirs = named.alone
         subject = "below" if evidence else f"the aggregate, {step.aggregate_tok_s.short()} tok/s, is below"
         evidence.append(f"{subject} one server's {theirs.aggregate_tok_s.short()} at the same load (`{other.label}`)")
-    busy = f"{_sm(named.sm)} at {_users(step.users)}"
+    busy = f"{_sm(named.sm)} at {counted(step.users, 'user')}"
     line = (f"{ADVICE['taking_turns']} — {replicas} replicas share {gpus} without MPS; {busy} while "
             f"{' and '.join(evidence)}{_also([hit.step.users for hit in found[:-1]])}")
     fell = "fell" if named.earlier is not None else "fell below one server's"
@@ -204,10 +200,12 @@ def server_loop(section: RunSection) -> Finding | None:
         return None
     spent, sm, over = found[-1]
     sequences = spent.sequences or spent.users  # the users, up to the slots: what one call can carry
-    line = (f"{ADVICE['server_loop']} — one server at {_users(spent.users)}: SM {sm:.0f}%, a decode call "
-            f"{spent.call_ms:,.1f} ms against the card's {spent.ceiling_ms:,.1f} ms for {sequences} sequences "
+    at = counted(spent.users, "user")
+    line = (f"{ADVICE['server_loop']} — one server at {at}: SM {sm:.0f}%, a decode call "
+            f"{spent.call_ms:,.1f} ms against the card's {spent.ceiling_ms:,.1f} ms for "
+            f"{counted(sequences, 'sequence')} "
             f"({over:.1f}x){_also([hit[0].users for hit in found[:-1]])}")
-    glance = (f"Its own loop limits the server (SM {sm:.0f}% at {_users(spent.users)}, a decode call {over:.1f}x the "
+    glance = (f"Its own loop limits the server (SM {sm:.0f}% at {at}, a decode call {over:.1f}x the "
               "card's batched step): add replicas")
     return Finding("server_loop", line, glance)
 

@@ -24,6 +24,7 @@ from analysis.figures import RunFigures
 from analysis.load import LoadedRun
 from core.errors import AnalysisError
 from core.llama_bench import BenchReport
+from core.wording import counted
 
 UNIFIED_FLAGS = ("-kvu", "--kv-unified")
 SEARCH_DEPTH = 3  # the run's folder, its parent and the one above (OUT/runs/<run> in a study)
@@ -122,7 +123,8 @@ def ceiling_section(figures: RunFigures, ceiling: BatchedCeiling | None, header:
     if not rows:
         return []
     layout = "unified KV" if ceiling.unified else "one KV stream per slot"
-    note = (f" Past the server's {slots} slots the users beyond them wait, so a step is set against as many "
+    note = (f" Past the server's {counted(slots, 'slot')} the users beyond {'it' if slots == 1 else 'them'} wait, "
+            "so a step is set against as many "
             "sequences as slots (in brackets)." if capped else "")
     return [
         "### Served against the card's batched ceiling",

@@ -111,10 +111,7 @@ class StepContention:
     @property
     def at(self) -> str:
         """The step's load as a sentence says it: ``1 user``, ``8 users``, ``2 req/s``."""
-        if self.rate is not None:
-            load = f"{self.rate:g} req/s"
-        else:
-            load = "1 user" if self.users == 1 else f"{self.users} users"
+        load = f"{self.rate:g} req/s" if self.rate is not None else counted(self.users, "user")
         return f"{load} with {self.context_tokens:,} context tokens" if self.context_tokens else load
 
 
@@ -234,10 +231,6 @@ def contention_lines(section: RunSection) -> list[str]:
     return [*lines, tabulate(rows, headers="keys", tablefmt="github"), ""]
 
 
-def _join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def _cpu_clause(runs: list[tuple[str, list[StepContention]]]) -> str:
     """Where other processes' CPU differs most between two runs at one step, beyond the threshold."""
     widest: tuple[float, str] | None = None
@@ -282,7 +275,7 @@ def _slowdown_clauses(runs: list[tuple[str, list[StepContention]]]) -> list[str]
     clauses = []
     for (name, reason), (share, at, without) in found.items():
         clauses.append(f"{name}'s GPU slowed for {reason} (in {share:.0%} of its samples at {at}; "
-                       f"{_join(without)} did not)")
+                       f"{listed(without)} did not)")
     return clauses
 
 

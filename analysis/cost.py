@@ -47,6 +47,7 @@ from core.gpus import find_gpu
 from core.instance_types import INSTANCE_TYPES, known_types
 from core.profile import flag_value
 from core.rundir import RigInfo, RunManifest
+from core.wording import counted
 
 DEFAULT_REGION = "us-east-1"
 MARKETS: tuple[Market, ...] = ("on-demand", "spot")
@@ -119,8 +120,8 @@ def machine_name(rig: RigInfo) -> str:
     host = machine.hostname or "an unnamed machine"
     if machine.gpu_name:
         return f"{host} ({machine.gpu_name})"
-    cpu = ", ".join(part for part in (machine.cpu_model, f"{machine.cpu_cores} cores" if machine.cpu_cores else "")
-                    if part)
+    cores = counted(machine.cpu_cores, "core") if machine.cpu_cores else ""
+    cpu = ", ".join(part for part in (machine.cpu_model, cores) if part)
     return f"{host} ({cpu + ', ' if cpu else ''}no GPU recorded)"
 
 

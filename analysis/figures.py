@@ -84,6 +84,7 @@ from analysis.load import TOKEN_METHODS, LoadedRun, token_methods
 from analysis.sessions import StepSessions, step_sessions
 from analysis.step import StepFigures
 from analysis.timelines import ChunkArrivals
+from core import wording
 from core.errors import AnalysisError
 from core.lists import seconds_per_step
 from core.load_reached import (
@@ -580,7 +581,7 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
     """The step's window held fewer finished requests than users, and why, from what happened: every request
     running in it failed (its figures are absent), some failed, the window is shorter than a request, or the
     users were not all sending."""
-    name = f"step {figures.index} ({figures.users} users)"
+    name = f"step {figures.index} ({wording.counted(figures.users, 'user')})"
     window = f"{figures.window_seconds:.1f} s window"
     failed = failures(figures)
     if figures.aggregate_tok_s.value is None:  # nothing healthy ran in the window: every request in it failed
@@ -598,7 +599,7 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
         return f"{opening}{taken}: requests running in it failed ({failures_said(failed, read_timeout)})"
     if seconds is not None and 2 * seconds <= figures.window_seconds:
         started = figures.users_started
-        why = (f"only {started} of its {figures.users} users were running when it opened"
+        why = (f"only {started} of its {wording.counted(figures.users, 'user')} were running when it opened"
                if started is not None and started < figures.users else "the users were not all sending "
                "(see the load that ran)")
         return f"{opening} though one takes ~{seconds:.1f} s: not a window too short: {why}"
@@ -625,7 +626,7 @@ def shortfall_cause(figures: StepFigures) -> str:
     """Why a closed-loop step held fewer requests in flight than users, from what its records show."""
     started = figures.users_started
     if started is not None and started < figures.users:
-        return f"only {started} of its {figures.users} users were running when the window opened"
+        return f"only {started} of its {wording.counted(figures.users, 'user')} were running when the window opened"
     refused = {kind: count for kind, count in failures(figures).items() if kind in REFUSALS}
     if refused:
         return f"users backed off after the server refused requests ({counted(refused)}) instead of sending"
@@ -696,7 +697,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
     traces, cpu_samples = gpu_traces(read_gpu_samples(run.path)), read_cpu_energy_samples(run.path)
     for window in manifest.steps:
         name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
-            f"step {window.index} ({window.users} users)"
+            f"step {window.index} ({wording.counted(window.users, 'user')})"
         )
         if window.measure_end is None or window.measure_end <= window.measure_start:
             warnings.append(f"{name} has no closed measured window; left out")

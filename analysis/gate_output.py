@@ -16,6 +16,7 @@ from tabulate import tabulate
 from analysis.gate import Check, Figure, GateResult, intervals_apart
 from analysis.intervals import Estimate
 from core.whole_files import whole_file
+from core.wording import counted
 
 
 def figure_cell(figure: Figure, estimate: Estimate | None) -> str:
@@ -83,9 +84,9 @@ def markdown_table(result: GateResult) -> str:
 def outcome_line(result: GateResult) -> str:
     failures = result.failures
     if not failures:
-        return f"gate: pass ({len(result.checks)} checks)"
+        return f"gate: pass ({counted(len(result.checks), 'check')})"
     named = ", ".join(f"{check.step} {check.figure.name}" for check in failures)
-    return f"gate: FAIL, {len(failures)} of {len(result.checks)} checks: {named}"
+    return f"gate: FAIL, {len(failures)} of {counted(len(result.checks), 'check')}: {named}"
 
 
 def junit_tree(result: GateResult) -> ET.ElementTree:

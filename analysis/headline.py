@@ -61,6 +61,7 @@ from analysis.report_model import RunSection
 from analysis.roofline import reading
 from analysis.run_name import short_names
 from analysis.step import StepFigures
+from core.wording import counted, listed
 
 PER_USER_FLOOR_TOK_S = 10.0
 DEFINITIONS = (
@@ -85,7 +86,7 @@ def at(step: StepFigures) -> str:
     """The step's load as a sentence says it: ``1 user``, ``64 users``, ``2 req/s``."""
     if step.rate is not None:
         return f"{step.rate:g} req/s"
-    return "1 user" if step.users == 1 else f"{step.users} users"
+    return counted(step.users, "user")
 
 
 def by_load(section: RunSection) -> list[StepFigures]:
@@ -305,11 +306,11 @@ def arms_headline(sections: Sequence[RunSection]) -> str:
                f"{at_key(top, top_key)}")
     parts = []
     if above:
-        parts.append(f"{_join(above)} (ratios of the best aggregates, 95% intervals between runs)")
+        parts.append(f"{listed(above)} (ratios of the best aggregates, 95% intervals between runs)")
     if level:
-        parts.append(f"no difference beyond the spread between runs from {_join(level)}")
+        parts.append(f"no difference beyond the spread between runs from {listed(level)}")
     if unknown:
-        parts.append(f"measured {_join(unknown)}, but with one run of an arm the spread between runs is unknown, so "
+        parts.append(f"measured {listed(unknown)}, but with one run of an arm the spread between runs is unknown, so "
                      f"no difference is called; {MEASURE_IT}")
     return f"{opening}: {'; '.join(parts)}."
 
@@ -355,10 +356,6 @@ def repeat_spread_sentence(arm: ArmRuns, shared: str) -> str:
     if apart is not None:
         text += f"; the runs landed {apart:.1%} apart (coefficient of variation): the noise a comparison is judged by"
     return text + "."
-
-
-def _join(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def headline(sections: Sequence[RunSection]) -> list[str]:

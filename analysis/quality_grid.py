@@ -26,6 +26,7 @@ from analysis.quality_compare import Paired, check_same_questions, describe_prom
 from analysis.quality_report import RungResult, load_ladder  # noqa: E402
 from core.errors import AnalysisError  # noqa: E402
 from core.whole_files import unwritten_said_as, whole_file, write_whole  # noqa: E402
+from core.wording import counted
 
 BOTH_RIGHT, BOTH_WRONG, DIFFERENT = 0, 1, 2
 COLOURS = ListedColormap(["#4caf50", "#424242", "#ff9800"])
@@ -196,7 +197,8 @@ def render_grid(grid: dict) -> str:
         f"# Grade grid: A = {a['label']} vs B = {b['label']}",
         "",
         f"A: `{a['folder']}` (reference rung {a['reference']}); B: `{b['folder']}` (reference rung {b['reference']}). "
-        f"{len(grid['questions'])} questions; lost = right at the machine's reference rung, wrong at this rung.",
+        f"{counted(len(grid['questions']), 'question')}; "
+        "lost = right at the machine's reference rung, wrong at this rung.",
         grid["prompt"],
         "",
         *[f"**{name} left out**: the two machines ran different files (sha256 {sha_a[:12]} on A, {sha_b[:12]} on B)."
@@ -209,7 +211,8 @@ def render_grid(grid: dict) -> str:
         *machine_against_quantization(grid),
         "## First rung that loses each question",
         "",
-        f"{len(lost_anywhere)} questions are lost at some rung on either machine; on {same_first} of them "
+        f"{counted(len(lost_anywhere), 'question')} {'is' if len(lost_anywhere) == 1 else 'are'} lost at some rung "
+        f"on either machine; on {same_first} of them "
         "both machines lose it first at the same rung.",
         "",
     ]
@@ -260,8 +263,8 @@ def machine_against_quantization(grid: dict) -> list[str]:
              "question either way is a coin toss under no effect).", ""]
     top = next((row for row in rows if row.name == a["reference"] and row.same_file), None)
     if top is not None:
-        sentence = (f"At the top rung, {top.name}, the machine alone moves {count(top.machine)} of {top.questions} "
-                    f"grades ({moved(top.machine)}, p = {format_p(top.machine.p_value)})")
+        sentence = (f"At the top rung, {top.name}, the machine alone moves {count(top.machine)} of "
+                    f"{counted(top.questions, 'grade')} ({moved(top.machine)}, p = {format_p(top.machine.p_value)})")
         quantized = [row for row in rows if row.name != a["reference"]]
         for side, label in (("quantization_a", "A"), ("quantization_b", "B")):
             if quantized:

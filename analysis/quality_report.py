@@ -34,6 +34,7 @@ from core.errors import AnalysisError  # noqa: E402
 from core.rundir.quality import LadderManifest, RepeatMismatch  # noqa: E402
 from core.rundir.quality_files import EvalDir, LadderDir  # noqa: E402
 from core.whole_files import unwritten_said_as, whole_file, write_whole  # noqa: E402
+from core.wording import counted
 
 REPORT = "report.md"
 SUMMARY = "quality.json"
@@ -206,7 +207,8 @@ def render_ladder(
         f"Questions: {manifest.questions.name}, {manifest.questions.count} (sha256 {manifest.questions.sha256[:12]}…"
         + (f", {manifest.questions.source}" if manifest.questions.source else "")
         + ").",
-        f"Asked at temperature {settings.temperature}, seed {settings.seed}, max {settings.max_tokens} tokens, "
+        f"Asked at temperature {settings.temperature}, seed {settings.seed}, "
+        f"max {counted(settings.max_tokens, 'token')}, "
         f"cache_prompt {str(settings.cache_prompt).lower()}, thinking {'on' if settings.thinking else 'off'}, "
         f"{settings.concurrency} request(s) at a time"
         + (
@@ -253,7 +255,7 @@ def render_ladder(
     close = fastest_within(rungs, within)
     if close is not None:
         lines.append(
-            f"- Fastest rung within {within} answers of the reference (lost − gained ≤ {within}): "
+            f"- Fastest rung within {counted(within, 'answer')} of the reference (lost − gained ≤ {within}): "
             f"**{close.name}** ({close.speed} tok/s)."
         )
     lines += ["", "![speed against accuracy](plots/speed_vs_right.png)", "", "## Determinism", ""]

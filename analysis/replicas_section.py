@@ -12,6 +12,7 @@ import numpy as np
 from tabulate import tabulate
 
 from analysis.report_model import RunSection
+from core.wording import counted
 
 UNEVEN = 0.25  # a share this far (relative) from 1/N is called uneven
 
@@ -63,9 +64,10 @@ def replicas_section(section: RunSection) -> list[str]:
     if not rows:
         return []
     replicas = section.figures.run.manifest.server.replicas  # type: ignore[union-attr]
-    where = ", ".join(f"{r.index}: {r.url}, {r.slots} slots" + (f", GPU {r.gpu}" if r.gpu is not None else "")
-                      for r in replicas)
-    lines = ["", "### Replicas", "", f"{len(replicas)} llama-server replicas ({where}); user i went to replica "
+    where = ", ".join(f"{r.index}: {r.url}, {counted(r.slots, 'slot')}"
+                      + (f", GPU {r.gpu}" if r.gpu is not None else "") for r in replicas)
+    lines = ["", "### Replicas", "", f"{counted(len(replicas), 'llama-server replica')} ({where}); "
+             "user i went to replica "
              "i mod N. Share: of the measured requests' output tokens; tok/s: those tokens over the window.", "",
              tabulate(rows, headers="keys", tablefmt="github"), ""]
     return lines + [f"- {warning}" for warning in warnings] + ([""] if warnings else [])

@@ -58,6 +58,7 @@ from core.lists import format_seconds, parse_choices
 from core.rundir import DecodeBytes
 from core.rundir.capacity_search import expand_searches
 from core.whole_files import unwritten_said_as, write_whole
+from core.wording import counted
 from core.workload import describe_arrivals, describe_lengths
 
 REPORT_FORMATS = ("md", "html", "csv")
@@ -309,7 +310,7 @@ def _describe_run(section: RunSection) -> str:
     rig = manifest.rig
     machine = rig.machine
     described = ", ".join(
-        p for p in (machine.cpu_model, f"{machine.cpu_cores} cores" if machine.cpu_cores else "") if p
+        p for p in (machine.cpu_model, counted(machine.cpu_cores, "core") if machine.cpu_cores else "") if p
     )
     where = rig.instance_type or f"local machine {machine.hostname or '(unnamed)'}" + (
         f" ({described})" if described else ""
@@ -334,7 +335,8 @@ def _describe_run(section: RunSection) -> str:
     if manifest.load is not None:
         load = manifest.load
         parts.append(
-            f"load: {load.prompts} prompts, max_tokens {load.max_tokens}, warm-up {load.warmup_seconds:g} s, "
+            f"load: {counted(load.prompts, 'prompt')}, max_tokens {load.max_tokens}, "
+            f"warm-up {load.warmup_seconds:g} s, "
             f"measure {format_seconds(load.measure_seconds)} s per step"
         )
         if load.open_loop:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.rundir import RunManifest
+from core.wording import counted
 
 SEPARATOR = " · "
 UNNAMED_MODELS = {"", "default"}  # llama-server takes any model name: these say nothing
@@ -38,7 +39,7 @@ def machine_name(manifest: RunManifest) -> str:
         return rig.instance_type
     if rig.machine.gpu_name:
         return rig.machine.gpu_name
-    return f"CPU ({rig.machine.cpu_cores} cores)" if rig.machine.cpu_cores else "CPU"
+    return f"CPU ({counted(rig.machine.cpu_cores, 'core')})" if rig.machine.cpu_cores else "CPU"
 
 
 def arm_name(manifest: RunManifest) -> str | None:

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from analysis.intervals import Estimate
 from analysis.report_model import RunSection
 from analysis.sessions import StepSessions
+from core.wording import counted
 
 TITLE = "### Conversations"
 
@@ -63,7 +64,8 @@ def sessions_section(section: RunSection) -> list[str]:
         think = f"{settings.think_seconds:g} s" + (" on average, exponential" if settings.think == "exponential"
                                                    else ", constant")
         said = (f"Conversations of {settings.turns_min}-{settings.turns_max} turns, thinking {think} between turns, "
-                f"behind a system prompt of {settings.system_prompt_tokens} tokens they all share; workload seed "
+                f"behind a system prompt of {counted(settings.system_prompt_tokens, 'token')} they all share; "
+                "workload seed "
                 f"{load.workload_seed}; prompt cache {'on' if load.cache_prompt else 'off'}. ")  # type: ignore[union-attr]
     return ["", TITLE, "", said + "Reused: the prompt tokens the server took from its cache (timings.cache_n) over "
             "the prompt tokens of the successful measured turns that report it; TTFT per turn number over the "

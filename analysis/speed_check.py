@@ -33,6 +33,7 @@ from analysis.load import load_run
 from analysis.report import REPORT_FORMATS, write_report
 from core.rundir import LoadSettings, RequestRecord, RunDir, StepWindow, new_manifest, utc_now
 from core.rundir.columns import write_record_table
+from core.wording import counted
 
 T = TypeVar("T")
 USER_STEPS = (1, 2, 4, 8, 16, 32, 64)
@@ -150,7 +151,8 @@ def main() -> None:
             times[name].append(value)
     for name, values in times.items():
         print(f"{name:>13}: " + ", ".join(f"{value:.2f} s" for value in values))
-    print(f"{len(run.records):,} records, {len(figures.steps)} steps, {cores} core(s) allowed; report {report}")
+    print(f"{len(run.records):,} records, {counted(len(figures.steps), 'step')}, {cores} core(s) allowed; "
+          f"report {report}")
     if args.keep is None:
         shutil.rmtree(root)
 

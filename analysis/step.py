@@ -15,6 +15,7 @@ from analysis.goodput import StepGoodput
 from analysis.intervals import Estimate
 from analysis.sessions import StepSessions
 from core.strict import Strict
+from core.wording import counted
 
 
 class StepFigures(Strict):
@@ -84,7 +85,7 @@ class StepFigures(Strict):
 
     @property
     def load_label(self) -> str:
-        return f"{self.rate:g} req/s" if self.rate is not None else f"{self.users} users"
+        return f"{self.rate:g} req/s" if self.rate is not None else counted(self.users, "user")
 
     @property
     def error_count(self) -> int:

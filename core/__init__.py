@@ -9,6 +9,7 @@
     build_manifest.py  what a llama.cpp build left behind (binaries, options, key)
     llama_bench.py     llama-bench's flags for a serving line, and its JSON summarised
     lists.py           the strict parser of list options (user steps, windows, depths)
+    wording.py         counts and lists as a reader reads them (1 user, 2 users; a, b and c)
     cache.py           the one cache root (RIGBENCH_CACHE, XDG_CACHE_HOME)
     digest.py          file sha256
     network.py         a free loopback port; whether a URL names this machine

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from core.errors import UsageError
+from core.wording import counted
 
 DEFAULT_USER_STEPS = "1,2,4,8,16,32,64"
 # a sweep's defaults wherever one is started (rigbench sweep, plain Locust, the cloud loop's rigs)
@@ -173,7 +174,8 @@ def seconds_per_step(values: float | list[float], steps: int, option: str = "--m
         return [float(values)] * steps
     if len(values) != steps:
         raise UsageError(
-            f"{option}: {len(values)} measured windows for {steps} {kind} steps; give one number, or one per step"
+            f"{option}: {counted(len(values), 'measured window')} for {counted(steps, f'{kind} step')}; "
+            "give one number, or one per step"
         )
     return [float(value) for value in values]
 

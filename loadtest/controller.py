@@ -24,6 +24,8 @@ import httpx
 import psutil
 
 from core.rundir import RunDir, StepWindow, utc_now
+from core.rundir.server_ended import ServerEnded
+from core.wording import counted
 from loadtest.arrivals import window_rate
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 from loadtest.error_watch import ErrorWatch
@@ -129,7 +131,8 @@ class SweepController:
         complete = self.completed_steps == len(self.stages) - 1
         self.run.update_manifest(
             status="complete" if complete else "interrupted",
-            status_detail=None if complete else f"stopped after {self.completed_steps + 1} of {len(self.stages)} steps",
+            status_detail=None if complete else (f"stopped after {self.completed_steps + 1} of "
+                                                 f"{counted(len(self.stages), 'step')}"),
             ended_at=utc_now(),
         )
 
@@ -141,7 +144,8 @@ class SweepController:
             return
         manifest = self.run.read_manifest()
         warning = (
-            f"open loop: {dispatch.cap_waits} arrivals waited for a free place under the cap of {MAX_IN_FLIGHT} "
+            f"open loop: {counted(dispatch.cap_waits, 'arrival')} waited for a free place under the cap of "
+            f"{MAX_IN_FLIGHT} "
             "requests in flight per load process, so they started late; use --processes N or lower rates"
         )
         dispatch.cap_waits = 0
@@ -254,7 +258,7 @@ class SweepController:
         )
         warnings = list(manifest.warnings)
         warning = (
-            f"step {index}: {stage.users} users exceed the server's {self.slots} parallel slots; "
+            f"step {index}: {stage.users} users exceed the server's {counted(self.slots, 'parallel slot')}; "
             "requests queue on the server, so latency includes waiting for a slot"
         )
         # an open-loop step has no users to compare: its queueing shows in latency from the intended start
@@ -282,7 +286,8 @@ class SweepController:
                    "spread the users over --processes N" if busiest > CPU_WARN_PERCENT else
                    "the warm-up was shorter than starting them took; lengthen --warmup")
             warnings.append(
-                f"step {index} ({stage.users} users): {running} of its {stage.users} users had started when its "
+                f"step {index} ({counted(stage.users, 'user')}): {running} of its {counted(stage.users, 'user')} "
+                "had started when its "
                 f"measured window opened, after {stage.warmup:g} s of warm-up: the window measured a smaller load; "
                 + why
             )
@@ -322,7 +327,7 @@ class SweepController:
         done = self.completed_steps + 1
         detail = (
             f"spot interruption notice: marker {marker} appeared{notice}; stopped after {done} of "
-            f"{len(self.stages)} steps. Continue with `rigbench sweep --resume <this run directory>`"
+            f"{counted(len(self.stages), 'step')}. Continue with `rigbench sweep --resume <this run directory>`"
         )
         log.warning(detail)
         if self.run is not None:

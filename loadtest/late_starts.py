@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from core.rundir import RunDir, StepWindow
 from core.rundir.columns import read_record_table
+from core.wording import counted
 from loadtest.arrivals import LATE_START_S
 from loadtest.schedule import stage_label
 
@@ -54,7 +55,8 @@ class LateStarts:
     def warnings(self, steps: list[StepWindow]) -> list[str]:
         labels = {step.index: stage_label(step.users, step.rate) for step in steps}
         return [
-            f"step {index} ({labels.get(index, '?')}): {late} of {self.measured[index]} measured requests started "
+            f"step {index} ({labels.get(index, '?')}): {late} of {counted(self.measured[index], 'measured request')} "
+            "started "
             f"more than {self.threshold_s * 1000:.0f} ms after their scheduled time (worst "
             f"{self.worst_s[index] * 1000:.0f} ms): the load generator fell behind its arrival schedule; "
             "use --processes N, or lower rates"

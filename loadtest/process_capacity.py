@@ -33,6 +33,7 @@ from pathlib import Path
 from core.cache import cache_root
 from core.errors import UsageError
 from core.rundir import utc_now
+from core.wording import counted
 from loadtest.dispatch_tally import MAX_IN_FLIGHT
 
 CAPACITY_FILE_NAME = "selftest.json"
@@ -102,7 +103,7 @@ def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_fr
 def _processes_said(processes: int | None, most: int) -> str:
     if processes is None:
         return f"--processes auto's at most {most} (this machine's cores)"
-    return f"{processes} load process{'es' if processes != 1 else ''}"
+    return counted(processes, "load process", "load processes")
 
 
 def check_users_per_process(user_steps: list[int], processes: int | None, cores: int) -> None:

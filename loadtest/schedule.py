@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from core.errors import LoadTestError
 from core.lists import seconds_per_step
 from core.rundir import LoadSettings
+from core.wording import counted
 
 # The arrivals an open-loop step's measured window holds on average when its window is rigbench's default:
 # a poisson count of mean 30 falls under half of it (the sweep fails a step that ran under half its load,
@@ -103,7 +104,7 @@ def stages_for(settings: LoadSettings) -> list[Stage]:
 
 def stage_label(users: int, rate: float | None) -> str:
     """``8 users`` or ``2.5 req/s``: how a step is named in messages."""
-    return f"{rate:g} req/s" if rate is not None else f"{users} users"
+    return f"{rate:g} req/s" if rate is not None else counted(users, "user")
 
 
 def step_starts(stages: list[Stage]) -> list[float]:

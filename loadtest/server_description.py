@@ -17,6 +17,7 @@ from typing import Any
 
 from core.errors import UsageError
 from core.rundir.models import ServerDescription, SessionSettings
+from core.wording import counted
 from loadtest.model_list import ModelList, read_model_list
 from loadtest.path_answer import ask_path
 
@@ -102,8 +103,9 @@ def check_conversation_fits(url: str, description: ServerDescription, *, session
     source = _context_source(description)
     parts = [f"a {sessions.system_prompt_tokens}-token system prompt"] if sessions.system_prompt_tokens else []
     parts += [f"--context-tokens {context_tokens}"] if context_tokens else []
-    parts += [f"{turns} prompts of {_span(prompt_tokens)} tokens" if prompt_tokens[1] else
-              f"{turns} of the prompt set's prompts (not counted)", f"{turns} replies of {_span(reply_tokens)}"]
+    parts += [f"{counted(turns, 'prompt')} of {_span(prompt_tokens)} tokens" if prompt_tokens[1] else
+              f"{turns} of the prompt set's prompts (not counted)",
+              f"{counted(turns, 'reply', 'replies')} of {_span(reply_tokens)}"]
     held = f"{least}" if least == most else f"{least} to {most}"
     said = (f"{options}: the last turn of a {turns}-turn conversation holds {held} tokens ({', '.join(parts)}), "
             f"but {url} holds {room} tokens per request ({source})")

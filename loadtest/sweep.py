@@ -44,6 +44,7 @@ from core.network import free_port
 from core.rundir import LoadSettings, RunDir, RunManifest, StepWindow, utc_now
 from core.rundir.columns import read_record_table
 from core.signals import stop_signals_as_keyboard_interrupt
+from core.wording import counted
 from loadtest import LOCUSTFILE
 from loadtest.arrivals import step_arrivals
 from loadtest.backoff import REFUSAL_KINDS
@@ -147,7 +148,7 @@ def _watch(process: subprocess.Popen, run: RunDir, settings: LoadSettings, progr
                         completed=min(total, time.time() - started),
                         description=(
                             f"step {step.index + 1}/{len(stages)}: {stage_label(step.users, step.rate)}, {phase}; "
-                            f"{records} requests, {errors} errors"
+                            f"{counted(records, 'request')}, {counted(errors, 'error')}"
                         ),
                     )
         bar.update(task, completed=total if process.returncode == 0 else bar.tasks[0].completed)
@@ -394,21 +395,25 @@ def _shortfall_cause(window: StepWindow, manifest: RunManifest, others: dict[str
         dominant = max(failed.items(), key=lambda item: item[1])[0]
         waited = (", and its users waited after each refusal as the server asked (backing off)"
                   if window.rate is None and dominant in REFUSAL_KINDS else "")
-        return f"{failures} of its {requests} requests failed ({kinds_said(failed)}){waited}: {fix_for(dominant)}"
+        return (f"{failures} of its {counted(requests, 'request')} failed ({kinds_said(failed)}){waited}: "
+                f"{fix_for(dominant)}")
     load = manifest.load
     length = (window.measure_end or window.measure_start) - window.measure_start
     if window.rate is not None and sent is not None and load is not None:
         scheduled = _scheduled_in_window(window, load)
         if scheduled is not None and scheduled < FAIL_BELOW * window.rate * length:
             needed = open_loop_windows([window.rate], load.arrival, load.arrival_shape, floor=0.0)[0]
-            return (f"its schedule put {scheduled} arrivals in its {length:g} s window where {window.rate:g} req/s "
+            return (f"its schedule put {counted(scheduled, 'arrival')} in its {length:g} s window where "
+                    f"{window.rate:g} req/s "
                     f"names {window.rate * length:.0f}: a window this short holds too few of its random arrivals; "
                     f"give --measure {needed:g} or more (about {ARRIVALS_PER_WINDOW} arrivals on average)")
         if scheduled is not None and sent < scheduled:
-            return (f"the load generator sent {sent} of the {scheduled} arrivals its schedule put in the window: it "
+            return (f"the load generator sent {sent} of the {counted(scheduled, 'arrival')} its schedule put in the "
+                    "window: it "
                     "fell behind (see the late-start warnings); use --processes N, or lower rates")
     if window.rate is None and window.users_started is not None and window.users_started < window.users:
-        return (f"only {window.users_started} of its {window.users} users had started when its window opened: "
+        return (f"only {window.users_started} of its {counted(window.users, 'user')} had started when its window "
+                "opened: "
                 "lengthen --warmup, or spread the users over --processes N")
     if window.rate is None:
         return ("its users were between requests for most of the window, with no error to show for it: the load "

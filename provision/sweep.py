@@ -45,6 +45,7 @@ from core.rundir.models import TraceSource
 from core.rundir.quality import EvalManifest, LadderManifest
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST, EvalDir, LadderDir
 from core.sweep_result import SweepResult
+from core.wording import counted
 from provision.connection import describe_host, privileged, rig_step, run, upload_text
 from provision.rig_paths import RigPaths
 from provision.run_metadata import ModelProvenance, annotate_runs, rig_facts
@@ -264,7 +265,7 @@ def interrupted_message(step: str, notice: str, stopped: list[Path], profile: Ri
         manifest = RunDir(run_dir).read_manifest()
         total = manifest.load.step_count if manifest.load is not None else len(manifest.steps)
         done = 0 if manifest.last_complete_step is None else manifest.last_complete_step + 1
-        said.append(f"{run_dir} ({done} of {total} steps complete)")
+        said.append(f"{run_dir} ({done} of {counted(total, 'step')} complete)")
     head = (f"{step}: a spot interruption notice ({notice}) stopped the rig's sweep; copied here, interrupted "
             f"with their records kept: {', '.join(said)}")
     if search is not None:

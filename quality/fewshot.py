@@ -21,6 +21,7 @@ from pathlib import Path
 from core.errors import UsageError
 from core.rundir.quality import FewShotPrompt, Question
 from core.rundir.quality_files import questions_sha256, read_questions
+from core.wording import counted
 from quality.generator import generate_questions
 from quality.grading import MARKER
 
@@ -46,14 +47,15 @@ class ExemplarPool:
 def generator_pool(count: int = POOL_SIZE, seed: int = POOL_SEED) -> ExemplarPool:
     return ExemplarPool(
         generate_questions(count, seed=seed),
-        f"the project's generator, seed {seed}, {count} problems",
+        f"the project's generator, seed {seed}, {counted(count, 'problem')}",
     )
 
 
 def file_pool(path: Path) -> ExemplarPool:
     """A question file as the pool; a bad line is refused naming the file and the line."""
     questions = read_questions(path)
-    return ExemplarPool(questions, f"{path.name} (sha256 {questions_sha256(path)[:12]}, {len(questions)} questions)")
+    return ExemplarPool(questions, f"{path.name} (sha256 {questions_sha256(path)[:12]}, "
+                                   f"{counted(len(questions), 'question')})")
 
 
 def normalized(text: str) -> str:
@@ -73,8 +75,8 @@ def draw_exemplars(pool: ExemplarPool, graded: list[Question], shots: int, seed:
     if shots > len(usable):
         dropped = len(pool.questions) - len(usable)
         raise UsageError(
-            f"--shots {shots}: the exemplar pool ({pool.source}) offers {len(usable)} "
-            f"question{'' if len(usable) == 1 else 's'}"
+            f"--shots {shots}: the exemplar pool ({pool.source}) offers "
+            f"{counted(len(usable), 'question')}"
             + (f" once {dropped} equal to graded ones are dropped" if dropped else "")
             + f"; give --shots {len(usable)} or fewer, or a larger --shots-from file"
         )

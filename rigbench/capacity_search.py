@@ -47,6 +47,7 @@ from core.rundir.capacity_search import (
     TargetReading,
     write_search,
 )
+from core.wording import counted
 from rigbench.search_plan import Outcome, SearchPlan
 
 # ---------------------------------------------------------------- the bisection, free of runs
@@ -172,7 +173,7 @@ def judge_probe(run: RunDir, manifest: RunManifest, load: float) -> tuple[Search
 
 
 def plan_text(load: float, step: StepFigures) -> str:
-    return f"{load:g} req/s" if step.rate is not None else f"{load:g} users"
+    return f"{load:g} req/s" if step.rate is not None else counted(float(load), "user")
 
 
 def _reading_why(reading: TargetReading) -> str:
@@ -184,7 +185,8 @@ def _reading_why(reading: TargetReading) -> str:
         return f" ({reading.value:.4g} s, too few requests ({reading.n}) for an interval: measure longer)"
     if reading.high > reading.target_s:
         return f" ({reading.value:.4g} s, but its interval reaches {reading.high:.4g} s > {reading.target_s:g} s)"
-    return (f" ({reading.value:.4g} s [{reading.low:.4g}, {reading.high:.4g}], from {reading.n} requests, too few to "
+    return (f" ({reading.value:.4g} s [{reading.low:.4g}, {reading.high:.4g}], from {counted(reading.n, 'request')}, "
+            "too few to "
             "judge that percentile (a p90 needs 36), or one was cut by the sweep's stop: measure longer)")
 
 

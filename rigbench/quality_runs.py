@@ -34,6 +34,7 @@ from core.rundir.quality import (
     RungInfo,
 )
 from core.rundir.quality_files import EvalDir, LadderDir, question_source, questions_sha256, read_questions
+from core.wording import counted
 from llamacpp.build import build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
 from llamacpp.named_models import NAMED_MODELS, fetch_named_model
@@ -241,7 +242,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
             f"The top rung {options.rungs[0]} is {options.source.name} ({shown_type}) widened with llama-quantize "
             f"--allow-requantize, not an original checkpoint: it holds no more than that file does."
         )
-    say(f"quantizing {len(options.rungs)} rungs of {options.source.name} ({shown_type})")
+    say(f"quantizing {counted(len(options.rungs), 'rung')} of {options.source.name} ({shown_type})")
     rung_infos: list[RungInfo] = []
     base, base_sha = options.source, source_sha
     for index, name in enumerate(options.rungs):
@@ -314,7 +315,7 @@ def run_ladder(options: LadderOptions, *, say: Callable[[str], None] = print) ->
                 )
             say(
                 f"[{position + 1}/{len(manifest.rungs)}] {rung.name}: {rung.size_bytes / 1e6:.1f} MB, "
-                f"asking {len(questions)} questions" + (f" x{repeat}" if repeat > 1 else "")
+                f"asking {counted(len(questions), 'question')}" + (f" x{repeat}" if repeat > 1 else "")
             )
             eval_manifest = EvalManifest(
                 run_id=new_run_id(f"eval-{rung.name}"),

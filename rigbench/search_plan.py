@@ -15,6 +15,7 @@ from core.errors import UsageError
 from core.lists import DECIMAL
 from core.rundir import LoadSettings
 from core.rundir.capacity_search import SearchMode
+from core.wording import counted
 from rigbench.load_options import LoadFlags, LoadRequest
 
 FIND_MAX_HELP = ("search for the most load meeting the --slo targets: users (closed loop, from 1 user) or rate "
@@ -45,7 +46,7 @@ class SearchPlan:
         return "users" if self.mode == "users" else "req/s"
 
     def load_text(self, load: float) -> str:
-        return f"{load:g} {'user' if self.unit == 'users' and load == 1 else self.unit}"
+        return counted(float(load), "user") if self.unit == "users" else f"{load:g} {self.unit}"
 
     def tolerance(self, low: float) -> float:
         """How narrow a bracket whose low end is ``low`` must get."""

@@ -25,6 +25,7 @@ from core.rundir.files import write_json_atomic
 from core.rundir.models import RunStatus, slo_keys
 from core.strict import Strict
 from core.validation import describe_validation_error
+from core.wording import counted
 
 SEARCH_FILE = "capacity_search.json"
 SEARCH_VERSION = 1
@@ -117,7 +118,7 @@ class CapacitySearch(Strict):
     def load_text(self, load: float | None) -> str:
         if load is None:
             return "-"
-        return f"{load:g} {'user' if self.unit == 'users' and load == 1 else self.unit}"
+        return counted(float(load), "user") if self.unit == "users" else f"{load:g} {self.unit}"
 
     def probe(self, load: float | None) -> SearchProbe | None:
         """The probe at ``load`` (the last one, should a load have been probed twice)."""

@@ -33,6 +33,7 @@ import numpy as np
 import psutil
 from pydantic import ValidationError
 
+from core import wording
 from core.errors import RunDirError
 from core.load_reached import FAIL_BELOW, load_reached, sent_rate
 from core.rundir import RequestRecord, RunDir, RunManifest, StepWindow, TelemetrySnapshot
@@ -279,7 +280,8 @@ def _shortfall(step: StepWindow, report: CheckReport) -> str | None:
         cause = "the load generator fell behind its schedule, or the window held too few of its arrivals"
     elif step.users_started is not None and step.users > 0:
         reached = step.users_started / step.users
-        label = f"only {step.users_started} of its {step.users} users had started when its window opened"
+        label = (f"only {step.users_started} of its {wording.counted(step.users, 'user')} had started when its "
+                 "window opened")
         cause = "the load generator could not start them in time"
     else:
         return None
@@ -303,7 +305,7 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
             report.damage("records", f"{count} record(s) name step {step}, which the manifest does not list")
     previous_end: float | None = None
     for position, step in enumerate(steps):
-        load = f"{step.rate:g} req/s" if step.rate is not None else f"{step.users} users"
+        load = f"{step.rate:g} req/s" if step.rate is not None else wording.counted(step.users, "user")
         where = f"step {step.index} ({load})"
         if step.measure_start < step.started_at:
             report.damage(where, f"measurement starts {step.started_at - step.measure_start:.3f} s before the step")

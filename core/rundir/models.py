@@ -14,6 +14,7 @@ from core.lists import SWEEP_DRAIN_SECONDS, SWEEP_MAX_ERROR_RATE, SWEEP_READ_TIM
 from core.network import server_url
 from core.rundir.hardware import HardwareInfo
 from core.strict import Strict
+from core.wording import counted
 
 SCHEMA_VERSION = 1
 # how an instance is bought: one spelling for the run record and the price list
@@ -318,7 +319,8 @@ class LoadSettings(Strict):
         if isinstance(self.measure_seconds, list) and len(self.measure_seconds) != self.step_count:
             kind = "rate" if self.open_loop else "user"
             windows = len(self.measure_seconds)
-            raise ValueError(f"measure_seconds has {windows} windows for {self.step_count} {kind} steps")
+            raise ValueError(f"measure_seconds has {counted(windows, 'window')} for "
+                             f"{counted(self.step_count, f'{kind} step')}")
         bad_slo = [key for key in self.slo if key not in slo_keys()]
         if bad_slo:
             raise ValueError(f"slo: unknown figure {bad_slo[0]!r}; expected one of {', '.join(slo_keys())}")

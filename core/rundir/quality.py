@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from core.rundir.models import BuildInfo, ModelInfo, RigInfo, RunStatus, ServerInfo
 from core.strict import Strict
+from core.wording import counted
 
 QUALITY_SCHEMA_VERSION = 1
 FailureKind = Literal["cut_off", "looping", "thinking_opened", "empty", "http_error"]
@@ -112,7 +113,7 @@ class EvalSettings(Strict):
         """How a report names the way answers were asked: ``chat`` or ``completion, 5 shots``."""
         if self.mode == "chat":
             return "chat"
-        return f"completion, {self.shots} shot{'' if self.shots == 1 else 's'}"
+        return f"completion, {counted(self.shots, 'shot')}"
 
 
 class EvalManifest(Strict):

@@ -22,6 +22,7 @@ from core.errors import RigbenchError, RunDirError
 from core.rundir import RunDir
 from core.rundir.quality_files import EVAL_MANIFEST, LADDER_MANIFEST
 from core.whole_files import write_whole
+from core.wording import counted
 from rigbench.cloud.record import CloudRunFolder, CloudRunRecord
 from rigbench.cloud.settings import CloudSettings
 from rigbench.decode_bytes import decode_bytes_for_runs
@@ -91,7 +92,7 @@ def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, recor
     best = plans[0] if plans and plans[0].instances is not None else None
     verdict = (f"recommended: {best.run_label} at {best.price.label}: {best.instances} instance(s), "
                f"${best.usd_per_hour:.3f}/h" if best else "no measured rig meets the targets")
-    text = (f"# Plan: {targets.users} users, each >= {targets.min_tok_s:g} tok/s, TTFT p90 <= "
+    text = (f"# Plan: {counted(targets.users, 'user')}, each >= {targets.min_tok_s:g} tok/s, TTFT p90 <= "
             f"{targets.ttft_p90_s:g} s\n\n{plan_table(plans)}\n\n{verdict}\n")
     write_whole(folder.root / PLAN_FILE, text)
     record.plan = PLAN_FILE

@@ -14,6 +14,7 @@ from analysis.report_model import build_section
 from core.errors import AnalysisError
 from core.instance_types import known_types
 from core.whole_files import unwritten_said_as
+from core.wording import counted
 
 EXIT_CODES = (
     "Exit codes: 0 no regression and every limit met; 1 a regression or a missed limit (the table says which); "
@@ -82,8 +83,8 @@ def gate(
     theirs = GatedRun.from_sections(base_sections, "--baseline")
     thresholds = Thresholds(max_drop=max_drop / 100, min_tok_s=min_tok_s, max_ttft_p90_s=max_ttft_p90)
     result = judge(ours, theirs, thresholds, allow_different=allow_different)
-    typer.echo(f"run      = {ours.label} ({len(ours.runs)} run{'s' if len(ours.runs) > 1 else ''})\n"
-               f"baseline = {theirs.label} ({len(theirs.runs)} run{'s' if len(theirs.runs) > 1 else ''})")
+    typer.echo(f"run      = {ours.label} ({counted(len(ours.runs), 'run')})\n"
+               f"baseline = {theirs.label} ({counted(len(theirs.runs), 'run')})")
     typer.echo(
         f"a regression: worse than the baseline by more than {max_drop:g}% and beyond the spread between runs "
         "(with one run a side: the two runs' 95% intervals apart)\n"

@@ -24,6 +24,7 @@ from core.errors import AnalysisError, UsageError
 from core.instance_types import known_types
 from core.rundir.capacity_search import CapacitySearch, is_search, read_search
 from core.whole_files import unwritten_said_as, write_whole
+from core.wording import counted
 from rigbench.autotune import is_tuning, kept_run
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
@@ -105,7 +106,7 @@ def plan(
     targets = Targets(users=users or 0, min_tok_s=min_tok_s if min_tok_s is not None else 0.0,
                       ttft_p90_s=ttft_p90 if ttft_p90 is not None else math.inf, rate=rate)
     plans = plans_for_sections(sections, targets, by_run)
-    demand = f"{rate:g} requests/s" if rate is not None else f"{users} users"
+    demand = f"{rate:g} requests/s" if rate is not None else counted(users, "user")
     if sweeps:
         typer.echo(f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
                    f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors")

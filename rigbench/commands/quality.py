@@ -32,6 +32,7 @@ from core.rundir import new_run_id, server_at, utc_now
 from core.rundir.quality import EvalManifest
 from core.rundir.quality_files import EvalDir, LadderDir, write_question_file
 from core.signals import stop_signals_as_keyboard_interrupt
+from core.wording import counted
 from llamacpp.build import BACKENDS, build_llama_cpp
 from llamacpp.quantize import DEFAULT_RUNGS
 from loadtest.preflight import check_url, preflight
@@ -236,7 +237,7 @@ def generate(
         out, questions, f"rigbench quality questions generate --count {count} --seed {seed} --max-steps {max_steps}"
         f" --max-number {max_number}"
     )
-    typer.echo(f"{out}: {len(questions)} questions")
+    typer.echo(f"{out}: {counted(len(questions), 'question')}")
 
 @questions_app.command("gsm8k", epilog=EXIT_CODES)
 def gsm8k(
@@ -247,7 +248,7 @@ def gsm8k(
 
     questions, source = download_gsm8k(limit)
     write_question_file(out, questions, source)
-    typer.echo(f"{out}: {len(questions)} questions ({source})")
+    typer.echo(f"{out}: {counted(len(questions), 'question')} ({source})")
 
 @app.command("eval", epilog=EXIT_CODES)
 def eval_command(
@@ -428,7 +429,7 @@ def eval_compare(
     with httpx.Client(timeout=30.0) as client:
         mismatches = repeat_mismatches(pairs, lambda text: tokenize(client, base, text) if base else None)
     typer.echo(
-        f"{len(common)} questions: texts differ on {len(mismatches)}, extracted answers on "
+        f"{counted(len(common), 'question')}: texts differ on {len(mismatches)}, extracted answers on "
         f"{sum(not m.same_extracted for m in mismatches)}, grades on {sum(not m.same_grade for m in mismatches)}"
     )
     if mismatches:
@@ -464,7 +465,7 @@ def regrade(
         for eval_folder in evals:
             moved = regrade_eval(eval_folder)
             typer.echo(
-                f"{eval_folder}: {moved.answers} answers, {moved.extracted_changed} read differently, "
+                f"{eval_folder}: {counted(moved.answers, 'answer')}, {moved.extracted_changed} read differently, "
                 f"{moved.grade_changed} graded differently"
             )
         if ladder.manifest_path.exists() and (folder / "report.md").exists():

@@ -14,6 +14,7 @@ from core.errors import LoadTestError
 from core.lists import DEFAULT_USER_STEPS, STEPS_HELP, parse_counts, parse_rates
 from core.repeat_order import interleaved, new_series_id
 from core.whole_files import write_whole
+from core.wording import counted
 from loadtest.process_capacity import save_capacity
 from rigbench import fidelity
 from rigbench.fidelity import capacity, results_table
@@ -91,7 +92,7 @@ def selftest(
         for tolerance in fidelity.TOLERANCES
     ]
     summary = (
-        (f"{top.rate:g} req/s" if top.rate is not None else f"{top.users} users")
+        (f"{top.rate:g} req/s" if top.rate is not None else counted(top.users, "user"))
         + f" x {tok_s:g} tok/s, {tokens_per_chunk} token(s) per chunk, {processes} process(es): "
         + "; ".join(verdicts)
         + f"\nhighest aggregate rate followed ({fidelity.FOLLOWED_RULE}): "

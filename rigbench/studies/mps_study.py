@@ -40,6 +40,7 @@ from core.errors import StudyError
 from core.llama_bench import llama_bench_args
 from core.profile import load_profile
 from core.whole_files import write_whole
+from core.wording import counted
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import build_llama_cpp
 from llamacpp.joined_model import GEMMA3_270M
@@ -134,7 +135,7 @@ class MpsStudy(GpuStudy):
                 continue
             result = run_trial(base, planned, out, bench_tg=self.tg128())
             self.log(f"{folder}: {name} {result.status}: {result.aggregate_tok_s_at_max_users} tok/s at "
-                     f"{result.max_users} users" + (f" ({result.error[:200]})" if result.error else ""))
+                     + counted(result.max_users, "user") + (f" ({result.error[:200]})" if result.error else ""))
             self.record("run", label=trial.name, repeat=index, status=result.status, run=result.run_path,
                         error=result.error)
         return read_trials(out / LOG_NAME)

@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from core.errors import StudyError
 from core.whole_files import write_whole
+from core.wording import counted
 from llamacpp.build import build_llama_cpp
 from llamacpp.server import LocalServer
 from llamacpp.synthetic_models import write_synthetic_model
@@ -39,7 +40,8 @@ def slot_ids(layout: str, users: int, slots: int) -> list[int]:
     if layout == "spread":
         stride = slots // users
         if stride < 2:
-            raise ValueError(f"spread needs at least twice as many slots as users ({slots} slots, {users} users)")
+            raise ValueError(f"spread needs at least twice as many slots as users ({counted(slots, 'slot')}, "
+                             f"{counted(users, 'user')})")
         return [i * stride for i in range(users)]
     raise ValueError(f"unknown layout {layout!r}: consecutive or spread")
 

@@ -124,7 +124,7 @@ def test_a_run_against_itself_passes(runs) -> None:
 def test_the_cpu_sampling_arm_fails_against_the_gpu_sampling_one(runs) -> None:
     result = gate(runs[SEED_MANY], runs[BACKEND_SAMPLING], Thresholds())
     assert failed(result) == [
-        ("1 users", "per-user tok/s"),
+        ("1 user", "per-user tok/s"),
         ("64 users", "aggregate tok/s"),
         ("64 users", ON_DEMAND),
     ]
@@ -132,7 +132,7 @@ def test_the_cpu_sampling_arm_fails_against_the_gpu_sampling_one(runs) -> None:
     aggregate = by_name["64 users", "aggregate tok/s"]
     assert aggregate.change == pytest.approx(722.5 / 1589.8 - 1, abs=1e-3)
     assert aggregate.failures == ("worse by 54.6%, 95% intervals apart",)
-    assert by_name["1 users", "aggregate tok/s"].failures == ()  # one user: the same within the noise
+    assert by_name["1 user", "aggregate tok/s"].failures == ()  # one user: the same within the noise
     assert math.isclose(by_name["64 users", ON_DEMAND].change, 1589.8 / 722.5 - 1, abs_tol=1e-3)  # price / tok/s
     table = markdown_table(result).splitlines()
     assert [cell.strip() for cell in table[0].split("|")[1:-1]] == [
@@ -144,20 +144,20 @@ def test_the_cpu_sampling_arm_fails_against_the_gpu_sampling_one(runs) -> None:
 def test_the_faster_arm_fails_only_where_it_is_worse(runs) -> None:
     """Sampling on the GPU is faster at 64 users, but its first token comes later for one user."""
     result = gate(runs[BACKEND_SAMPLING], runs[SEED_MANY], Thresholds())
-    assert failed(result) == [("1 users", "TTFT p90")]
+    assert failed(result) == [("1 user", "TTFT p90")]
 
 
 def test_a_larger_allowed_drop_and_the_absolute_limits(runs) -> None:
     result = gate(runs[SEED_MANY], runs[BACKEND_SAMPLING], Thresholds(max_drop=0.6, min_tok_s=290, max_ttft_p90_s=0.07))
     assert failed(result) == [
-        ("1 users", "per-user tok/s"),  # 284.3 tok/s, below 290
+        ("1 user", "per-user tok/s"),  # 284.3 tok/s, below 290
         ("64 users", "per-user tok/s"),  # no request finished inside the 64-user window: no value to hold to it
         ("64 users", "TTFT p90"),
         ("64 users", ON_DEMAND),  # +120%, beyond 60%
     ]
     by_name = {(check.step, check.figure.name): check for check in result.checks}
-    assert by_name["1 users", "per-user tok/s"].failures == ("below --min-tok-s 290",)
-    assert by_name["1 users", "TTFT p90"].failures == ()  # 65 ms, under 70 ms
+    assert by_name["1 user", "per-user tok/s"].failures == ("below --min-tok-s 290",)
+    assert by_name["1 user", "TTFT p90"].failures == ()  # 65 ms, under 70 ms
     assert by_name["64 users", "TTFT p90"].failures == ("no value to hold to --max-ttft-p90 0.07 s",)
 
 
@@ -186,8 +186,8 @@ def test_runs_that_share_no_step_are_unusable(runs) -> None:
     with pytest.raises(AnalysisError) as refused:
         gate(runs[CONTEXT_32K], runs[CONTEXT_0], Thresholds())
     assert str(refused.value) == (
-        f"run {CONTEXT_32K.name} and baseline {CONTEXT_0.name} share no step (run: 1 users, context 32768; "
-        "baseline: 1 users); gate against a baseline swept over the same steps"
+        f"run {CONTEXT_32K.name} and baseline {CONTEXT_0.name} share no step (run: 1 user, context 32768; "
+        "baseline: 1 user); gate against a baseline swept over the same steps"
     )
 
 
@@ -213,7 +213,7 @@ def test_junit_has_a_testcase_per_check_and_a_failure_per_regression(runs, tmp_p
     assert len(cases) == 10 and suite.get("skipped") == "3"  # 64 users: no request finished in the window
     failures = [(case.get("classname"), case.get("name")) for case in cases if case.find("failure") is not None]
     assert failures == [
-        ("rigbench gate.1 users", "per-user tok/s"),
+        ("rigbench gate.1 user", "per-user tok/s"),
         ("rigbench gate.64 users", "aggregate tok/s"),
         ("rigbench gate.64 users", ON_DEMAND),
     ]

@@ -81,7 +81,7 @@ def test_a_step_whose_requests_failed_is_said_to_have_failed_with_the_fix(kit) -
     manifest = judge(kit.make_run("failed", [kit.window()], {"p0": records}))
     assert manifest.status == "failed"
     assert manifest.status_detail.startswith(
-        "step 0 (1 users): no request of the step ended successfully in its measured window (the others: 3 timeout), "
+        "step 0 (1 user): no request of the step ended successfully in its measured window (the others: 3 timeout), "
         "so nothing was measured; its requests failed (3 timed out): streams stall past --read-timeout"), (
         manifest.status_detail)
     assert "--measure" not in manifest.status_detail

@@ -263,7 +263,7 @@ def test_insane_windows(tmp_path):
     run.write_manifest(manifest.model_copy(update={"steps": steps}))
     messages = [f"{f.where}: {f.message}" for f in check_run(run.path).damaged]
     assert messages == [
-        f"step 0 (1 users): measure window is empty or reversed ({first.measure_start} .. {first.measure_start - 1})",
+        f"step 0 (1 user): measure window is empty or reversed ({first.measure_start} .. {first.measure_start - 1})",
         "step 1 (2 users): measurement starts 1.000 s before the step",
         "step 1 (2 users): starts 4.000 s before the previous step ended",
     ]

@@ -329,7 +329,7 @@ def test_requests_longer_than_the_sweep_end_as_interrupted_with_every_worker_gon
         assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], "a locust process outlived run_sweep"
     assert manifest.status == "failed", manifest.status_detail
     assert manifest.status_detail.startswith(
-        "step 0 (1 users): no request of the step ended successfully in its measured window (the others: "
+        "step 0 (1 user): no request of the step ended successfully in its measured window (the others: "
         "1 interrupted)")
     records = run.read_records()
     assert len(records) == 4  # one long request per user, each recorded once

@@ -48,7 +48,7 @@ def test_a_run_against_itself_passes_with_a_markdown_table() -> None:
         "instance type; --price-as TYPE prices it as one, --usd-per-hour USD at a given hourly price"
     )
     assert lines[6].startswith("| step ") and lines[7].startswith("|----")
-    assert len([line for line in lines if line.startswith("| 1 users ") or line.startswith("| 64 users ")]) == 8
+    assert len([line for line in lines if line.startswith("| 1 user ") or line.startswith("| 64 users ")]) == 8
     assert "$/Mtok" not in "".join(lines[6:])
     assert lines[-1] == "gate: pass (8 checks)"
     priced = gate(BACKEND_SAMPLING, "--baseline", BACKEND_SAMPLING, *PRICE_AS)
@@ -70,7 +70,7 @@ def test_a_slower_run_exits_1_and_writes_junit(tmp_path: Path) -> None:
         f"| 64 users | {'aggregate tok/s':<{len(ON_DEMAND)}} | 1,589.8 [1,581.8, 1,600.4] | 722.5 [719.1, 724.2] "
         "| -54.6%   | apart, worse    | FAIL: worse by 54.6%, 95% intervals apart"
     ) in result.output
-    assert result.output.splitlines()[-2].startswith("gate: FAIL, 3 of 10 checks: 1 users per-user tok/s, 64 users")
+    assert result.output.splitlines()[-2].startswith("gate: FAIL, 3 of 10 checks: 1 user per-user tok/s, 64 users")
     assert result.output.splitlines()[-1] == f"junit: {junit}"
     failures = ET.parse(junit).getroot().findall("./testsuite/testcase/failure")
     assert len(failures) == 3

@@ -153,7 +153,7 @@ def test_selftest_aa_sweeps_the_ground_truth_as_one_arms_repeats(tmp_path: Path)
     manifests = [RunDir(path).read_manifest() for path in sorted((tmp_path / "runs").iterdir())]
     assert [(m.repeat.arm, m.repeat.index, m.repeat.of) for m in manifests] == [("selftest", 1, 2),
                                                                                 ("selftest", 2, 2)]
-    assert "A/A: 2 runs of the same ground truth" in result.output and "| 1 users | aggregate tok/s |" in result.output
+    assert "A/A: 2 runs of the same ground truth" in result.output and "| 1 user | aggregate tok/s |" in result.output
     assert "A/A verdict: needs 4 runs or more" in out.read_text()
 
 
