@@ -28,6 +28,7 @@ import psutil
 
 from core.errors import LlamaCppError
 from core.network import bind_error, free_port, server_url
+from core.rundir.server_ended import ServerEnded
 
 LOOPBACK = "127.0.0.1"
 WILDCARDS = ("0.0.0.0", "::")
@@ -190,9 +191,16 @@ class LocalServer:
     def exit_said(self, name: str = "llama-server") -> str | None:
         """``NAME (URL) exited with code N; its log: PATH`` once the process has ended on its own; None while it
         runs or before it started."""
+        ended = self.ended(name)
+        return ended.said() if ended is not None else None
+
+    def ended(self, name: str = "llama-server") -> ServerEnded | None:
+        """The record of its end once the process has ended on its own (for a sweep in another process to read);
+        None while it runs or before it started."""
         if self.process is None or self.process.poll() is None:
             return None
-        return f"{name} ({self.base_url}) exited with code {self.process.returncode}; its log: {self.log_path}"
+        return ServerEnded(name=name, url=self.base_url, exit_code=self.process.returncode,
+                           log=str(self.log_path) if self.log_path else None, ended_at=time.time())
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``timeout``; returns once it has

@@ -381,11 +381,15 @@ class SweepController:
             self.run.update_manifest(warnings=[*manifest.warnings, *ridden])
 
     def _watch_errors(self) -> None:
-        """Once a second, the error rules of ``loadtest.error_watch`` over the master's totals."""
+        """Once a second, the error rules of ``loadtest.error_watch`` over the master's totals, and the run's
+        record of a server that ended (``core.rundir.server_ended``), which stops the sweep at once."""
         while True:
             gevent.sleep(1.0)
             detail = self._observe_errors()
             self._note_outages_ridden()
+            ended = ServerEnded.read(self.run.path) if self.run is not None else None
+            if ended is not None:  # the process that started the server says it exited: no ride-out brings it back
+                detail = self.watch.server_ended(ended.said(), ended.ended_at)
             if detail is not None:
                 self._fail(detail, since=self.watch.away_since)
                 return

@@ -10,6 +10,9 @@ ended in each second (Locust counts a request when it ends):
   successful request between them are held, not judged, for up to ``outage_seconds``
   (``--ride-out``). A success within it ends the outage: its refusals are recorded (every record is
   kept) and left out of the error rate, and the outage is noted (``ridden``); past it they count;
+- but a server whose process has ended, as the process that started it says (``core.rundir.server_ended``:
+  the local rig's own llama-server, which nothing restarts), is not waited for: the sweep stops at once
+  with its exit code and log (``server_ended``);
 - refused connections with no successful request between them, past the ride-out, mean the server
   is gone: users back off after a refusal, so their count stays low and the error rate alone would
   not see it (as many as the step has users, and at least ``--min-requests-for-error-rate``, and
@@ -224,6 +227,18 @@ class ErrorWatch:
     def outage_began(self) -> float | None:
         """When the outage under way began (the first refusal since the last success), None when there is none."""
         return self.outage.began if self.outage is not None and self.outage.refused else None
+
+    def server_ended(self, said: str, ended_at: float) -> str:
+        """The server's process ended at ``ended_at`` (``said``: its name, exit code and log) and nothing restarts
+        it: the stop's line at once, the ride-out not waited. Steps that ended before it went away (its end, or
+        the first failure of the outage it made, whichever came first) stay complete."""
+        self.away_since = min(t for t in (self.outage_began(), self.refused_from, ended_at) if t is not None)
+        outage = self.outage
+        seen = f" ({kinds_said(outage.kinds)} since the last successful request)" if outage and outage.kinds else ""
+        return (
+            f"the server stopped answering: {said}{seen}; nothing restarts it, so the sweep did not wait out "
+            f"--ride-out ({self.outage_seconds:g} s). Sweep stopped, records kept"
+        )
 
     def gone_line(self, now: float) -> str:
         """The server is gone: the stop's line (``now``: when it is said)."""

@@ -46,6 +46,7 @@ from loadtest.resume import go_on_command
 from loadtest.sweep import interrupted_error
 from rigbench.load_options import settle_load
 from rigbench.model_downloads import hub_provenance
+from rigbench.server_ends import ends_written
 from rigbench.sweep_runs import SweepPlan, sweep_servers
 
 # The local rig's load where its caller gives none: a quick look (rigbench sweep's windows are 10 s and 30 s).
@@ -323,7 +324,8 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
                     replicas=served_at(prepared).replicas, server_threads=server_threads(prepared.server_args),
                     premade=[first], repeat=options.repeat)
                 try:
-                    sweep_servers(plan, result)
+                    with ends_written(named_servers(prepared), result.runs):  # no ride-out for a server that ended
+                        sweep_servers(plan, result)
                 finally:  # read before the servers stop: a server that died under the load is said with its exit
                     gone = servers_gone(prepared)
         except KeyboardInterrupt:
@@ -347,8 +349,17 @@ def _run_local_rig(options: LocalRigOptions, console: Console) -> Path:
             # The report is still written (it counts what failed), but the command must not
             # look like a success.
             say_how_to_go_on([Path(path) for path in result.runs], options.profile, console)
-            raise RunIncomplete(f"{'; '.join(result.failures + gone)}; report at {report}")
+            unsaid = [line for line in gone if not any(line in failure for failure in result.failures)]
+            raise RunIncomplete(f"{'; '.join(result.failures + unsaid)}; report at {report}")
         return report
+
+
+def named_servers(prepared: PreparedServer) -> list[tuple[str, LocalServer]]:
+    """Each local server with the name its lines give it: the one llama-server, or each replica."""
+    if prepared.replicas is None:
+        return [("llama-server", prepared.server)]
+    return [(f"replica {plan.index}", server) for plan, server in zip(prepared.replicas.plans,
+                                                                       prepared.replicas.servers, strict=True)]
 
 
 def servers_gone(prepared: PreparedServer) -> list[str]:

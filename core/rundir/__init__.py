@@ -5,6 +5,7 @@
     jsonl.py     a run's JSONL files read plain or gzipped (``rigbench compact``), one way for every reader
     columns.py   every record as one Arrow table, in bulk: from the shards, or the run's side file
     manifest.py  the one builder of a new run's manifest
+    server_ended.py  a local server's exit, written by the process that started it for the sweep to read
     check.py     every problem of a run directory, listed (``rigbench check``)
     compact.py   a finished run made small enough to commit (``rigbench compact``)
     schema.py    the JSON Schema generated from the models (``rigbench schema``)

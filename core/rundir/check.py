@@ -37,8 +37,8 @@ from core import wording
 from core.errors import RunDirError
 from core.load_reached import FAIL_BELOW, load_reached, sent_rate
 from core.rundir import RequestRecord, RunDir, RunManifest, StepWindow, TelemetrySnapshot
-from core.validation import describe_validation_error
 from core.rundir.jsonl import forms
+from core.validation import describe_validation_error
 
 Severity = Literal["damage", "warning"]
 # A writer may record its pid beside the manifest (``<anything>.pid``); shards are named

@@ -40,6 +40,17 @@ def test_a_server_that_dies_just_after_a_success_is_seen_the_next_second() -> No
     assert detail.startswith("the server stopped answering: 16 refused connections since the last successful")
 
 
+def test_a_server_whose_process_ended_is_not_ridden_out() -> None:
+    watch = ErrorWatch(max_error_rate=0.9, min_requests=10, outage_seconds=60)
+    watch.observe(100, 0, [], now=1.0)
+    assert watch.observe(104, 4, [("connect: refused", 4)], users=4, now=2.0) is None  # ridden out, for now
+    detail = watch.server_ended("llama-server (http://127.0.0.1:1) exited with code -9; its log: x.log", 1.8)
+    assert detail.startswith("the server stopped answering: llama-server (http://127.0.0.1:1) exited with code -9; "
+                             "its log: x.log (4 refused connections since the last successful request)"), detail
+    assert "--ride-out (60 s)" in detail
+    assert watch.away_since == 1.0, "from the first refusal (the observation before it), not the end seen later"
+
+
 def test_a_busy_step_needs_as_many_refusals_as_it_has_users() -> None:
     watch = ErrorWatch(max_error_rate=0.9, min_requests=10)
     watch.observe(100, 0, [])

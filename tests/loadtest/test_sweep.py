@@ -15,6 +15,7 @@ import pytest
 
 from core.errors import LoadTestError, RunIncomplete
 from core.rundir import LoadSettings, RunDir, new_manifest, server_at
+from core.rundir.server_ended import ServerEnded
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.prompts import CATEGORIES
 from loadtest.selftest import run_selftest
@@ -214,6 +215,39 @@ def test_a_server_that_restarts_for_3_s_is_ridden_out_with_its_refusals_recorded
     ridden = [warning for warning in manifest.warnings if "ridden out" in warning]
     assert len(ridden) == 1 and ridden[0].startswith("step 0 (2 users): the server was away: no request "
                                                      "succeeded for "), manifest.warnings
+
+
+def test_a_server_whose_end_the_run_records_is_not_ridden_out(tmp_path: Path) -> None:
+    """The server goes away 1 s into a 60 s step under a 60 s ride-out, and the process that started it writes
+    its end into the run (as the local rig does): the sweep stops within seconds, naming the exit, step 0 kept
+    complete and step 1 not (a --resume runs it again)."""
+    config = GroundTruthConfig(ttft_ms=5, itl_ms=2, model="default", slots=4)
+    settings = LoadSettings(user_steps=[2, 2], warmup_seconds=0.5, measure_seconds=[1.5, 60], max_tokens=8,
+                            outage_seconds=60)
+    server = GroundTruthServer(config, tmp_path / "truth.jsonl").__enter__()
+    run = new_run(tmp_path, settings, server.port, slots=4)
+    ended = ServerEnded(name="llama-server", url=server.base_url, exit_code=-9, log="/tmp/its.log", ended_at=0)
+
+    def end() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and run.read_manifest().last_complete_step is None:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        server.__exit__()
+        ended.model_copy(update={"ended_at": time.time()}).write(run.path)
+
+    ender = threading.Thread(target=end)
+    ender.start()
+    started = time.monotonic()
+    try:
+        manifest = run_sweep(run, server.base_url, progress=False)
+    finally:
+        ender.join()
+        server.__exit__()
+    assert time.monotonic() - started < 30, "the ride-out (or the 60 s step) was waited out"
+    assert manifest.status == "failed" and manifest.last_complete_step == 0, manifest
+    assert manifest.status_detail.startswith(f"the server stopped answering: {ended.said()}"), manifest.status_detail
+    assert any(record.ok and record.step == 1 for record in run.read_records()), "step 1's records are kept"
 
 
 def test_each_window_records_the_users_running_as_it_opens(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from rich.console import Console
 
 import analysis.report
 from core.rundir import LoadSettings, RequestRecord, RunDir, new_manifest, server_at
+from core.rundir.server_ended import ServerEnded
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.sweep import run_sweep
 from rigbench.local_rig import say_what_ran
@@ -124,11 +125,10 @@ def new_run(root: Path, settings: LoadSettings, port: int, slots: int) -> RunDir
     return RunDir.create(root, manifest)
 
 
-def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4") -> subprocess.Popen:
+def start_local_rig(runs: Path, users: str = "2,4", measure: str = "4", ride_out: str = "1") -> subprocess.Popen:
     return subprocess.Popen(
-        # a killed server is said at once: no supervisor brings it back for a ride-out to wait for
         [RIGBENCH, "local", "--steps", users, "--warmup", "0.5", "--measure", measure, "--max-tokens", "16",
-         "--ride-out", "1", "--runs-dir", str(runs)],
+         "--ride-out", ride_out, "--runs-dir", str(runs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
     )
 
@@ -169,23 +169,27 @@ class FaultedRun:
     returncode: int
     stderr: str
     server_port: int
+    seconds_to_end: float  # from the hurt to the command's exit
 
 
-def fault_local_rig(runs: Path, hurt: Callable[[subprocess.Popen], None]) -> FaultedRun:
-    """Start ``rigbench local``, wait until step 0 is done and step 1 under way, then ``hurt`` it."""
-    process = start_local_rig(runs)
+def fault_local_rig(runs: Path, hurt: Callable[[subprocess.Popen], None], **rig: str) -> FaultedRun:
+    """Start ``rigbench local`` (``rig``: :func:`start_local_rig`'s options), wait until step 0 is done and step 1
+    under way, then ``hurt`` it."""
+    process = start_local_rig(runs, **rig)
     try:
         run_path = wait_for_records(runs, process)
         wait_for_first_step(run_path, process)
         port = RunDir(run_path).read_manifest().server.port
         before = completed_lines(run_path)
+        hurt_at = time.monotonic()
         hurt(process)
         _, stderr = process.communicate(timeout=180)
+        seconds = time.monotonic() - hurt_at
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    return FaultedRun(run_path, before, process.returncode, stderr, port)
+    return FaultedRun(run_path, before, process.returncode, stderr, port, seconds)
 
 
 def kill_llama_server(process: subprocess.Popen) -> None:
@@ -224,6 +228,31 @@ def test_llama_server_killed_mid_step_makes_rigbench_local_exit_non_zero_saying_
     line = last_line(server_killed.stderr)
     assert server_killed.run_path.name in line and "failed" in line, server_killed.stderr
     assert "llama-server (http://127.0.0.1:" in line and "exited with code -9" in line, line  # the cause, named
+
+
+@pytest.fixture(scope="module")
+def server_killed_in_a_long_step(tmp_path_factory: pytest.TempPathFactory, llama_server_binary: Path) -> FaultedRun:
+    """Killed early in a 60 s step under a 60 s ride-out: waiting out either would take a minute."""
+    return fault_local_rig(tmp_path_factory.mktemp("killed-long") / "runs", kill_llama_server, measure="4,60",
+                           ride_out="60")
+
+
+def test_a_local_server_that_exits_is_not_ridden_out_the_run_fails_at_once_naming_its_exit(
+    server_killed_in_a_long_step: FaultedRun,
+) -> None:
+    killed = server_killed_in_a_long_step
+    # nothing restarts a server rigbench local started: its end, written into the run, stops the sweep at once
+    assert killed.seconds_to_end < 40, f"the run took {killed.seconds_to_end:.0f} s to fail: the ride-out was waited"
+    ended = ServerEnded.read(killed.run_path)
+    assert ended is not None and ended.exit_code == -9 and ended.url == f"http://127.0.0.1:{killed.server_port}"
+    said = f"llama-server (http://127.0.0.1:{killed.server_port}) exited with code -9; its log: "
+    manifest = RunDir(killed.run_path).read_manifest()
+    assert manifest.status == "failed" and manifest.last_complete_step == 0  # step 1 runs again on --resume
+    assert said in manifest.status_detail and "--ride-out" in manifest.status_detail, manifest.status_detail
+    assert killed.before <= completed_lines(killed.run_path), "a completed record was lost"
+    line = last_line(killed.stderr)
+    assert killed.returncode == 1 and killed.run_path.name in line and "failed" in line, killed.stderr
+    assert said in line and line.count("exited with code") == 1, line  # the cause, named once
 
 
 # ---------------------------------------------------------------- 2. faults inside requests, at the run level
