@@ -36,6 +36,12 @@ names the machine that did in its label (``g6e.xlarge on-demand (hypothetical), 
 cores)``) and in the plan's JSON (``measured_on``): a plan read off a CPU run and priced as an L40S
 says so on every line.
 
+An arm run in repeats (``--repeats N``: runs of one series and arm) is one candidate, not N: its runs measured one
+rig. A plan must hold on the worst run seen, so its instances are sized from the lowest capacity among the repeats,
+its $/Mtok and J/token are that repeat's, and its basis names every repeat's capacity (``lowest of 3 repeats (8, 8,
+6 users): ...``). A repeat whose smallest step has no figure to read is absent (-) there, not a capacity of 0.
+Repeats of one arm that measured different workloads are refused, as ``rigbench gate`` refuses them.
+
 Plans are ranked by $/h, then $/Mtok. Beside each plan: the share of the card's bandwidth roof
 (``analysis.roofline``) that the last measured step meeting the targets reached, so a plan that
 leaves most of the card's memory bandwidth unused says so.
@@ -52,11 +58,15 @@ from tabulate import tabulate
 
 from analysis.cost import PriceChoice, dollars_per_mtok
 from analysis.figures import RunFigures
+from analysis.gate import WORKLOAD_KEYS, workload
 from analysis.goodput_section import targets_text
 from analysis.intervals import Estimate
+from analysis.repeats import ArmRuns, arms_of
 from analysis.roofline import RunRoofline, StepRoofline
 from analysis.step import StepFigures
+from core.errors import AnalysisError
 from core.rundir.capacity_search import CapacitySearch
+from core.wording import counted
 
 
 @dataclass(frozen=True)
@@ -94,13 +104,16 @@ class Plan:
     usd_per_mtok: float | None
     roof: StepRoofline | None = None  # the last measured step meeting the targets, against the card's roof
     j_per_token: Estimate | None = None  # the GPUs' joules per output token at that step, where the run sampled them
+    # an arm's repeats pooled into this plan: (run id, repeat index, its capacity; None where it read no figure)
+    repeats: tuple[tuple[str, int, float | None], ...] = ()
+    capacity_from: str | None = None  # the repeat whose capacity, $/Mtok and energy the pooled plan gives
 
     def roof_cell(self) -> str:
         """'12.3% at 16 users' (aggregate tok/s over the batch roof), or '-' without a roofline."""
         if self.roof is None or self.roof.aggregate_fraction is None:
             return "-"
         step = self.roof.figures
-        where = "1 user" if step.rate is None and step.users == 1 else step.load_label
+        where = step.load_label
         return f"{self.roof.aggregate_fraction:.1%} at {where}"
 
     def instances_text(self) -> str:
@@ -133,6 +146,9 @@ class Plan:
             "usd_per_mtok": self.usd_per_mtok,
             "bandwidth_roof_fraction": None if self.roof is None else self.roof.aggregate_fraction,
             "bandwidth_roof_tok_s": None if self.roof is None else self.roof.roof_batch,
+            **({"capacity_from": self.capacity_from, "repeats": [
+                {"run_id": run_id, "repeat": index, "capacity_per_instance": value}
+                for run_id, index, value in self.repeats]} if self.repeats else {}),
         }
 
 
@@ -216,7 +232,7 @@ def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
     ordered = sorted(steps, key=lambda s: s.users)
     last_pass, first_fail = last_pass_first_fail(ordered, targets)
     if last_pass is None:
-        return Capacity(0, None, f"targets not met at the smallest measured step ({ordered[0].users} users)")
+        return Capacity(0, None, f"targets not met at the smallest measured step ({counted(ordered[0].users, 'user')})")
     if first_fail is None:
         return Capacity(
             last_pass.users,
@@ -225,7 +241,7 @@ def capacity(steps: list[StepFigures], targets: Targets) -> Capacity:
         )
     u1, u2 = last_pass.users, first_fail.users
     if first_fail.error_count > 0:
-        return Capacity(u1, conservative_aggregate(last_pass), f"errors at {u2} users; measured step {u1}")
+        return Capacity(u1, conservative_aggregate(last_pass), f"errors at {counted(u2, 'user')}; measured step {u1}")
     limits = [float(u2)]
     p1, p2 = conservative_per_user(last_pass), conservative_per_user(first_fail)
     if p1 is not None and p2 is not None and p2 < targets.min_tok_s:
@@ -327,16 +343,89 @@ def rank(plans: list[Plan]) -> list[Plan]:
 
 def plans_for_sections(sections: list, targets: Targets,
                        searches: Mapping[Path, CapacitySearch] | None = None) -> list[Plan]:
-    """Every (run, price) pair of report sections (``report_model.RunSection``), ranked; ``searches``: by a
-    section's run path, the capacity search it is the best probe of (its capacity is the search's result)."""
+    """Every (candidate, price) pair of report sections (``report_model.RunSection``), ranked: a run is a candidate,
+    except that an arm's repeats are one (:func:`pooled_plans`), since they measured one rig, not several;
+    ``searches``: by a section's run path, the capacity search it is the best probe of (its capacity is the
+    search's result)."""
     searches = searches or {}
-    return rank(
-        [
-            plan_for(section.figures, price, targets, section.roofline, searches.get(section.figures.run.path))
-            for section in sections
-            for price in section.prices
-        ]
-    )
+    plans: list[Plan] = []
+    for arm in arms_of(sections):
+        if poolable(arm, searches):
+            plans += pooled_plans(arm, targets)
+            continue
+        plans += [plan_for(section.figures, price, targets, section.roofline, searches.get(section.figures.run.path))
+                  for section in arm.sections for price in section.prices]
+    return rank(plans)
+
+
+def poolable(arm: ArmRuns, searches: Mapping[Path, CapacitySearch]) -> bool:
+    """Whether an arm's runs pool into one candidate: two or more repeats, each one run (a repeat resumed into a
+    linked run holds part of its sweep in each, and neither part alone reads its capacity), none a search's."""
+    return (len(arm.sections) > 1 and len(set(arm.indexes)) == len(arm.indexes)
+            and not any(section.figures.run.path in searches for section in arm.sections))
+
+
+def reads_no_figure(steps: list[StepFigures]) -> bool:
+    """Whether a sweep's capacity rests on no measured figure: its smallest step had no error but lacks the per-user
+    tok/s or TTFT p90 the targets are read on, so its "not met" is a 0 with nothing behind it, not a capacity."""
+    if not steps:
+        return True
+    first = min(steps, key=lambda step: step.load)
+    return first.error_count == 0 and (conservative_per_user(first) is None or conservative_ttft_p90(first) is None)
+
+
+def refuse_mixed_workloads(arm: ArmRuns) -> None:
+    """Repeats of one arm that measured different workloads are not one rig's runs: pooling them would price one
+    workload by another's capacity, so they are refused, naming the difference (as ``rigbench gate`` does)."""
+    first = arm.sections[0].figures.run.manifest
+    ours = workload(first)
+    for section in arm.sections[1:]:
+        other = section.figures.run.manifest
+        theirs = workload(other)
+        differences = [f"{key} {ours[key][1]} in {first.run_id}, {theirs[key][1]} in {other.run_id}"
+                       for key in WORKLOAD_KEYS if ours[key][0] != theirs[key][0]]
+        if differences:
+            raise AnalysisError(f"runs {first.run_id} and {other.run_id} are repeats of arm {arm.label} but measure "
+                                f"different workloads ({'; '.join(differences)}); a plan pools an arm's repeats, so "
+                                "give repeats of one workload")
+
+
+def worst_first(plan: Plan) -> tuple[float, float]:
+    """The lower capacity first, then the lower aggregate at capacity (one not measured last)."""
+    aggregate = plan.capacity.aggregate_tok_s
+    return plan.capacity.per_instance, math.inf if aggregate is None else aggregate
+
+
+def pooled_plans(arm: ArmRuns, targets: Targets) -> list[Plan]:
+    """One plan per price for an arm run in repeats. A plan must hold on the worst run seen, so instances are sized
+    from the lowest capacity among the repeats, and its $/Mtok, energy and roof come from that same repeat (the
+    lower aggregate on a tie); the basis names every repeat's capacity. A repeat that read no figure
+    (:func:`reads_no_figure`) is shown absent (-) and does not count as the lowest."""
+    refuse_mixed_workloads(arm)
+    manifest = arm.sections[0].figures.run.manifest
+    label = f"{manifest.rig.instance_type or manifest.rig.kind} {arm.label} ({counted(len(arm.sections), 'repeat')})"
+    plans = []
+    for price_label in dict.fromkeys(price.label for section in arm.sections for price in section.prices):
+        readings = []  # (repeat index, run id, its plan, whether its capacity rests on a figure)
+        for index, section in zip(arm.indexes, arm.sections, strict=True):
+            price = next((each for each in section.prices if each.label == price_label), None)
+            if price is not None:
+                readings.append((index, section.figures.run.manifest.run_id,
+                                 plan_for(section.figures, price, targets, section.roofline),
+                                 not reads_no_figure(section.figures.steps)))
+        measured = [(plan, run_id) for _, run_id, plan, read in readings if read]
+        worst, run_id = (min(measured, key=lambda item: worst_first(item[0])) if measured
+                         else (readings[0][2], readings[0][1]))
+        unit = "req/s" if worst.capacity.unit == "requests/s" else "users"
+        values = ", ".join(f"{plan.capacity.per_instance:g}" if read else "-" for _, _, plan, read in readings)
+        absent = "; - read no figure at its smallest step" if not all(read for *_, read in readings) else ""
+        said = (f"lowest of {counted(len(readings), 'repeat')} ({values} {unit}{absent})" if measured
+                else f"no repeat of {len(readings)} read a capacity ({values}{absent})")
+        plans.append(replace(worst, run_label=label, capacity=replace(worst.capacity,
+                                                                       basis=f"{said}: {worst.capacity.basis}"),
+                             repeats=tuple((run, index, plan.capacity.per_instance if read else None)
+                                           for index, run, plan, read in readings), capacity_from=run_id))
+    return plans
 
 
 def plan_table(plans: list[Plan]) -> str:

@@ -28,6 +28,7 @@ from analysis.ceiling import read_ceiling
 from analysis.figures import decode_call_rates
 from analysis.intervals import Estimate
 from analysis.plots import PlotSpec, draw_lines
+from analysis.repeats import between_runs
 from analysis.step import StepFigures
 from analysis.summary import read_summary
 from core.errors import AnalysisError
@@ -36,6 +37,7 @@ from core.profile import RESERVED_SERVER_FLAGS, split_flags
 from core.rundir import RunDir
 from core.validation import describe_validation_error
 from core.whole_files import unwritten_said_as, write_whole
+from core.wording import counted
 
 PUBLISHED_L4_FILE = Path(__file__).resolve().parent / "data" / "published-l4.json"
 SEED_L4 = json.loads(PUBLISHED_L4_FILE.read_text())["figures"]
@@ -160,13 +162,67 @@ def source_line(source: str) -> list[str]:
     return [f"From the earlier study `{source}` (its runs, its llama-bench figures).", ""] if source else []
 
 
+REPEATED_TRIALS = (
+    "A trial run more than once (`--repeats`) is one row: each figure is the mean over its complete runs, with the "
+    "1-user server speed and the 64-user aggregate given with their 95% interval between the runs (Student t, "
+    "n = runs), the spread a difference between trials is judged by; autotune picks its trial by the same means.")
+
+
+def trial_repeats(trials: list[dict]) -> list[list[dict]]:
+    """The log's lines by trial, in the order each trial first ran, each trial's runs by repeat: the latest line of
+    each repeat, as autotune reads its own log (a run made again replaces the earlier one; a line from before
+    repeats is repeat 1)."""
+    by_name: dict[str, dict[int, dict]] = {}
+    for trial in trials:
+        by_name.setdefault(trial["name"], {})[trial.get("repeat", 1)] = trial
+    return [[runs[index] for index in sorted(runs)] for runs in by_name.values()]
+
+
+def between_cell(values: list[float], digits: int = 1) -> str:
+    """The mean of the runs' figures with its 95% interval between them (just the figure where one run has it)."""
+    estimate = between_runs(values)
+    if estimate.low is None or estimate.high is None:
+        return fmt(estimate.value, digits)
+    return f"{fmt(estimate.value, digits)} [{fmt(estimate.low, digits)}, {fmt(estimate.high, digits)}]"
+
+
+def repeated_trial_row(runs: list[dict]) -> list[str]:
+    """A trial run more than once, as one row: why a mean and not each run, or the best run: the table compares
+    trials, and a trial's expected speed is what a choice between them rests on; the interval says how far its runs
+    landed apart. Figures over the complete runs; the ratio is of the means."""
+    first, complete = runs[0], [run for run in runs if run["status"] == "complete"]
+
+    def values(name: str) -> list[float]:
+        return [float(run[name]) for run in complete if run.get(name) is not None]
+
+    def mean(name: str) -> float | None:
+        found = values(name)
+        return sum(found) / len(found) if found else None
+
+    statuses = {run["status"] for run in runs}
+    status = (f"{statuses.pop()} ({counted(len(runs), 'run')})" if len(statuses) == 1
+              else f"{len(complete)} of {counted(len(runs), 'run')} complete")
+    many = (first.get("max_users") or 0) > 1
+    one_user, agg = mean("one_user_server_tok_s"), mean("aggregate_tok_s_at_max_users")
+    return [
+        first["name"], " ".join(first["overrides"]) or "(profile as is)", status,
+        between_cell(values("one_user_server_tok_s")), fmt(mean("one_user_client_tok_s")),
+        fmt(mean("one_user_vs_bench"), 3), between_cell(values("aggregate_tok_s_at_max_users")) if many else "-",
+        fmt(agg / one_user, 2) if many and agg and one_user else "-",
+    ]
+
+
 def autotune_section(study: Path, tg128: float | None, source: str = "") -> list[str]:
     path = study / "autotune" / "autotune.jsonl"
     if not path.exists():
         return []
     trials = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = []
-    for t in trials:
+    for runs in trial_repeats(trials):
+        if len(runs) > 1:
+            rows.append(repeated_trial_row(runs))
+            continue
+        (t,) = runs
         ratio = t.get("one_user_vs_bench")
         one_user = t.get("one_user_server_tok_s")
         agg = t.get("aggregate_tok_s_at_max_users")
@@ -183,6 +239,7 @@ def autotune_section(study: Path, tg128: float | None, source: str = "") -> list
         "line), a fresh server, 1 user then 64 users (trials with one user only leave the 64-user "
         "columns empty). One-user speed is llama-server's own decode rate (`timings.predicted_per_second`, "
         f"median over requests) against llama-bench tg128 ({fmt(tg128)}).", "",
+        *([REPEATED_TRIALS, ""] if any(len(runs) > 1 for runs in trial_repeats(trials)) else []),
         tabulate(rows, ["trial", "flags added", "status", "1 user server tok/s", "1 user client tok/s",
                         "1 user / tg128", "64-user aggregate tok/s", "64 users / 1 user (server)"], "github"), "",
     ]
@@ -286,7 +343,7 @@ def agreement_lines(arms: list[Arm]) -> list[str]:
     gap, arm, users = max(worst, key=lambda item: item[0])
     verdict = "within" if gap <= CLIENT_SERVER_TOLERANCE else "OUTSIDE"
     return [f"Client-measured and server-reported per-user speed: largest gap {gap:.2%} "
-            f"({arm.path.name}, {users} users), {verdict} the {CLIENT_SERVER_TOLERANCE:.0%} required.", ""]
+            f"({arm.path.name}, {counted(users, 'user')}), {verdict} the {CLIENT_SERVER_TOLERANCE:.0%} required.", ""]
 
 
 def sweep_section(arms: list[Arm]) -> list[str]:

@@ -165,7 +165,7 @@ class TrialRuns:
 
     def kept(self) -> TrialResult | None:
         """The complete run closest to the trial's mean aggregate, the earliest repeat on a tie (two runs always
-        tie): the one run that stands for the trial where one run is wanted (``kept_run``, a study's table); None
+        tie): the one run that stands for the trial where one run is wanted (a study's table); None
         where none completed."""
         mean = self.aggregate.value
         if mean is None:
@@ -303,17 +303,20 @@ def tuning_runs(folder: Path) -> list[Path]:
     return found
 
 
-def kept_run(folder: Path) -> tuple[Path, TrialResult]:
-    """The run of the trial autotune kept in ``folder`` (:func:`best_trial`): a card's best measured configuration,
-    which ``rigbench plan`` prices. A trial run more than once is its repeat closest to the trial's mean aggregate
-    at the largest step (the earliest on a tie), so the run priced is a typical one, not the luckiest."""
+def kept_runs(folder: Path) -> tuple[list[Path], TrialResult]:
+    """The runs of the trial autotune kept in ``folder`` (:func:`best_trial`), every complete repeat of it that is
+    there, and the run that stands for it: a card's best measured configuration, which ``rigbench plan`` prices. A
+    plan pools a trial's repeats (their manifests name one series and arm) and sizes from the lowest, as it does for
+    any arm's repeats given as runs: the folder and its runs plan alike."""
     trials = read_trials(Path(folder) / LOG_NAME)
     best = best_trial(trials)
-    run = trial_run(folder, best) if best is not None else None
-    if best is None or run is None or not run.is_dir():
+    kept = next((runs for runs in trial_runs(trials) if best is not None and runs.name == best.name), None)
+    found = [trial_run(folder, run) for run in kept.complete] if kept is not None else []
+    runs = [run for run in found if run is not None and run.is_dir()]
+    if best is None or not runs:
         raise UsageError(f"{folder}: the autotune folder has no kept trial whose run is there "
                          f"({len(trials)} trial(s) recorded)")
-    return run, best
+    return runs, best
 
 
 @dataclass(frozen=True)

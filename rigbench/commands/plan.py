@@ -25,7 +25,7 @@ from core.instance_types import known_types
 from core.rundir.capacity_search import CapacitySearch, is_search, read_search
 from core.whole_files import unwritten_said_as, write_whole
 from core.wording import counted
-from rigbench.autotune import is_tuning, kept_run
+from rigbench.autotune import is_tuning, kept_runs
 from rigbench.decode_bytes import GGUF_HELP, decode_bytes_for_runs
 
 NO_PLAN_EXIT_CODE = 3
@@ -90,13 +90,14 @@ def plan(
     price_as = known_types(price_as, "--price-as")
     hypothetical = known_types(hypothetical, "--hypothetical")
     book = PriceBook.default(usd_per_hour=usd_per_hour)  # a --usd-per-hour not above 0 is refused here
-    tunings = {path: kept_run(path) for path in runs if path not in searches and is_tuning(path)}
-    paths = [best_probe(path, searches[path]) if path in searches else tunings[path][0] if path in tunings else path
-             for path in runs]
+    tunings = {path: kept_runs(path) for path in runs if path not in searches and is_tuning(path)}
+    probes = {best_probe(path, search): search for path, search in searches.items()}
+    paths = [run for path in runs for run in (
+        [best_probe(path, searches[path])] if path in searches else tunings[path][0] if path in tunings else [path])]
     known = decode_bytes_for_runs(paths, gguf)
     sections = [build_section(path, book, price_as, known, hypothetical=hypothetical) for path in paths]
-    by_run = {section.figures.run.path: searches[path] for path, section in zip(runs, sections, strict=True)
-              if path in searches}
+    by_run = {section.figures.run.path: probes[path] for path, section in zip(paths, sections, strict=True)
+              if path in probes}
     unpriced = [section for section in sections if not section.prices]
     if len(unpriced) == len(sections):
         why = "; ".join(f"{section.label}: {section.not_priced or 'no price known'}" for section in unpriced)
@@ -110,8 +111,9 @@ def plan(
     if sweeps:
         typer.echo(f"{demand}, each >= {min_tok_s:g} tok/s (lower 95% bound of the median), "
                    f"TTFT p90 <= {ttft_p90:g} s (upper bound), no errors")
-    for path, (run, trial) in tunings.items():
-        typer.echo(f"autotune folder {path}: planned from the trial it kept, {trial.name} ({run.name}), the card's "
+    for path, (kept, trial) in tunings.items():
+        which = kept[0].name if len(kept) == 1 else f"its {len(kept)} repeats, sized by the lowest"
+        typer.echo(f"autotune folder {path}: planned from the trial it kept, {trial.name} ({which}), the card's "
                    "best measured configuration")
     for path, search in searches.items():
         typer.echo(f"{demand}; capacity search {path.name}: its largest load meeting {targets_text(search.targets)} "

@@ -140,3 +140,42 @@ def test_an_earlier_folder_that_is_not_a_study_is_refused_by_the_command(tmp_pat
     result = CliRunner().invoke(app, ["study", "report", str(PROFILES), "--earlier", str(tmp_path)],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "--earlier" in result.output and "not a study folder" in result.output
+
+
+def trial_line(name: str, repeat: int, one_user: float | None, aggregate: float | None, status: str = "complete",
+               overrides: tuple[str, ...] = ("-ub", "128")) -> str:
+    from rigbench.autotune import TrialResult
+
+    return TrialResult(name=name, overrides=list(overrides), status=status, started_at="2027-01-15T08:00:00Z",
+                       one_user_server_tok_s=one_user, one_user_client_tok_s=None if one_user is None else one_user - 1,
+                       max_users=64, aggregate_tok_s_at_max_users=aggregate,
+                       one_user_vs_bench=None if one_user is None else one_user / 200, repeat=repeat, repeats=3,
+                       series="s").model_dump_json()
+
+
+def test_a_trials_repeats_are_one_row_with_their_mean_and_interval_between_runs(tmp_path: Path) -> None:
+    """A tuning's repeats used to be one row per run, three rows of one trial looking like three trials; a trial is
+    one row, its figures the mean over its complete runs, with the 95% interval between them."""
+    from analysis.repeats import between_runs
+    from analysis.study_report import autotune_section
+
+    study = tmp_path / "study"
+    (study / "autotune").mkdir(parents=True)
+    lines = [trial_line("profile", 1, 150.0, 900.0, overrides=()),  # a trial run once: its row as before
+             trial_line("ubatch", 1, 100.0, 1000.0), trial_line("failing", 1, 90.0, 800.0),
+             trial_line("ubatch", 2, 110.0, 1100.0), trial_line("failing", 2, None, None, status="failed"),
+             trial_line("ubatch", 3, 120.0, 1200.0), trial_line("failing", 3, 94.0, 840.0)]
+    (study / "autotune" / "autotune.jsonl").write_text("\n".join(lines) + "\n")
+    text = "\n".join(autotune_section(study, 200.0))
+    assert [table_row(text, name)[0] for name in ("profile", "ubatch", "failing")] == ["profile", "ubatch", "failing"]
+    assert sum(line.startswith("| ubatch ") for line in text.splitlines()) == 1
+    # (tabulate writes a column of plain numbers as numbers: 149.0 as 149)
+    assert table_row(text, "profile") == ["profile", "(profile as is)", "complete", "150.0", "149", "0.75",
+                                          "900.0", "6"]
+    one_user, aggregate = between_runs([100.0, 110.0, 120.0]), between_runs([1000.0, 1100.0, 1200.0])
+    assert table_row(text, "ubatch") == [
+        "ubatch", "-ub 128", "complete (3 runs)", f"110.0 [{one_user.low:,.1f}, {one_user.high:,.1f}]", "109",
+        "0.55", f"1,100.0 [{aggregate.low:,.1f}, {aggregate.high:,.1f}]", "10"]
+    failing = table_row(text, "failing")  # the failed run left out of the figures, counted in the status
+    assert failing[2] == "2 of 3 runs complete" and failing[3].startswith("92.0 [") and failing[6].startswith("820.0 [")
+    assert "A trial run more than once (`--repeats`) is one row" in text

@@ -14,8 +14,9 @@ from analysis.plots import price_labels
 from analysis.prices import PriceBook
 from analysis.report import build_sections, cost_section
 from analysis.summary import run_summary
-from core.errors import UsageError
+from core.errors import AnalysisError, UsageError
 from core.rundir import MachineInfo, RigInfo
+from core.rundir.models import RepeatInfo
 from rigbench.cli import app
 
 TARGETS = ["--users", "10", "--min-tok-s", "15", "--ttft-p90", "1"]
@@ -175,3 +176,93 @@ def test_usd_per_hour_prices_a_cpu_run_at_the_given_price_in_plan_and_report(kit
     assert run["not_priced"] is None and run["run_cost"][0]["usd"] == pytest.approx(0.5)  # one hour at $0.5/h
     aggregate = run["steps"][-1]["aggregate_tok_s"]["value"]
     assert run["usd_per_mtok"][-1][label]["value"] == pytest.approx(0.5 / (aggregate * 3600) * 1e6)
+
+
+def repeat(index: int, arm: str = "draft") -> RepeatInfo:
+    return RepeatInfo(series="s", arm=arm, index=index, of=3, order=index - 1)
+
+
+def rows(output: str) -> list[list[str]]:
+    """The cells of each ranked row."""
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in output.splitlines()
+            if line.startswith("|") and "rank" not in line and not line.startswith("|--")]
+
+
+def test_an_arms_repeats_are_one_candidate_sized_by_the_lowest_capacity(kit, tmp_path: Path) -> None:
+    """Three repeats of one arm used to be three ranked rows, like three rigs, and the best of them recommended; a
+    plan must hold on the worst run seen, so they are one candidate sized from their lowest capacity."""
+    repeats = [str(kit.steady_sweep(f"draft-{index}", speed, users=(1, 2, 4, 8), rig=AWS, repeat=repeat(index)))
+               for index, speed in ((1, 80.0), (2, 80.0), (3, 60.0))]
+    alone = str(kit.steady_sweep("alone", 50.0, users=(1, 2, 4, 8), rig=AWS))
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1", *repeats,
+                                      alone, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    assert [(row[1], row[2]) for row in table] == [
+        ("g6.xlarge draft (3 repeats)", "g6.xlarge spot"), ("g6.xlarge alone", "g6.xlarge spot"),
+        ("g6.xlarge draft (3 repeats)", "g6.xlarge on-demand"), ("g6.xlarge alone", "g6.xlarge on-demand")]
+    pooled, single = table[0], table[1]
+    assert pooled[3:5] == ["4", "5"]  # repeat 3's 4 users an instance: ceil(20 / 4) = 5 instances
+    assert pooled[-1] == "lowest of 3 repeats (6, 6, 4 users): interpolated between measured steps 4 and 8 users"
+    assert single[-1] == "interpolated between measured steps 2 and 4 users"  # a run made alone as before
+    assert "recommended: g6.xlarge draft (3 repeats) at g6.xlarge spot: 5 instance(s) of 4 users" in result.output
+    plans = json.loads(out.read_text())["plans"]
+    # $/Mtok comes from the repeat whose capacity sized the plan, as a plan of that run alone gives it
+    worst = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1", repeats[2]])
+    assert rows(worst.output)[0][6] == pooled[6]
+    assert plans[0]["capacity_from"] == "draft-3" and [r["capacity_per_instance"] for r in plans[0]["repeats"]] == [
+        6, 6, 4]
+    assert "repeats" not in plans[1] and "capacity_from" not in plans[1]
+
+
+def test_a_repeat_that_read_no_figure_is_absent_not_a_capacity_of_zero(kit) -> None:
+    """A repeat whose smallest step finished no request (and had no error) has no capacity to read: it is shown
+    as -, and the plan is sized from the repeats that measured one, not refused as if the arm served nobody."""
+    repeats = [str(kit.steady_sweep(f"draft-{index}", 80.0, users=(1, 2, 4, 8), rig=AWS, repeat=repeat(index)))
+               for index in (1, 2)]
+    repeats.append(str(kit.make_run("draft-3", [kit.window(0, 1)], {"p0": []}, rig=AWS, repeat=repeat(3))))
+    result = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1", *repeats])
+    assert result.exit_code == 0, result.output
+    pooled = rows(result.output)[0]
+    assert pooled[1] == "g6.xlarge draft (3 repeats)" and pooled[3] == "6"
+    assert pooled[-1].startswith("lowest of 3 repeats (6, 6, - users; - read no figure at its smallest step): ")
+
+
+def test_repeats_of_one_arm_with_different_workloads_are_refused_in_one_line(kit) -> None:
+    from core.rundir import LoadSettings
+
+    longer = LoadSettings(user_steps=[1, 2, 4], warmup_seconds=1, measure_seconds=10, max_tokens=64)
+    repeats = [str(kit.steady_sweep("draft-1", 80.0, rig=AWS, repeat=repeat(1))),
+               str(kit.steady_sweep("draft-2", 80.0, rig=AWS, repeat=repeat(2), load=longer))]
+    result = CliRunner().invoke(app, ["plan", *TARGETS, *repeats])
+    assert isinstance(result.exception, AnalysisError) and result.exception.exit_code == 2
+    assert str(result.exception) == (
+        "runs draft-1 and draft-2 are repeats of arm draft but measure different workloads (max_tokens 21 in "
+        "draft-1, 64 in draft-2); a plan pools an arm's repeats, so give repeats of one workload")
+
+
+def test_an_autotune_folder_plans_its_kept_trials_repeats_pooled_as_their_run_directories_do(kit,
+                                                                                             tmp_path: Path) -> None:
+    """The folder and the kept trial's runs given one by one plan alike: one candidate sized from the lowest."""
+    from rigbench.autotune import LOG_NAME, TrialResult
+
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    lines = []
+    for index, speed in ((1, 80.0), (2, 60.0), (3, 80.0)):
+        run = kit.steady_sweep(f"profile-{index}", speed, users=(1, 2, 4, 8), rig=AWS,
+                               repeat=RepeatInfo(series="s", arm="profile", index=index, of=3, order=index - 1))
+        lines.append(TrialResult(name="profile", overrides=[], run_path=str(run), status="complete",
+                                 started_at="2026-12-04T00:00:00+00:00", max_users=8, one_user_server_tok_s=speed,
+                                 aggregate_tok_s_at_max_users=speed, repeat=index, repeats=3, series="s"))
+    (folder / LOG_NAME).write_text("".join(line.model_dump_json() + "\n" for line in lines))
+    by_folder = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1",
+                                         str(folder)])
+    by_runs = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1",
+                                       *[line.run_path for line in lines]])
+    assert by_folder.exit_code == 0, by_folder.output
+    assert (f"autotune folder {folder}: planned from the trial it kept, profile (its 3 repeats, sized by the "
+            "lowest), the card's best measured configuration") in by_folder.output
+    assert rows(by_folder.output) == rows(by_runs.output)
+    assert rows(by_folder.output)[0][-1].startswith("lowest of 3 repeats (6, 4, 6 users): ")
