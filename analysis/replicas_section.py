@@ -3,7 +3,11 @@
 Why: the rig is one unit for tok/s, plans and dollars, but an uneven spread (a replica that served
 fewer users, or slower) is where the aggregate hides its cause. Each step gives every replica's share
 of the measured requests' output tokens and its tok/s over the window; a share further than a quarter
-from an even one is a warning.
+from its expected one is a warning. Expected, in a closed loop: the replica's share of the requests
+in flight over the window (its users: user i goes to replica i mod N, and the load processes number
+their users apart, so 1 user leaves the other replicas idle by design and 12 users over 8 replicas put
+two on some, one on others); a replica serving fewer tokens than the requests it held is serving its
+users slower. An open loop's arrivals go round the replicas: 1/N each.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import numpy as np
 from tabulate import tabulate
 
 from analysis.report_model import RunSection
+from core.load_reached import mean_in_flight
 from core.wording import counted
 
 UNEVEN = 0.25  # a share this far (relative) from 1/N is called uneven
@@ -48,15 +53,40 @@ def replica_rows(section: RunSection) -> tuple[list[dict], list[str]]:
         count = len(by_replica)
         total = by_replica.sum()
         row: dict[str, object] = {"users" if step.rate is None else "req/s": step.load_label.split()[0]}
-        for index, mine in enumerate(by_replica):
+        for index, (mine, expected) in enumerate(zip(by_replica, expected_shares(section, step, count),
+                                                      strict=True)):
             share = mine / total if total else 0.0
             row[f"replica {index}: share"] = f"{share:.0%}"
             row[f"replica {index}: tok/s ↑"] = f"{mine / step.window_seconds:,.1f}" if step.window_seconds else "-"
-            if total and abs(share * count - 1) > UNEVEN:
+            if total and expected and abs(share / expected - 1) > UNEVEN:
                 warnings.append(f"{step.load_label}: replica {index} served {share:.0%} of the output tokens "
-                                f"(an even share is {1 / count:.0%}): the spread is uneven")
+                                f"({expected_said(step, expected)}): the spread is uneven")
         rows.append(row)
     return rows, warnings
+
+
+def expected_shares(section: RunSection, step, count: int) -> list[float]:
+    """Each replica's expected share of a step's tokens: in a closed loop, its share of the requests in flight over
+    the step's window (the users it held); in an open loop, or where nothing was in flight, 1/N."""
+    figures = section.figures
+    window = next((w for w in figures.run.manifest.steps if w.index == step.index), None)
+    frame = figures.run.records
+    if step.rate is not None or window is None or window.measure_end is None:
+        return [1 / count] * count
+    here = frame[frame["step"].to_numpy() == step.index]
+    replica = here["replica"].to_numpy(dtype=float)
+    starts, ends = here["t_start"].to_numpy(dtype=float), here["t_end"].to_numpy(dtype=float)
+    held = [mean_in_flight(starts[replica == index], ends[replica == index], window.measure_start,
+                           window.measure_end) for index in range(count)]
+    total = sum(held)
+    return [mine / total for mine in held] if total > 0 else [1 / count] * count
+
+
+def expected_said(step, expected: float) -> str:
+    """What the share was judged against, for the warning."""
+    if step.rate is not None:
+        return f"an even share is {expected:.0%}"
+    return f"it held {expected:.0%} of the requests in flight"
 
 
 def replicas_section(section: RunSection) -> list[str]:

@@ -125,5 +125,5 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
 
 def user_replica(user: int, replicas: int) -> int:
     """Which replica a user (or an open-loop arrival, by its number) is sent to: user i to replica i mod N, so
-    every replica gets the same share at every user count and a user keeps its replica for the whole run."""
+    a user keeps its replica for the whole run (replicas share users evenly only where N divides the users)."""
     return user % replicas

@@ -143,7 +143,7 @@ def test_a_run_on_four_gpus_gets_a_row_per_gpu_naming_its_replica_and_its_joules
                             gpus=[GpuDevice(index=i, name="NVIDIA L4", energy_counter=True) for i in range(4)])
     records = [kit.record(f"r{i}-{n}", t_start=kit.T0 + 99 + n * 0.5, tokens=20 if i < 3 else 10)
                .model_copy(update={"replica": i}) for i in range(4) for n in range(20)]
-    path = kit.make_run("four-gpus", [kit.window()], {"p0": records}, server=server, hardware=hardware)
+    path = kit.make_run("four-gpus", [kit.window(0, 4)], {"p0": records}, server=server, hardware=hardware)
     append_samples(shard(path, GPU_SAMPLES), [sample for gpu, watts in enumerate((70.0, 70.0, 70.0, 49.0))
                                               for sample in steady(watts, kit.T0 + 90, kit.T0 + 120, gpu=gpu)])
     section = build_section(path, PriceBook([]))
@@ -169,7 +169,8 @@ def test_a_run_on_four_gpus_gets_a_row_per_gpu_naming_its_replica_and_its_joules
         "memory MiB", "J per output token of its replicas ↓"]
     replicas_text = "\n".join(replicas_section(section))
     assert "3: http://127.0.0.1:8083, 16 slots, GPU 3" in replicas_text
-    assert "replica 3 served 14% of the output tokens (an even share is 25%): the spread is uneven" in replicas_text
+    assert ("replica 3 served 14% of the output tokens (it held 25% of the requests in flight): the spread "
+            "is uneven") in replicas_text
 
 
 def test_one_server_over_four_gpus_gets_rows_per_gpu_without_dividing_its_tokens(kit) -> None:
