@@ -23,6 +23,7 @@ from analysis.energy import EnergyPrices, card_usd_per_hour, electricity_usd_per
 from analysis.intervals import Estimate
 from analysis.replicas_section import replica_tokens
 from analysis.report_model import RunSection
+from core.wording import counted
 
 TITLE = "### Energy"
 
@@ -80,8 +81,8 @@ def energy_section(section: RunSection, prices: EnergyPrices | None = None) -> l
         rows.append(row)
     lines += ["", tabulate(rows, headers="keys", tablefmt="github"), ""]
     methods = sorted({gpu.method for step in steps for gpu in step.energy.gpus})  # type: ignore[union-attr]
-    lines.append(f"Energy from {', '.join(methods)}; {gpus} GPU(s) together. J per output token is the window's "
-                 "energy over its output tokens; its interval comes from the aggregate's sub-windows.")
+    lines.append(f"Energy from {', '.join(methods)}; {counted(gpus, 'GPU')} together. J per output token is the "
+                 "window's energy over its output tokens; its interval comes from the aggregate's sub-windows.")
     lines += per_gpu_lines(section)
     lines += [f"- {line}" for line in hardware.missing]
     return [*lines, ""]

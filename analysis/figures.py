@@ -591,8 +591,8 @@ def short_window_warning(frame: pd.DataFrame, figures: StepFigures, max_tokens: 
         return (f"{name}: every request running in its {window} failed ({failures_said(failed, read_timeout)}), "
                 "so the step has no aggregate, latency or per-user figure; a longer window would not help")
     seconds = typical_request_seconds(frame[frame["step"] == figures.index], max_tokens)
-    opening = f"{name}: only {figures.completed_in_window} request(s) completed inside its {window}, fewer than its " \
-              "users"
+    opening = f"{name}: only {wording.counted(figures.completed_in_window, 'request')} completed inside its " \
+              f"{window}, fewer than its users"
     if failed and (seconds is None or 2 * seconds <= figures.window_seconds):
         # a request fits the window twice over (or none shows how long one takes): the failures are the cause
         taken = f" though one takes ~{seconds:.1f} s" if seconds else ""
@@ -673,8 +673,8 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
     uncounted = int(frame["tokens_from_chunks"].sum())
     if uncounted:
         warnings.append(
-            f"{uncounted} successful record(s) carry no token count (usage or timings); "
-            "their streamed content chunks were counted as tokens"
+            f"{wording.counted(uncounted, 'successful record')} {'carries' if uncounted == 1 else 'carry'} no token "
+            "count (usage or timings); their streamed content chunks were counted as tokens"
         )
     arrivals = ChunkArrivals.from_run(run.path, frame)
     requests = Requests(frame, arrivals.request_ids if arrivals is not None else None)
@@ -683,7 +683,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
     known_steps = [window.index for window in manifest.steps]
     stray = int((~np.isin(requests["step"], known_steps)).sum())
     if stray:
-        warnings.append(f"{stray} record(s) tagged with a step the manifest does not list; ignored")
+        warnings.append(f"{wording.counted(stray, 'record')} tagged with a step the manifest does not list; ignored")
     repeated = sorted({index for index in known_steps if known_steps.count(index) > 1})
     if repeated:
         raise AnalysisError(
@@ -712,8 +712,9 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
             figures.sessions = measured_sessions(requests, window.index)
         if figures.cut_counted_by_chunks:
             warnings.append(
-                f"{name}: aggregate tok/s counts {figures.cut_counted_by_chunks} cut request(s) by their content "
-                "chunks (no per-chunk or /tokenize count): it undercounts a server that packs several tokens per chunk"
+                f"{name}: aggregate tok/s counts {wording.counted(figures.cut_counted_by_chunks, 'cut request')} "
+                f"by {'its' if figures.cut_counted_by_chunks == 1 else 'their'} content chunks (no per-chunk or "
+                "/tokenize count): it undercounts a server that packs several tokens per chunk"
             )
         if figures.load_reached is not None and figures.load_reached < MARK_BELOW:
             why = ("the load generator fell behind (latency still counts from the intended starts)"
@@ -725,8 +726,9 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
         steps.append(figures)
     if not steps:
         raise AnalysisError(
-            f"{run.path}: no step has a measured window (manifest lists {len(manifest.steps)} step(s), "
-            f"status {manifest.status}); the sweep stopped before a measure phase ended: re-run the load test"
+            f"{run.path}: no step has a measured window (manifest lists "
+            f"{wording.counted(len(manifest.steps), 'step')}, status {manifest.status}); the sweep stopped before a "
+            "measure phase ended: re-run the load test"
         )
     load_began = min((window.started_at for window in manifest.steps), default=None)
     return RunFigures(run, steps, warnings, token_methods=method_counts(requests.method),

@@ -29,6 +29,7 @@ from core.rundir import RunDir, RunManifest, TelemetrySnapshot, TokenCount
 from core.rundir.columns import NUMBER_COLUMNS, TEXT_COLUMNS, TIMING_KEYS, read_record_table
 from core.rundir.jsonl import GZIP_ERRORS, forms
 from core.validation import describe_validation_error
+from core.wording import counted
 
 # RequestRecord's defaults for the number keys a record may leave out (the bulk reader sees them as nulls).
 NUMBER_DEFAULTS = {"context_tokens": 0.0, "content_chunks": 0.0}
@@ -157,7 +158,7 @@ def join_chain(parts: list[LoadedRun], requested: Path) -> LoadedRun:
         span = f"steps {offset}-{offset + len(kept) - 1}" if kept else "no complete step"
         described.append(
             f"{manifest.run_id} ({span}, {manifest.status}"
-            + (f"; {dropped} record(s) of its cut step left out" if dropped and not last else "")
+            + (f"; {counted(dropped, 'record')} of its cut step left out" if dropped and not last else "")
             + ")"
         )
     final = parts[-1].manifest
@@ -195,7 +196,7 @@ def load_one_run(path: Path | str) -> LoadedRun:
     expected = _expected_shards(manifest)
     if expected is not None and len(loaded.shards) < expected:
         warnings.append(
-            f"{len(loaded.shards)} record shard(s) found, {expected} expected (load.processes): "
+            f"{counted(len(loaded.shards), 'record shard')} found, {expected} expected (load.processes): "
             "a load process wrote nothing or its shard is missing; figures cover the shards present"
         )
     records = table_to_frame(loaded.table)
@@ -278,10 +279,10 @@ def merge_token_counts(records: pd.DataFrame, path: Path, warnings: list[str]) -
         records["tokens_counted_by"] = methods
         if kept:
             warnings.append(
-                f"{TOKEN_COUNTS}: {kept} count(s) for records that carry the server's usage or per-chunk counts; "
-                "those are more exact and were kept"
+                f"{TOKEN_COUNTS}: {counted(kept, 'count')} for records that carry the server's usage or per-chunk "
+                "counts; those are more exact and were kept"
             )
         if unknown:
-            warnings.append(f"{TOKEN_COUNTS}: {unknown} count(s) for request_ids no record holds; ignored")
+            warnings.append(f"{TOKEN_COUNTS}: {counted(unknown, 'count')} for request_ids no record holds; ignored")
     records["tokens_counted_by"] = token_methods(records)
     return records

@@ -117,13 +117,14 @@ class Plan:
         return f"{self.roof.aggregate_fraction:.1%} at {where}"
 
     def instances_text(self) -> str:
-        """'3 instance(s)', '3 GPU(s), each 1/8 of a p5en.48xlarge' for a per-GPU share, or '3 machine(s) like the
-        one measured' at a given price."""
+        """'3 instances', '3 GPUs, each 1/8 of a p5en.48xlarge' for a per-GPU share, or '3 machines like the one
+        measured' at a given price."""
         if self.price.gpu_share > 1:
-            return f"{self.instances} GPU(s), each 1/{self.price.gpu_share} of a {self.price.quote.instance_type}"
+            return (f"{counted(self.instances, 'GPU')}, each 1/{self.price.gpu_share} of a "
+                    f"{self.price.quote.instance_type}")
         if self.price.basis == "given":
-            return f"{self.instances} machine(s) like the one measured"
-        return f"{self.instances} instance(s)"
+            return f"{counted(self.instances, 'machine')} like the one measured"
+        return counted(self.instances, "instance")
 
     def to_dict(self) -> dict:
         if self.capacity.unit == "requests/s":

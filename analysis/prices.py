@@ -35,6 +35,7 @@ from core.errors import AnalysisError, UsageError
 from core.rundir.models import Market
 from core.validation import describe_validation_error
 from core.whole_files import write_whole
+from core.wording import counted
 
 PRICING_REGION = "us-east-1"
 SPOT_PRODUCT = "Linux/UNIX"
@@ -93,7 +94,7 @@ def parse_on_demand(price_list: list[str], instance_type: str, region: str) -> f
     if not prices:
         raise AnalysisError(
             f"the AWS price list has no on-demand Linux price for {instance_type} in {region} "
-            f"({len(price_list)} product(s) matched); check the instance type and region spelling"
+            f"({counted(len(price_list), 'product')} matched); check the instance type and region spelling"
         )
     if len(prices) > 1:
         raise AnalysisError(

@@ -210,7 +210,7 @@ def render_ladder(
         f"Asked at temperature {settings.temperature}, seed {settings.seed}, "
         f"max {counted(settings.max_tokens, 'token')}, "
         f"cache_prompt {str(settings.cache_prompt).lower()}, thinking {'on' if settings.thinking else 'off'}, "
-        f"{settings.concurrency} request(s) at a time"
+        f"{counted(settings.concurrency, 'request')} at a time"
         + (
             " (batched decoding can change the arithmetic, so answers can differ from one at a time)"
             if settings.concurrency > 1

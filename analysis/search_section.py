@@ -14,6 +14,7 @@ from tabulate import tabulate
 from analysis.goodput_section import reading_cell, target_header, targets_text
 from analysis.report_model import RunSection
 from core.rundir.capacity_search import STOP_REASONS, CapacitySearch, SearchProbe, search_of_run
+from core.wording import counted
 
 
 def searches_of(sections: list[RunSection]) -> list[tuple[Path, CapacitySearch]]:
@@ -60,7 +61,7 @@ def result_lines(search: CapacitySearch) -> list[str]:
     """The answer and why the search stopped (or that it has not)."""
     result = search.result
     if result is None:
-        return [f"Not finished: {len(search.probes)} probe(s) so far, no result recorded (a probe was running "
+        return [f"Not finished: {counted(len(search.probes), 'probe')} so far, no result recorded (a probe was running "
                 "when it stopped)."]
     if result.largest_meeting is None:
         answer = "No probed load met every target"

@@ -151,7 +151,7 @@ def main() -> None:
             times[name].append(value)
     for name, values in times.items():
         print(f"{name:>13}: " + ", ".join(f"{value:.2f} s" for value in values))
-    print(f"{len(run.records):,} records, {counted(len(figures.steps), 'step')}, {cores} core(s) allowed; "
+    print(f"{len(run.records):,} records, {counted(len(figures.steps), 'step')}, {counted(cores, 'core')} allowed; "
           f"report {report}")
     if args.keep is None:
         shutil.rmtree(root)

@@ -352,7 +352,7 @@ def sweep_section(arms: list[Arm]) -> list[str]:
         if arm.depth is not None:
             continue
         title = f"### {arm.preset} " + ("without drafter" if arm.kind == "base" else
-                                         f"with drafter, {arm.draft_n} drafted token(s)"
+                                         f"with drafter, {counted(arm.draft_n, 'drafted token')}"
                                          + (" (a drafter that is almost never right)" if arm.random_drafter else ""))
         lines += [title, "", f"Run `{arm.path.name}`; server: `{serving_flags(arm.server_args)}`", "",
                   tabulate(sweep_rows(arm), SWEEP_HEADERS, "github"), ""]
@@ -474,8 +474,8 @@ def drafter_section(arms: list[Arm]) -> list[str]:
     unlike = sorted({a.path.name for a in arms
                      if a.draft_n is not None and a.preset in bases and on_gpu(a) != on_gpu(bases[a.preset])})
     if unlike:
-        caveat = [f"**Not like for like:** {len(unlike)} drafter run(s) sampled in a different place (CPU or GPU) "
-                  "from the run without the drafter, so their ratios mix the drafter with the sampling cost: "
+        caveat = [f"**Not like for like:** {counted(len(unlike), 'drafter run')} sampled in a different place (CPU "
+                  "or GPU) from the run without the drafter, so their ratios mix the drafter with the sampling cost: "
                   + ", ".join(f"`{name}`" for name in unlike) + ".", ""]
     return [
         "## 5. Drafter gains and acceptance", "", *caveat,

@@ -23,6 +23,7 @@ from core.errors import ProfileError
 from core.mps import client_environment
 from core.profile import flag_value, parallel_slots, split_flags
 from core.strict import Strict
+from core.wording import counted
 
 GpuPlacement = Literal["shared", "each"]
 THREAD_FLAGS = ("-t", "--threads", "-tb", "--threads-batch")
@@ -90,8 +91,8 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
         raise ProfileError(f"{source} = {replicas}: give 1 or more")
     slots = parallel_slots(args)
     if replicas > slots:
-        raise ProfileError(f"{source} = {replicas} is more replicas than the {slots} slot(s) of the server line "
-                           f"(-np {slots}): each replica needs a slot; raise -np or lower the replicas")
+        raise ProfileError(f"{source} = {replicas} is more replicas than the {counted(slots, 'slot')} of the server "
+                           f"line (-np {slots}): each replica needs a slot; raise -np or lower the replicas")
     if slots % replicas:
         raise ProfileError(f"{source} = {replicas} does not divide the {slots} slots (-np {slots}) evenly; give a "
                            "count that does, so every replica serves the same share")
@@ -107,8 +108,8 @@ def plan_replicas(args: list[str], replicas: int, base_port: int, *, gpus: list[
     pinned_threads = pins_threads(args)
     share = len(cores) // replicas if cores else 0
     if cores and not pinned_threads and share < 1:
-        raise ProfileError(f"{source} = {replicas}: more replicas than the {len(cores)} CPU core(s) to share; give "
-                           "each replica -t in the server line, or fewer replicas")
+        raise ProfileError(f"{source} = {replicas}: more replicas than the {counted(len(cores), 'CPU core')} to "
+                           "share; give each replica -t in the server line, or fewer replicas")
     plans = []
     for index in range(replicas):
         line = replace_flag(args, ("-np", "--parallel"), str(slots // replicas))

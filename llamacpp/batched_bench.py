@@ -17,6 +17,7 @@ from pathlib import Path
 from core.errors import LlamaCppError
 from core.llama_bench import BenchReport
 from core.profile import split_flags
+from core.wording import counted
 
 # Server flags that change batched decoding speed and that llama-batched-bench also takes.
 KEPT_FLAGS = frozenset({
@@ -85,8 +86,8 @@ def run_batched_bench(
                 summary[f"pp@{row['pl']}"] = round(row["speed_pp"], 2)
             return BenchReport(command=command, summary=summary, results=rows)
     raise LlamaCppError(
-        f"llama-batched-bench gave no result for {missing} sequence(s) in {attempts} attempts: its result lines "
-        "come from llama.cpp's logger thread, which loses them when no core is free at exit (leave one: run it "
+        f"llama-batched-bench gave no result for {counted(missing, 'sequence')} in {attempts} attempts: its result "
+        "lines come from llama.cpp's logger thread, which loses them when no core is free at exit (leave one: run it "
         f"alone, with -t below the core count), and a test that does not fit the context is skipped silently; "
         f"command: {' '.join(command)}"
     )

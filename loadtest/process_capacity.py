@@ -93,7 +93,7 @@ def processes_for(demand_tok_s: float, per_process_tok_s: float | None, cores_fr
     chosen = max(1, min(needed, cores_free))
     line = (
         f"--processes auto: {chosen} (demand up to {demand_tok_s:.0f} tok/s, {per_process_tok_s:.0f} tok/s per "
-        f"process measured here, {cores_free} core(s) free)"
+        f"process measured here, {counted(cores_free, 'core')} free)"
     )
     if chosen < needed:
         line += f"; {needed} would be needed: the load generator may be the bottleneck at the top steps"
@@ -117,8 +117,7 @@ def check_users_per_process(user_steps: list[int], processes: int | None, cores:
     given = _processes_said(processes, most)
     raise UsageError(
         f"--steps: a step of {users} users is more than {given} can start and hold: one holds at most "
-        f"{MAX_USERS_PER_PROCESS} users (loadtest.process_capacity); give --processes {needed} or more, or fewer "
-        "users"
+        f"{MAX_USERS_PER_PROCESS} users (loadtest.process_capacity); give --processes {needed} or more, or fewer users"
     )
 
 

@@ -16,6 +16,7 @@ import json
 import httpx
 
 from core.rundir import RunDir, TokenCount
+from core.wording import counted
 from loadtest.http_errors import describe_http_error
 
 TOKENIZE_PATH = "/tokenize"
@@ -70,7 +71,7 @@ def count_cut_requests(run: RunDir, base_url: str, *, timeout: float = 10.0) -> 
     if problem is None:
         return None
     return (
-        f"{len(texts) - len(counts)} of {len(texts)} cut request(s) could not be counted with the server's "
+        f"{len(texts) - len(counts)} of {counted(len(texts), 'cut request')} could not be counted with the server's "
         f"{TOKENIZE_PATH} ({problem}): their tokens are counted as streamed chunks, which under-counts a "
         "server that packs several tokens per chunk"
     )

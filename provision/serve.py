@@ -52,6 +52,7 @@ from core.errors import ProfileError, ProvisionError
 from core.mps import client_environment
 from core.profile import RigProfile
 from core.replicas import ReplicaPlan, plan_replicas
+from core.wording import counted
 from provision import mps as rig_mps
 from provision.build import read_build_manifest
 from provision.connection import agent, privileged, rig_step, run, upload_helpers, upload_text
@@ -305,7 +306,7 @@ def served_replicas(c: Connection, plans: list[ReplicaPlan], server_binary: str,
     taskset = run(c, "command -v taskset", warn=True).stdout.strip() or None
     if taskset is None and any(plan.cpus for plan in plans):
         print("[serve] taskset is not on the rig: the replicas are not pinned to their cores (each still runs "
-              f"{len(plans[0].cpus)} thread(s))", flush=True)
+              f"{counted(len(plans[0].cpus), 'thread')})", flush=True)
     return [ServedReplica(index=plan.index, port=plan.port, slots=plan.slots, gpu=plan.gpu,
                           cpus=plan.cpus if taskset else [],
                           command=replica_command(plan, server_binary, host, api_key_file, taskset),
@@ -518,11 +519,11 @@ def exits_since(c: Connection, paths: RigPaths, state: ServeState, before: dict[
         if exits <= 0:
             continue
         if state.supervisor == "systemd":
-            said = f"systemd restarted it {exits} time(s); see journalctl -u {service.unit} and {service.log}"
+            said = f"systemd restarted it {counted(exits, 'time')}; see journalctl -u {service.unit} and {service.log}"
         else:
             last = run(c, f"grep -F {shlex.quote(EXIT_MARKER)} {shlex.quote(service.log)} | tail -n 1",
                        warn=True).stdout.strip()
-            said = f"{last} ({exits} time(s); its log: {service.log})"
+            said = f"{last} ({counted(exits, 'time')}; its log: {service.log})"
         lines.append(f"{service.label} (port {service.port}) exited and was restarted by its supervisor: {said}")
     return lines
 

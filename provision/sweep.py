@@ -351,7 +351,7 @@ def unanswered_replicas(copied: list[Path], replicas: int) -> list[str]:
             sent[int(replica)] = sent.get(int(replica), 0) + 1  # a column of numbers read back as floats
             if kind is None and not cut:
                 answered.add(int(replica))
-        lines += [f"replica {index} answered none of the {count} request(s) of {path.name} sent to it"
+        lines += [f"replica {index} answered none of the {counted(count, 'request')} of {path.name} sent to it"
                   for index, count in sorted(sent.items()) if index not in answered]
     return lines
 
@@ -484,7 +484,7 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
         if kept_rig is not None:
             annotate_quality(local_runs / run_id, kept_rig)
         copied.append(local_runs / run_id)
-        print(f"[fetch] {run_id}: {count} file(s) copied to {local_runs / run_id}", flush=True)
+        print(f"[fetch] {run_id}: {counted(count, 'file')} copied to {local_runs / run_id}", flush=True)
         running = [run_dir.name for run_dir in runs_under(local_runs / run_id)
                    if run_status(run_dir) == "running"]
         if running:
@@ -495,5 +495,5 @@ def fetch(c: Connection, paths: RigPaths | None = None, local_runs: Path | str =
     except FileNotFoundError:
         return copied
     count = copy_tree(sftp, f"{paths.results}/bench", local_runs / "rig-bench")
-    print(f"[fetch] bench results: {count} file(s) copied to {local_runs / 'rig-bench'}", flush=True)
+    print(f"[fetch] bench results: {counted(count, 'file')} copied to {local_runs / 'rig-bench'}", flush=True)
     return copied

@@ -32,6 +32,7 @@ from core.errors import RigbenchError, RunInterrupted, UsageError
 from core.profile import load_profile
 from core.repeat_order import Planned, interleaved, new_series_id
 from core.rundir import RunDir, utc_now
+from core.wording import counted
 from rigbench.local_rig import run_local_rig
 
 # Settings worth a trial on a GPU serving many users; each is added to the profile's line. Why
@@ -315,7 +316,7 @@ def kept_runs(folder: Path) -> tuple[list[Path], TrialResult]:
     runs = [run for run in found if run is not None and run.is_dir()]
     if best is None or not runs:
         raise UsageError(f"{folder}: the autotune folder has no kept trial whose run is there "
-                         f"({len(trials)} trial(s) recorded)")
+                         f"({counted(len(trials), 'trial')} recorded)")
     return runs, best
 
 

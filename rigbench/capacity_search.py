@@ -151,7 +151,7 @@ def judge_probe(run: RunDir, manifest: RunManifest, load: float) -> tuple[Search
     why = [f"{key} {reading.verdict}" + _reading_why(reading) for key, reading in readings.items()
            if reading.verdict != "meets"]
     if step.error_count:
-        why.append(f"{step.error_count} of {step.requests} measured request(s) failed")
+        why.append(f"{step.error_count} of {counted(step.requests, 'measured request')} failed")
     if step.load_reached is not None and step.load_reached < MARK_BELOW:
         why.append(f"the load that ran was {step.load_reached:.0%} of the {plan_text(load, step)} named")
     if manifest.status != "complete":
@@ -186,8 +186,7 @@ def _reading_why(reading: TargetReading) -> str:
     if reading.high > reading.target_s:
         return f" ({reading.value:.4g} s, but its interval reaches {reading.high:.4g} s > {reading.target_s:g} s)"
     return (f" ({reading.value:.4g} s [{reading.low:.4g}, {reading.high:.4g}], from {counted(reading.n, 'request')}, "
-            "too few to "
-            "judge that percentile (a p90 needs 36), or one was cut by the sweep's stop: measure longer)")
+            "too few to judge that percentile (a p90 needs 36), or one was cut by the sweep's stop: measure longer)")
 
 
 def probe_line(number: int, plan: SearchPlan, probe: SearchProbe) -> str:

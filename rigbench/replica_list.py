@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from core.errors import UsageError
 from core.rundir import RunManifest
 from core.rundir.models import ReplicaInfo
+from core.wording import counted
 from loadtest.preflight import check_url
 
 OPTION = "--replicas-file"
@@ -35,8 +36,8 @@ def read_replicas(path: Path | None, arms: list[tuple[str | None, str]]) -> list
         raise UsageError(f"{OPTION} {path}: not a JSON list of replicas (index, url, slots, gpu, cpus): {where}: "
                          f"{first['msg']}") from None
     if len(listed) < 2:
-        raise UsageError(f"{OPTION} {path}: lists {len(listed)} replica(s); give 2 or more, or leave it out for "
-                         "one server")
+        raise UsageError(f"{OPTION} {path}: lists {counted(len(listed), 'replica')}; give 2 or more, or leave it "
+                         "out for one server")
     urls = [check_url(replica.url, f"{OPTION} replica {replica.index}") for replica in listed]
     if len(set(urls)) != len(urls):
         raise UsageError(f"{OPTION} {path}: a replica's URL is listed twice")

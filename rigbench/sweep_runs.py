@@ -22,6 +22,7 @@ from core.repeat_order import Planned, interleaved, new_series_id
 from core.rundir import LoadSettings, RunDir, RunManifest, utc_now
 from core.rundir.models import RepeatInfo, ReplicaInfo
 from core.sweep_result import SweepResult
+from core.wording import counted
 from loadtest.preflight import CheckedServer, check_servers
 from loadtest.sweep import interrupted_error, run_sweep
 from rigbench.capacity_search import exit_problem, search_capacity
@@ -69,7 +70,7 @@ def sweep_servers(plan: SweepPlan, result: SweepResult) -> SweepResult:
     if plan.repeat is not None:  # one run of a series the caller makes
         if len(servers) != 1 or repeats != 1:
             raise RigbenchError(f"a plan that is repeat {plan.repeat.index} of arm {plan.repeat.arm} runs one server "
-                                f"once, not {len(servers)} server(s) {repeats} time(s)")
+                                f"once, not {counted(len(servers), 'server')} {counted(repeats, 'time')}")
         series, rounds = plan.repeat.series, [Planned(servers[0], plan.repeat)]
     runs: list[RunDir] = []
     for planned in rounds:
@@ -166,8 +167,7 @@ def _search(plan: SweepPlan, template: RunManifest, server: CheckedServer, resul
     result.runs = [str(path.parent) for path in sorted(folder.glob("*/manifest.json"))]
     unit = "--users N" if plan.search.mode == "users" else "--rate R"
     typer.echo(f"write the report: rigbench report {shlex.quote(str(folder))}\n"
-               f"plan from it: rigbench plan {shlex.quote(str(folder))} {unit} "
-               "[--price-as TYPE | --usd-per-hour USD]")
+               f"plan from it: rigbench plan {shlex.quote(str(folder))} {unit} [--price-as TYPE | --usd-per-hour USD]")
     problem = exit_problem(search)
     if problem is not None:
         result.failures.append(problem)

@@ -104,13 +104,13 @@ class CheckReport:
         if not self.healthy:
             first = self.damaged[0]
             more = f" (first: {first.where}: {first.message})"
-            return f"damaged: {len(self.damaged)} problem(s) in {self.path}{more}"
+            return f"damaged: {wording.counted(len(self.damaged), 'problem')} in {self.path}{more}"
         status = self.manifest.status if self.manifest else "?"
         steps = len(self.manifest.steps) if self.manifest else 0
-        warned = f", {len(self.findings)} warning(s)" if self.findings else ""
+        warned = f", {wording.counted(len(self.findings), 'warning')}" if self.findings else ""
         return (
-            f"healthy: {self.path.name} {status}, {steps} step(s), {self.record_count} record(s) "
-            f"in {len(self.shards)} shard(s){warned}"
+            f"healthy: {self.path.name} {status}, {wording.counted(steps, 'step')}, "
+            f"{wording.counted(self.record_count, 'record')} in {wording.counted(len(self.shards), 'shard')}{warned}"
         )
 
 
@@ -167,7 +167,7 @@ def _scan(path: Path, where: str, model: type, report: CheckReport) -> tuple[Fil
                     )
     except (OSError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as error:
         counted.unreadable = str(error)
-        report.damage(where, f"unreadable after {counted.good} good line(s): {error}")
+        report.damage(where, f"unreadable after {wording.counted(counted.good, 'good line')}: {error}")
     return counted, items
 
 
@@ -198,11 +198,13 @@ def _check_shards(run: RunDir, report: CheckReport) -> None:
             seen[record.request_id] += 1
     total = sum(report.records_per_step.values())
     if total and report.interrupted == total:
-        report.damage(f"{RunDir.RECORDS}/", f"all {total} record(s) are interrupted: the run measured no whole request")
+        report.damage(f"{RunDir.RECORDS}/", f"{'its one record is' if total == 1 else f'all {total} records are'} "
+                                            "interrupted: the run measured no whole request")
     duplicates = [rid for rid, n in seen.items() if n > 1]
     if duplicates:
         report.warn(
-            f"{RunDir.RECORDS}/", f"{len(duplicates)} request id(s) recorded more than once, e.g. {duplicates[0]}"
+            f"{RunDir.RECORDS}/", f"{wording.counted(len(duplicates), 'request id')} recorded more than once, e.g. "
+                                  f"{duplicates[0]}"
         )
 
 
@@ -302,7 +304,8 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
     listed = set(indices)
     for step, count in sorted(report.records_per_step.items()):
         if step not in listed:
-            report.damage("records", f"{count} record(s) name step {step}, which the manifest does not list")
+            report.damage("records", f"{wording.counted(count, 'record')} {'names' if count == 1 else 'name'} step "
+                                     f"{step}, which the manifest does not list")
     previous_end: float | None = None
     for position, step in enumerate(steps):
         load = f"{step.rate:g} req/s" if step.rate is not None else wording.counted(step.users, "user")
@@ -332,4 +335,5 @@ def _check_steps(manifest: RunManifest, report: CheckReport) -> None:
     planned = manifest.load.step_count if manifest.load else None
     resumed = manifest.resumed_from is not None
     if manifest.status == "complete" and not resumed and planned is not None and len(steps) != planned:
-        report.damage("steps", f"status complete but {len(steps)} of {planned} planned step(s) are listed")
+        report.damage("steps",
+                      f"status complete but {len(steps)} of {wording.counted(planned, 'planned step')} are listed")

@@ -49,7 +49,8 @@ def compact_quality(folder: Path) -> list[Path]:
     sources = [eval_folder / name for eval_folder in evals for name in QUALITY_FILES if (eval_folder / name).exists()]
     clashes = [str(p.relative_to(folder)) + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
     if clashes:
-        raise RunDirError(f"{folder}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")
+        raise RunDirError(f"{folder}: {', '.join(clashes)} already {'exists' if len(clashes) == 1 else 'exist'}; "
+                          "move them aside, nothing was changed")
     return [gzip_file(source) for source in sources]
 
 
@@ -67,7 +68,8 @@ def compact_run(path: Path | str) -> list[Path]:
     sources += sorted(path for pattern in SAMPLE_PATTERNS for path in run.path.glob(pattern))
     clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
     if clashes:  # checked before anything is written, so a refused run is left exactly as it was
-        raise RunDirError(f"{run.path}: {', '.join(clashes)} already exist(s); move them aside, nothing was changed")
+        raise RunDirError(f"{run.path}: {', '.join(clashes)} already {'exists' if len(clashes) == 1 else 'exist'}; "
+                          "move them aside, nothing was changed")
     written = [gzip_file(source) for source in sources]
     run.release_space_reserve()
     return written

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from core.errors import CloudError
+from core.wording import counted
 from rigbench.cloud.attempts import PlannedAttempt, Ranking, plan_attempts
 from rigbench.cloud.estimate import BENCH_SECONDS, estimate_rig, sweep_seconds
 from rigbench.cloud.quality_studies import eval_seconds, ladder_seconds
@@ -88,7 +89,8 @@ def check_budget(plan: LoopPlan, max_usd: float | None) -> None:
             raise CloudError(f"--max-usd: no price is known for {', '.join(unknown)}, so the cost cannot be held "
                              "under the limit; run without --max-usd, or use a type with a known price")
     elif max_usd is not None and plan.usd > max_usd:
-        raise CloudError(f"--max-usd: the estimate is ${plan.usd:.2f} ({len(plan.estimate)} rig(s)), above the "
+        raise CloudError(f"--max-usd: the estimate is ${plan.usd:.2f} ({counted(len(plan.estimate), 'rig')}), above "
+                         f"the "
                          f"limit ${max_usd:.2f}; nothing was created. Raise --max-usd, or run fewer stacks or studies")
 
 

@@ -90,7 +90,7 @@ def write_report_and_plan(settings: CloudSettings, folder: CloudRunFolder, recor
         console.print(Text(f"report or plan failed: {error}", style="bold red"))
         return
     best = plans[0] if plans and plans[0].instances is not None else None
-    verdict = (f"recommended: {best.run_label} at {best.price.label}: {best.instances} instance(s), "
+    verdict = (f"recommended: {best.run_label} at {best.price.label}: {counted(best.instances, 'instance')}, "
                f"${best.usd_per_hour:.3f}/h" if best else "no measured rig meets the targets")
     text = (f"# Plan: {counted(targets.users, 'user')}, each >= {targets.min_tok_s:g} tok/s, TTFT p90 <= "
             f"{targets.ttft_p90_s:g} s\n\n{plan_table(plans)}\n\n{verdict}\n")

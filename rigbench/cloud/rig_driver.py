@@ -20,6 +20,7 @@ from core.errors import CloudError, RigbenchError
 from core.load_file import load_fields_text
 from core.pulumi_cli import QUIET_FLAGS, pulumi_executable, pulumi_json
 from core.whole_files import write_whole
+from core.wording import counted
 from infra.spot_placement import failure_scope, retryable_failure
 from provision.connection import known_hosts_path
 from rigbench.cloud.attempts import PlannedAttempt, config_changes
@@ -56,7 +57,7 @@ def describe(name: str, result: object) -> str | None:
         uploaded = f", uploaded to {result['uploaded_to']}" if result.get("uploaded_to") else ""
         return f"built in {result.get('build_seconds')} s{uploaded}"
     if name in RUN_STUDIES and isinstance(result, list):
-        return f"{len(result)} run(s)"
+        return counted(len(result), "run")
     if name == "bench" and isinstance(result, dict):
         return ", ".join(f"{key} {value}" for key, value in list(result.items())[:4])
     return None

@@ -8,6 +8,7 @@ import typer
 from tabulate import tabulate
 
 from core.rundir.check import CheckReport, check_run
+from core.wording import counted
 
 
 def report_lines(report: CheckReport) -> list[str]:
@@ -20,10 +21,10 @@ def report_lines(report: CheckReport) -> list[str]:
     else:
         lines.append(
             f"manifest   schema v{manifest.schema_version}, status {manifest.status}, profile {manifest.profile}, "
-            f"{len(manifest.steps)} step(s), last complete step {manifest.last_complete_step}"
+            f"{counted(len(manifest.steps), 'step')}, last complete step {manifest.last_complete_step}"
         )
     for shard in report.shards:
-        notes = [f"{shard.good} record(s)"]
+        notes = [counted(shard.good, "record")]
         if shard.damaged_lines:
             notes.append(f"damaged line(s) {', '.join(map(str, shard.damaged_lines))}")
         if shard.truncated_line is not None:
@@ -32,7 +33,7 @@ def report_lines(report: CheckReport) -> list[str]:
             notes.append("unreadable past that")
         lines.append(f"shard      {shard.name}: {'; '.join(notes)}")
     if report.telemetry is not None:
-        lines.append(f"telemetry  {report.telemetry.good} snapshot(s)")
+        lines.append(f"telemetry  {counted(report.telemetry.good, 'snapshot')}")
     if manifest is not None and manifest.steps:
         rows = [
             [

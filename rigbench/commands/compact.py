@@ -9,10 +9,10 @@ import typer
 
 from core.errors import RigbenchError
 from core.rundir.compact import compact_run
+from core.wording import counted
 
 EXIT_CODES = (
-    "Exit codes: 0 every run compacted; 1 some run was refused (said per run, the others are "
-    "done)."
+    "Exit codes: 0 every run compacted; 1 some run was refused (said per run, the others are done)."
 )
 
 
@@ -34,6 +34,6 @@ def compact(
             typer.echo(f"{run}: not compacted: {error}", err=True)
             refused += 1
             continue
-        typer.echo(f"{run}: {len(written)} file(s) gzipped")
+        typer.echo(f"{run}: {counted(len(written), 'file')} gzipped")
     if refused:
         raise typer.Exit(1)

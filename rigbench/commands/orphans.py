@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from tabulate import tabulate
 
+from core.wording import counted
 from infra.orphans import (
     check_regions,
     default_client_factory,
@@ -60,12 +61,12 @@ def orphans(
         return
     headers = ["region", "instance", "type", "state", "stack", "owner", "expires at", "why"]
     typer.echo(tabulate(orphan_rows(found), headers=headers, tablefmt="github"))
-    typer.echo(f"{len(found)} orphaned rigbench instance(s) {scope}")
+    typer.echo(f"{counted(len(found), 'orphaned rigbench instance')} {scope}")
     if not terminate:
         typer.echo("run again with --terminate to end them")
         return
-    if not yes and not typer.confirm(f"Terminate these {len(found)} instance(s)?", default=False):
+    if not yes and not typer.confirm(f"Terminate these {counted(len(found), 'instance')}?", default=False):
         typer.echo("nothing terminated")
         raise typer.Exit(1)
     ended = terminate_orphans(found, factory)
-    typer.echo(f"terminated {len(ended)} instance(s): {', '.join(ended)}")
+    typer.echo(f"terminated {counted(len(ended), 'instance')}: {', '.join(ended)}")

@@ -93,7 +93,8 @@ def selftest(
     ]
     summary = (
         (f"{top.rate:g} req/s" if top.rate is not None else counted(top.users, "user"))
-        + f" x {tok_s:g} tok/s, {tokens_per_chunk} token(s) per chunk, {processes} process(es): "
+        + f" x {tok_s:g} tok/s, {counted(tokens_per_chunk, 'token')} per chunk, "
+          f"{counted(processes, 'process', 'processes')}: "
         + "; ".join(verdicts)
         + f"\nhighest aggregate rate followed ({fidelity.FOLLOWED_RULE}): "
         + f"{capacity(results):.0f} tok/s"

@@ -33,6 +33,7 @@ from core.instance_types import known_types
 from core.lists import parse_choices, parse_counts
 from core.rundir.quality import EvalSettings
 from core.whole_files import write_whole
+from core.wording import counted
 from core.workload import parse_slo, parse_think, parse_turns
 from llamacpp.build import BACKENDS
 from llamacpp.gemma4_shapes import PRESETS
@@ -114,7 +115,8 @@ def gpu(
     failed = run_gpu_study(out, chosen, scale=scale, processes=processes, backend=backend, phases=wanted,
                            deadline=deadline, repeats=repeats)
     if failed:
-        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+        raise StudyError(f"{counted(len(failed), 'phase or run', 'phases or runs')} failed: see "
+                         f"{out / 'phases.jsonl'} and {out / 'study.log'}")
 
 
 @app.command("real-gemma", epilog=EXIT_CODES)
@@ -139,7 +141,8 @@ def real_gemma(
     failed = run_study(out, counts, scale=scale, processes=processes, backend=backend, phases=wanted,
                        deadline=deadline, arms=chosen, repeats=repeats)
     if failed:
-        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+        raise StudyError(f"{counted(len(failed), 'phase or run', 'phases or runs')} failed: see "
+                         f"{out / 'phases.jsonl'} and {out / 'study.log'}")
 
 
 @app.command("mps", epilog=EXIT_CODES)
@@ -169,7 +172,8 @@ def mps(
                            scale=scale, processes=processes, backend=backend, phases=wanted, deadline=deadline,
                            reply_tokens=reply_tokens, repeats=repeats)
     if failed:
-        raise StudyError(f"{len(failed)} phase(s) or run(s) failed: see {out / 'phases.jsonl'} and {out / 'study.log'}")
+        raise StudyError(f"{counted(len(failed), 'phase or run', 'phases or runs')} failed: see "
+                         f"{out / 'phases.jsonl'} and {out / 'study.log'}")
 
 
 @app.command("mps-report", epilog="Exit codes: 0 written; 2 not an MPS study folder, or an unknown --price-as type.")

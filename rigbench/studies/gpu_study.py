@@ -58,6 +58,7 @@ from core.llama_bench import llama_bench_args
 from core.profile import load_profile, merge_server_args, split_flags
 from core.repeat_order import interleaved, new_series_id
 from core.whole_files import write_whole
+from core.wording import counted
 from llamacpp.batched_bench import batched_bench_args, run_batched_bench
 from llamacpp.build import BUILD_SCRIPT, build_llama_cpp
 from llamacpp.llama_bench import run_llama_bench
@@ -539,6 +540,6 @@ def run_phases(study: GpuStudy, order: tuple[str, ...], wanted: list[str],
             break
     log = study.out / "phases.jsonl"
     failed = [line for line in log.read_text().splitlines() if '"failed"' in line] if log.exists() else []
-    study.log(f"study done, {len(failed)} failure(s)")
+    study.log(f"study done, {counted(len(failed), 'failure')}")
     write_whole(study.out / "DONE", "done\n")
     return failed

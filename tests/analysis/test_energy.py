@@ -160,7 +160,7 @@ def test_a_run_on_four_gpus_gets_a_row_per_gpu_naming_its_replica_and_its_joules
     assert per_token[3] == pytest.approx(1.4 * per_token[0], rel=1e-3)
     assert (700 * 3 + 490) / tokens == pytest.approx(step.energy.j_per_token.value), "the step's own, all GPUs"
     text = "\n".join(energy_section(section))
-    assert "Energy from counter; 4 GPU(s) together." in text
+    assert "Energy from counter; 4 GPUs together." in text
     assert "Per GPU (NVIDIA L4): each row names the replicas placed on that GPU" in text
     headers = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
                if line.startswith("|") and "users" in line]

@@ -112,7 +112,7 @@ def test_records_without_token_counts_fall_back_to_chunks_with_a_warning(kit):
     record = record.model_copy(update={"completion_tokens": None})
     figures = run_figures(load_run(kit.make_run("r1", [kit.window()], {"p0": [record]})))
     assert figures.steps[0].output_tokens == pytest.approx(21)
-    assert any("1 successful record(s) carry no token count" in w for w in figures.warnings)
+    assert any("1 successful record carries no token count" in w for w in figures.warnings)
 
 
 def test_interrupted_and_partial_requests_count_their_streamed_chunks_in_the_window(kit):
@@ -139,7 +139,7 @@ def test_interrupted_and_partial_requests_count_their_streamed_chunks_in_the_win
     # no request finished: each partial one's time to its last chunk, scaled up to max_tokens 21 (never down):
     # a: 13 s for 25 chunks -> 13 s; b: 5 s for 9 chunks -> 5 * 21 / 9 = 11.67 s; median 12.33 s; advice twice
     # that, rounded up: 25 s
-    assert "only 0 request(s) completed inside its 10.0 s window" in warning
+    assert "only 0 requests completed inside its 10.0 s window" in warning
     assert "one takes ~12.3 s" in warning and "measure at least ~25 s" in warning
     assert "server counter not recorded" in warning
 

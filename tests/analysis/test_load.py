@@ -106,7 +106,7 @@ def test_missing_shard_is_a_counted_warning(kit):
     path = _two_shard_run(kit)
     RunDir(path).update_manifest(load=RunDir(path).read_manifest().load.model_copy(update={"processes": 3}))
     run = load_run(path)
-    assert any("2 record shard(s) found, 3 expected" in w for w in run.warnings)
+    assert any("2 record shards found, 3 expected" in w for w in run.warnings)
 
 
 def test_gzip_shards_read_like_plain_ones(kit):

@@ -50,7 +50,7 @@ def test_report_figures_come_from_the_study_files(study: Path) -> None:
     assert table_row(text, "120,000")[4] == f"{server / depth:,.2f}"
     assert "within the 2% required" in text
     # the drafter arms of that day sampled on the CPU, the run without the drafter on the GPU
-    assert "**Not like for like:** 5 drafter run(s)" in text
+    assert "**Not like for like:** 5 drafter runs" in text
     assert (study / "plots" / "sweep_aggregate.png").stat().st_size > 1000
 
 

@@ -66,7 +66,7 @@ def test_a_cut_request_counts_its_streamed_tokens_not_its_chunks(kit):
     assert step.output_tokens == pytest.approx(21 + 7)
     assert step.token_methods == {"usage": 0, "per_chunk": 1, "tokenize": 0, "chunks": 1}
     assert step.cut_counted_by_chunks == 1
-    assert any("aggregate tok/s counts 1 cut request(s) by their content chunks" in w for w in figures.warnings)
+    assert any("aggregate tok/s counts 1 cut request by its content chunks" in w for w in figures.warnings)
 
 
 def test_token_counts_file_is_merged_and_each_method_counted(kit):
@@ -89,13 +89,13 @@ def test_token_counts_file_is_merged_and_each_method_counted(kit):
     # a per-chunk count is more exact than /tokenize: kept, and said so
     assert by_id.loc["streamed", "streamed_tokens"] == 21 and by_id.loc["streamed", "tokens_counted_by"] == "per_chunk"
     assert by_id.loc["usage", "tokens_counted_by"] == "usage" and by_id.loc["bare", "tokens_counted_by"] == "chunks"
-    assert any("1 count(s) for records that carry the server's usage or per-chunk counts" in w for w in run.warnings)
+    assert any("1 count for records that carry the server's usage or per-chunk counts" in w for w in run.warnings)
     figures = run_figures(run)
     assert figures.token_methods == {"usage": 1, "per_chunk": 1, "tokenize": 1, "chunks": 1}
     assert figures.steps[0].output_tokens == pytest.approx(21 + 21 + 20 + 7)
     text = write_report([path]).read_text()
     assert "Output tokens counted by (requests): usage 1, per-chunk counts 1, /tokenize 1, content chunks 1." in text
-    assert "aggregate tok/s counts 1 cut request(s) by their content chunks" in text
+    assert "aggregate tok/s counts 1 cut request by its content chunks" in text
 
 
 def test_a_bad_token_counts_line_names_file_and_line(kit):
@@ -257,7 +257,7 @@ def test_rigbench_plan_sizes_an_open_loop_run_by_rate(kit):
     args = ["plan", "--min-tok-s", "1", "--ttft-p90", "1", "--price-as", "g6.xlarge", path]
     sized = CliRunner().invoke(app, [*args, "--rate", "5"])
     assert sized.exit_code == 0, sized.output
-    assert sized.output.startswith("5 requests/s, each >= 1 tok/s") and "instance(s) of 2 req/s" in sized.output
+    assert sized.output.startswith("5 requests/s, each >= 1 tok/s") and "instances of 2 req/s" in sized.output
     by_users = CliRunner().invoke(app, [*args, "--users", "5"])
     assert by_users.exit_code == 3 and "give the requests/s to serve" in by_users.output
     neither = CliRunner().invoke(app, args)

@@ -110,8 +110,8 @@ def test_whole_run_is_healthy(tmp_path):
     assert report.telemetry.good == 6
     result = invoke(run)
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-1] == f"healthy: {RUN_ID} complete, 2 step(s), 10 record(s) in 2 shard(s)"
-    assert "shard      host-a.jsonl: 6 record(s)" in result.output
+    assert result.output.splitlines()[-1] == f"healthy: {RUN_ID} complete, 2 steps, 10 records in 2 shards"
+    assert "shard      host-a.jsonl: 6 records" in result.output
 
 
 def test_truncated_last_line_is_a_warning_not_damage(tmp_path):
@@ -120,11 +120,11 @@ def test_truncated_last_line_is_a_warning_not_damage(tmp_path):
         handle.write('{"schema_version": 1, "request_id": "x", "shar')
     result = invoke(run)
     assert result.exit_code == 0, result.output
-    assert "shard      host-b.jsonl: 4 record(s); truncated last line 5" in result.output
+    assert "shard      host-b.jsonl: 4 records; truncated last line 5" in result.output
     assert "WARNING  records/host-b.jsonl:5: truncated last line (a writer stopped mid-line); analysis skips it" in (
         result.output
     )
-    assert result.output.splitlines()[-1].endswith("10 record(s) in 2 shard(s), 1 warning(s)")
+    assert result.output.splitlines()[-1].endswith("10 records in 2 shards, 1 warning")
 
 
 def test_damaged_lines_are_listed_with_their_numbers(tmp_path):
@@ -139,9 +139,9 @@ def test_damaged_lines_are_listed_with_their_numbers(tmp_path):
     assert report.damaged[1].message.startswith("request_id: Field required")
     result = invoke(run)
     assert result.exit_code == 1
-    assert "shard      host-a.jsonl: 4 record(s); damaged line(s) 2, 4" in result.output
+    assert "shard      host-a.jsonl: 4 records; damaged line(s) 2, 4" in result.output
     assert result.output.splitlines()[-1].startswith(
-        f"damaged: 2 problem(s) in {run.path} (first: records/host-a.jsonl:2"
+        f"damaged: 2 problems in {run.path} (first: records/host-a.jsonl:2"
     )
 
 
@@ -246,9 +246,9 @@ def test_records_of_an_unlisted_step_and_a_step_without_records(tmp_path):
     run.write_manifest(manifest.model_copy(update={"steps": [*manifest.steps, extra], "last_complete_step": 2}))
     messages = [f"{f.where}: {f.message}" for f in check_run(run.path).damaged]
     assert messages == [
-        "records: 1 record(s) name step 5, which the manifest does not list",
+        "records: 1 record names step 5, which the manifest does not list",
         "step 2 (4 users): completed in the manifest but no shard holds a record of it",
-        "steps: status complete but 3 of 2 planned step(s) are listed",
+        "steps: status complete but 3 of 2 planned steps are listed",
     ]
 
 
@@ -272,7 +272,7 @@ def test_insane_windows(tmp_path):
 def test_complete_run_missing_planned_steps(tmp_path):
     run = build_run(tmp_path, steps=1)
     messages = [f"{f.where}: {f.message}" for f in check_run(run.path).damaged]
-    assert messages == ["steps: status complete but 1 of 2 planned step(s) are listed"]
+    assert messages == ["steps: status complete but 1 of 2 planned steps are listed"]
 
 
 def test_interrupted_run_is_healthy_but_says_so(tmp_path):
@@ -338,7 +338,7 @@ def test_a_real_local_rig_run_checks_healthy_then_damaged(tmp_path):
     RunDir(path).update_manifest(status="running", ended_at=None)
     result = CliRunner().invoke(app, ["check", "--quiet", str(path)])
     assert result.exit_code == 1
-    assert result.output.startswith(f"damaged: 1 problem(s) in {path} (first: status: running, but no process")
+    assert result.output.startswith(f"damaged: 1 problem in {path} (first: status: running, but no process")
 
 
 def rewrite_records(run: RunDir, change) -> None:
@@ -354,7 +354,7 @@ def test_a_step_with_no_successful_request_measured_nothing(tmp_path):
     report = check_run(run.path)
     assert not report.healthy
     assert report.summary() == (
-        f"damaged: 1 problem(s) in {run.path} (first: step 1 (2 users): no request of the step ended successfully in "
+        f"damaged: 1 problem in {run.path} (first: step 1 (2 users): no request of the step ended successfully in "
         "its measured window (3 cut or failed): it measured nothing; re-run the step with a longer --measure, or see "
         "the records' error_kind)"
     )
@@ -374,4 +374,4 @@ def test_a_run_whose_records_are_all_interrupted_measured_no_whole_request(tmp_p
     run = build_run(tmp_path)
     rewrite_records(run, lambda r: {"interrupted": True})
     messages = [finding.message for finding in check_run(run.path).damaged]
-    assert messages[0] == "all 10 record(s) are interrupted: the run measured no whole request"
+    assert messages[0] == "all 10 records are interrupted: the run measured no whole request"

@@ -60,7 +60,7 @@ def test_a_server_without_tokenize_leaves_chunk_counts_and_says_so(tmp_path: Pat
         warning = count_cut_requests(run, f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
-    assert warning is not None and warning.startswith("1 of 1 cut request(s) could not be counted") and "404" in warning
+    assert warning is not None and warning.startswith("1 of 1 cut request could not be counted") and "404" in warning
     assert run.read_token_counts() == {}
 
 

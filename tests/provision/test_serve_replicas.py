@@ -157,5 +157,5 @@ def test_replica_inputs_are_refused_in_one_line_before_anything_starts(built_rig
          "--server-port", str(base)],
         capture_output=True, text=True, timeout=60, env={"RIGBENCH_HOME": str(tmp_path / "home"), "PATH": str(BIN)})
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "serve: profile 'tiny-x8': [server] replicas = 8 is more replicas than the 4 slot(s)" in result.stderr
+    assert "serve: profile 'tiny-x8': [server] replicas = 8 is more replicas than the 4 slots" in result.stderr
     assert not list(Path(paths.serve).glob("supervisor*.pid"))

@@ -23,7 +23,7 @@ def test_a_replica_sent_nothing_is_not_a_replica_that_answered_nothing(kit: Simp
     one_user = run_with(kit, "one-user", [(0, None), (0, None)])
     dead = run_with(kit, "dead", [(0, None), (1, "connect"), (1, "connect")])
     assert unanswered_replicas([one_user], 2) == []
-    assert unanswered_replicas([dead], 2) == ["replica 1 answered none of the 2 request(s) of dead sent to it"]
+    assert unanswered_replicas([dead], 2) == ["replica 1 answered none of the 2 requests of dead sent to it"]
     assert unanswered_replicas([dead], 1) == [], "one server: the sweep's own error checks judge it"
 
 

@@ -72,5 +72,5 @@ def test_systemds_restart_count_says_which_replica_died() -> None:
     before = {0: 0, 1: 1}
     assert exit_counts(rig, PATHS, state(2)) == {0: 0, 1: 2}
     assert exits_since(rig, PATHS, state(2), before) == [
-        "replica 1 (port 8081) exited and was restarted by its supervisor: systemd restarted it 1 time(s); see "
+        "replica 1 (port 8081) exited and was restarted by its supervisor: systemd restarted it 1 time; see "
         "journalctl -u rigbench-llama-1.service and /w/rigbench/serve/llama-server-1.log"]

@@ -415,7 +415,7 @@ CASES = [
         "cli: local more replicas than slots",
         lambda ws, url: cli("local", "--replicas", "8"),
         (
-            "ProfileError: --replicas = 8 is more replicas than the 4 slot(s) of the server line (-np 4): each replica "
+            "ProfileError: --replicas = 8 is more replicas than the 4 slots of the server line (-np 4): each replica "
             "needs a slot; raise -np or lower the replicas (exit 2)"
         ),
     ),

@@ -15,6 +15,7 @@ import pytest
 
 from analysis.report import write_report_with_headline
 from core.rundir import LoadSettings
+from core.wording import counted
 from loadtest.ground_truth import GroundTruthConfig, GroundTruthServer, read_truth_log
 from loadtest.sweep import run_sweep
 from tests.loadtest.test_sweep import new_run
@@ -100,7 +101,7 @@ def test_a_sweep_whose_every_request_timed_out_claims_no_figure_and_counts_the_t
 
     # the warnings name the timeouts, and no longer window is advised
     for users in (1, 2):
-        name = f"step {users - 1} ({users} users)"
+        name = f"step {users - 1} ({counted(users, 'user')})"
         [warning] = [w for w in summary["warnings"] if w.startswith(name) and "window failed" in w]
         assert "failed (timeout " in warning and "a longer window would not help" in warning, warning
     assert not any("measure longer" in w or "measure at least" in w for w in summary["warnings"])

@@ -208,7 +208,7 @@ def test_cli_lists_then_terminates_only_after_confirmation(fleet):
         assert ids[name] in listed.output
     for name in ("healthy", "untagged", "other-project", "unnamed-region"):
         assert ids[name] not in listed.output
-    assert "3 orphaned rigbench instance(s) in us-east-1, us-west-2" in listed.output
+    assert "3 orphaned rigbench instances in us-east-1, us-west-2" in listed.output
     assert "stack 'old' is gone" in listed.output
     assert set(states(endpoint, "us-east-1").values()) == {"running"}
 
@@ -219,7 +219,7 @@ def test_cli_lists_then_terminates_only_after_confirmation(fleet):
 
     accepted = runner.invoke(app, [*base, "--terminate"], input="y\n")
     assert accepted.exit_code == 0, accepted.output
-    assert "terminated 3 instance(s)" in accepted.output
+    assert "terminated 3 instances" in accepted.output
     east, west = states(endpoint, "us-east-1"), states(endpoint, "us-west-2")
     for name in ("expired", "gone"):
         assert east[ids[name]] in ("shutting-down", "terminated")
@@ -242,7 +242,7 @@ def test_cli_yes_skips_the_question_and_ttl_only_mode(fleet):
     )
     assert result.exit_code == 0, result.output
     assert "(TTL check only)" in result.output
-    assert f"terminated 1 instance(s): {ids['west-expired']}" in result.output
+    assert f"terminated 1 instance: {ids['west-expired']}" in result.output
 
 
 @pytest.mark.integration

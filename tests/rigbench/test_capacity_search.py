@@ -143,7 +143,7 @@ def test_a_probe_meets_only_when_every_interval_is_within_the_target(kit) -> Non
     assert outcome == "meets" and record.meets and record.detail is None and record.goodput_req_s == 1.0
     record, outcome = probe_run("errors", {"ttft_p50": 0.8}, [kit.record("e", users=2, t_start=start + 6,
                                                                         error_kind="http_500")])
-    assert outcome == "misses" and record.detail == "1 of 11 measured request(s) failed"
+    assert outcome == "misses" and record.detail == "1 of 11 measured requests failed"
     # a run the sweep failed for its error rate still measured its window: a miss the search narrows below
     load = LoadSettings(user_steps=[2], warmup_seconds=1, measure_seconds=10, max_tokens=21, slo={"ttft_p50": 0.8})
     path = kit.make_run("overloaded", [kit.window(users=2)], {"p0": records}, load=load, status="failed",
@@ -244,4 +244,4 @@ def test_the_search_finds_where_the_servers_slots_run_out(tmp_path: Path) -> Non
     # the plan reads the search's answer: 20 users at 5 or 6 a machine is 4 machines
     plan = CliRunner().invoke(app, ["plan", str(folder), "--users", "20", "--price-as", "g6.xlarge"])
     assert plan.exit_code == 0, plan.output
-    assert f": 4 instance(s) of {largest:g} users" in plan.output
+    assert f": 4 instances of {largest:g} users" in plan.output

@@ -69,7 +69,7 @@ def test_local_rig_writes_a_valid_run_with_all_seven_steps(tmp_path, llama_build
     assert manifest.hardware.sampler_cpu_seconds is not None
     energy = text.split("### Energy\n\n", 1)[1].split("\n### ", 1)[0]
     assert "Sampled with nvidia-smi every 100 ms; the sampler took " in energy
-    assert "Energy from integrated power; 1 GPU(s) together." in energy
+    assert "Energy from integrated power; 1 GPU together." in energy
     energy_rows = [line for line in energy.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
     assert all((report.parent / "plots" / f"{name}.png").stat().st_size > 5000 for name in
                ("j_per_token", "power_over_time"))

@@ -66,7 +66,7 @@ def test_without_hypothetical_only_measured_rigs_are_ranked(kit, tmp_path: Path)
     result = plan(aws, local, "--out", str(out))
     assert result.exit_code == 0, result.output
     assert ranked(result.output) == ["g6.xlarge spot", "g6.xlarge on-demand"]  # both the AWS run's own
-    assert "recommended: g6.xlarge aws at g6.xlarge spot: 4 instance(s) of 3 users, $1.600/h" in result.output
+    assert "recommended: g6.xlarge aws at g6.xlarge spot: 4 instances of 3 users, $1.600/h" in result.output
     assert "not ranked: local cpu: not priced: ran on laptop (Some CPU, 2 cores, no GPU recorded), not a known " \
         "instance type; --price-as TYPE prices it as one" in result.output
     assert "hypothetical" not in result.output
@@ -109,7 +109,7 @@ def test_one_h200_is_planned_in_gpus_of_a_p5en_at_its_per_gpu_share(kit) -> None
     row = next(line for line in result.output.splitlines() if line.startswith("|      1 "))
     instances, usd = (cell.strip() for cell in row.split("|")[5:7])
     assert float(usd) == pytest.approx(int(instances) * 63.296 / 8, abs=1e-3)
-    assert f"{instances} GPU(s), each 1/8 of a p5en.48xlarge" in result.output
+    assert f"{instances} GPUs, each 1/8 of a p5en.48xlarge" in result.output
     assert "priced as p5en.48xlarge" not in result.output  # its GPU is the type's: no other-hardware warning
 
 
@@ -132,7 +132,7 @@ def test_a_price_of_other_hardware_names_the_machine_that_measured_the_figures(k
     assert result.exit_code == 0, result.output
     label = "g6e.xlarge on-demand (hypothetical), measured on CPU (2 cores)"
     assert ranked(result.output) == [label]
-    assert f"recommended: local cpu at {label}: 4 instance(s) of 3 users" in result.output
+    assert f"recommended: local cpu at {label}: 4 instances of 3 users" in result.output
     (planned,) = json.loads(out.read_text())["plans"]
     assert (planned["price"]["instance_type"], planned["measured_on"], planned["price_label"]) == (
         "g6e.xlarge", "CPU (2 cores)", label)
@@ -161,7 +161,7 @@ def test_usd_per_hour_prices_a_cpu_run_at_the_given_price_in_plan_and_report(kit
     assert result.exit_code == 0, result.output
     label = "given $0.5/h (--usd-per-hour), measured on CPU (2 cores)"
     assert ranked(result.output) == [label]
-    assert f"recommended: local cpu at {label}: 4 machine(s) like the one measured of 3 users, $2.000/h" in (
+    assert f"recommended: local cpu at {label}: 4 machines like the one measured of 3 users, $2.000/h" in (
         result.output)
     (planned,) = json.loads(out.read_text())["plans"]
     assert (planned["price_basis"], planned["price"]["instance_type"], planned["usd_per_hour"]) == ("given", None, 2.0)
@@ -206,7 +206,7 @@ def test_an_arms_repeats_are_one_candidate_sized_by_the_lowest_capacity(kit, tmp
     assert pooled[3:5] == ["4", "5"]  # repeat 3's 4 users an instance: ceil(20 / 4) = 5 instances
     assert pooled[-1] == "lowest of 3 repeats (6, 6, 4 users): interpolated between measured steps 4 and 8 users"
     assert single[-1] == "interpolated between measured steps 2 and 4 users"  # a run made alone as before
-    assert "recommended: g6.xlarge draft (3 repeats) at g6.xlarge spot: 5 instance(s) of 4 users" in result.output
+    assert "recommended: g6.xlarge draft (3 repeats) at g6.xlarge spot: 5 instances of 4 users" in result.output
     plans = json.loads(out.read_text())["plans"]
     # $/Mtok comes from the repeat whose capacity sized the plan, as a plan of that run alone gives it
     worst = CliRunner().invoke(app, ["plan", "--users", "20", "--min-tok-s", "15", "--ttft-p90", "1", repeats[2]])

@@ -35,7 +35,7 @@ def test_replicas_from_a_file_fill_the_manifests_server(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("listed", "arms", "said"), [
     (LISTED, [(None, "http://127.0.0.1:9001")], "give one bare --url, the first replica's (http://127.0.0.1:9000)"),
     (LISTED, [("a", "http://127.0.0.1:9000")], "give one bare --url"),
-    (LISTED[:1], [(None, "http://127.0.0.1:9000")], "lists 1 replica(s); give 2 or more"),
+    (LISTED[:1], [(None, "http://127.0.0.1:9000")], "lists 1 replica; give 2 or more"),
     ([{"index": 0, "url": "http://127.0.0.1:9000"}], [(None, "http://127.0.0.1:9000")], "0.slots: Field required"),
     ([LISTED[0], {**LISTED[1], "url": "127.0.0.1:9001"}], [(None, "http://127.0.0.1:9000")],
      "--replicas-file replica 1: '127.0.0.1:9001' has no scheme"),

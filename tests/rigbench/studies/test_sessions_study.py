@@ -8,7 +8,6 @@ from pathlib import Path
 from analysis.report import write_report
 from core.rundir.models import RepeatInfo
 from rigbench.studies.sessions_study import SessionsStudy, _run_folder
-from tests.rigbench.studies.test_real_gemma_report import sweep
 
 
 def test_the_sweeps_take_repeats_only_when_asked_for(tmp_path: Path) -> None:
@@ -22,10 +21,10 @@ def test_a_loads_repeats_are_read_from_the_typical_one_and_runs_made_alone_from_
     repeated.mkdir()
     runs = []
     for index, speed in enumerate(speeds, 1):
-        run = sweep(kit, f"r{index}", speed, users=(1,),
+        run = kit.steady_sweep(f"r{index}", speed, users=(1,),
                     repeat=RepeatInfo(series="s", arm="default", index=index, of=3, order=index - 1))
         write_report([run])
         runs.append(Path(shutil.move(run, repeated / run.name)))
     assert _run_folder(repeated) == runs[2]
-    alone = [sweep(kit, name, 40.0, users=(1,)) for name in ("first", "second")]
+    alone = [kit.steady_sweep(name, 40.0, users=(1,)) for name in ("first", "second")]
     assert _run_folder(kit.root) == min(alone)
