@@ -111,7 +111,7 @@ def test_max_usd_below_the_estimate_is_refused_before_anything_is_created() -> N
                 for name in ("a", "b")]
     plan = LoopPlan({}, {}, estimate)
     check_budget(plan, plan.usd + 0.01)
-    with pytest.raises(CloudError, match=r"--max-usd: the estimate is \$\d+\.\d\d \(2 rig\(s\)\), above the limit "
+    with pytest.raises(CloudError, match=r"--max-usd: the estimate is \$\d+\.\d\d \(2 rigs\), above the limit "
                                          r"\$0\.50; nothing was created"):
         check_budget(plan, 0.5)
     unknown = LoopPlan({}, {}, [estimate[0].model_copy(update={"usd": math.nan})])
