@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from core.errors import RunDirError
 from core.rundir import RunDir, RunManifest, TelemetrySnapshot, TokenCount
 from core.rundir.columns import NUMBER_COLUMNS, TEXT_COLUMNS, TIMING_KEYS, read_record_table
-from core.rundir.jsonl import GZIP_ERRORS, forms
+from core.rundir.jsonl import GZIP_ERRORS, forms, iter_lines
 from core.validation import describe_validation_error
 from core.wording import counted
 
@@ -203,7 +203,7 @@ def load_one_run(path: Path | str) -> LoadedRun:
     if not len(records):
         warnings.append("the run has no request records")
     if loaded.duplicates:
-        warnings.append(f"{loaded.duplicates} duplicate request_id(s) across shards; each counted once")
+        warnings.append(f"{counted(loaded.duplicates, 'duplicate request_id')} across shards; each counted once")
     records = merge_token_counts(records, run_dir.path / TOKEN_COUNTS, warnings)
     try:
         telemetry = run_dir.read_telemetry()
@@ -229,33 +229,31 @@ def token_methods(records: pd.DataFrame) -> pd.Categorical:
 
 
 def read_token_counts(path: Path, warnings: list[str]) -> dict[str, int]:
-    """request_id -> /tokenize count from ``token_counts.jsonl`` (empty when the file is absent).
+    """request_id -> /tokenize count from ``token_counts.jsonl`` or its packed ``.gz`` (``rigbench compact``; both,
+    packed first, where both are); empty when neither is there.
 
     Each line goes through pydantic; a truncated last line (the counter killed mid-line) is
     skipped with a warning like a shard's, any other bad line is a RunDirError naming file:line."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    lines = data.split(b"\n")
     counts: dict[str, int] = {}
     repeated = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            count = TokenCount.model_validate_json(line)
-        except ValidationError as error:
-            if number == len(lines) and not data.endswith(b"\n"):
-                warnings.append(f"{path.name}:{number}: truncated last line skipped")
+    for form in forms(path):
+        for number, line, last in iter_lines(form):
+            if not line.strip():
                 continue
-            raise RunDirError(
-                describe_validation_error(error, f"{path}:{number}")
-                + "; expected TokenCount lines: remove the line or re-count with the server's /tokenize"
-            ) from None
-        repeated += count.request_id in counts
-        counts[count.request_id] = count.streamed_tokens
+            try:
+                count = TokenCount.model_validate_json(line)
+            except ValidationError as error:
+                if last and not line.endswith("\n"):
+                    warnings.append(f"{form.name}:{number}: truncated last line skipped")
+                    continue
+                raise RunDirError(
+                    describe_validation_error(error, f"{form}:{number}")
+                    + "; expected TokenCount lines: remove the line or re-count with the server's /tokenize"
+                ) from None
+            repeated += count.request_id in counts
+            counts[count.request_id] = count.streamed_tokens
     if repeated:
-        warnings.append(f"{path.name}: {repeated} request_id(s) counted twice; the last count is used")
+        warnings.append(f"{path.name}: {counted(repeated, 'request_id')} counted twice; the last count is used")
     return counts
 
 

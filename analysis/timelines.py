@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from core.rundir import RunDir
+from core.rundir.jsonl import forms, iter_lines
 
 
 class ChunkArrivals:
@@ -36,8 +37,9 @@ class ChunkArrivals:
         if not folder.is_dir():
             return None
         chunks: dict[str, list[float]] = {}
-        for shard in sorted(folder.glob("*.jsonl")):
-            for line in shard.read_text().splitlines():
+        shards = sorted({path.name.removesuffix(".gz") for path in folder.glob("*.jsonl*")})
+        for form in (form for shard in shards for form in forms(folder / shard)):  # plain or packed (compact)
+            for _, line, _ in iter_lines(form):
                 try:
                     entry = json.loads(line)
                 except ValueError:

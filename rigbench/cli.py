@@ -64,8 +64,8 @@ COMMANDS: dict[str, Entry] = {
                    "(cached); print the build manifest."),
     "check": Entry("check", "Verify a run directory (manifest, shards, step counts, telemetry, status); exit 1 if "
                    "damaged."),
-    "compact": Entry("compact", "Gzip records, telemetry, hardware samples and logs in place and drop the space "
-                     "reserve (analysis reads both forms)."),
+    "compact": Entry("compact", "Gzip records, samples (telemetry, hardware, timelines, token counts) and logs in "
+                     "place and drop the space reserve (analysis reads both forms)."),
     "selftest": Entry("selftest", "Sweep the ground-truth server and report how far rigbench's reported figures are "
                       "from what it sent."),
     "schema": Entry("schema", "Print the JSON Schema of run directories (manifest, records, telemetry), or of a "

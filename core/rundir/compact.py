@@ -1,9 +1,9 @@
 """Make a finished run directory small enough to commit, without losing what analysis reads.
 
-Why: runs/ is committed, so records, telemetry, hardware samples and server logs are stored gzipped
-(the readers open ``.jsonl.gz`` and ``.jsonl`` alike, ``core.rundir.jsonl``), the 64 KiB space reserve kept
-for disk-full errors is dropped, and nothing that a report, ``rigbench check`` or a re-analysis needs is removed.
-A run still ``running`` is refused: its load processes, telemetry poller and hardware sampler may be
+Why: runs/ is committed, so records, telemetry, hardware samples, timelines, token counts and server logs are
+stored gzipped (the readers open ``.jsonl.gz`` and ``.jsonl`` alike, ``core.rundir.jsonl``), the 64 KiB space
+reserve kept for disk-full errors is dropped, and nothing that a report, ``rigbench check`` or a re-analysis needs
+is removed. A run still ``running`` is refused: its load processes, telemetry poller and hardware sampler may be
 appending to the plain files.
 """
 
@@ -24,8 +24,9 @@ from core.whole_files import whole_file
 LOG_FILES = ("llama-server.log", "locust.log")
 LOG_PATTERNS = ("llama-server-*.log", "mps/*.log")
 QUALITY_FILES = ("answers.jsonl", "server.log")  # in each eval folder
-# What the run's processes sampled beside its records, appended to plain while it ran.
-SAMPLE_PATTERNS = (RunDir.TELEMETRY, f"{hardware.FOLDER}/*.jsonl")
+# What the run's processes sampled or wrote beside its records, in plain while it ran: telemetry, hardware samples,
+# the chunks' arrival times (--timeline) and the cut requests' /tokenize counts.
+SAMPLE_PATTERNS = (RunDir.TELEMETRY, f"{hardware.FOLDER}/*.jsonl", f"{RunDir.TIMELINES}/*.jsonl", RunDir.TOKEN_COUNTS)
 
 
 def gzip_file(path: Path) -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from core.errors import RunDirError
-from core.rundir.jsonl import forms, iter_lines
+from core.rundir.jsonl import forms, iter_lines, packed
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
 from core.whole_files import write_whole
@@ -145,23 +145,23 @@ class RunDir:
                 for _, line, _ in iter_lines(path) if line.strip()]
 
     def write_token_counts(self, counts: list[TokenCount]) -> None:
-        """All of a run's /tokenize counts at once (atomic), replacing an earlier pass's."""
+        """All of a run's /tokenize counts at once (atomic), replacing an earlier pass's, packed or not."""
         write_json_atomic(self.path / self.TOKEN_COUNTS, "".join(count.model_dump_json() + "\n" for count in counts))
+        packed(self.path / self.TOKEN_COUNTS).unlink(missing_ok=True)
 
     def read_token_counts(self) -> dict[str, TokenCount]:
-        """The /tokenize counts by request id; a bad line is an error naming file and line."""
-        path = self.path / self.TOKEN_COUNTS
-        if not path.exists():
-            return {}
+        """The /tokenize counts by request id, from ``token_counts.jsonl`` or its packed ``.gz``; a bad line is an
+        error naming file and line."""
         counts = {}
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                count = TokenCount.model_validate_json(line)
-            except ValidationError as error:
-                raise RunDirError(describe_validation_error(error, f"{path}:{number}")) from None
-            counts[count.request_id] = count
+        for path in forms(self.path / self.TOKEN_COUNTS):
+            for number, line, _ in iter_lines(path):
+                if not line.strip():
+                    continue
+                try:
+                    count = TokenCount.model_validate_json(line)
+                except ValidationError as error:
+                    raise RunDirError(describe_validation_error(error, f"{path}:{number}")) from None
+                counts[count.request_id] = count
         return counts
 
 

@@ -1,5 +1,5 @@
-"""``rigbench compact RUN...``: gzip a finished run's records, telemetry, hardware samples and logs so it can be
-committed."""
+"""``rigbench compact RUN...``: gzip a finished run's records, samples (telemetry, hardware, timelines, token counts)
+and logs so it can be committed."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ app = typer.Typer()
 def compact(
     runs: list[Path] = typer.Argument(..., help="finished run directories"),
 ) -> None:
-    """Gzip records, telemetry, hardware samples and logs in place and drop the space reserve (analysis reads
-    both forms)."""
+    """Gzip records, samples (telemetry, hardware, timelines, token counts) and logs in place and drop the space
+    reserve (analysis reads both forms)."""
 
     refused = 0
     for run in runs:

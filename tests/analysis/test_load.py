@@ -164,7 +164,7 @@ def test_an_ended_run_is_read_from_its_side_file_until_a_shard_changes(kit, monk
     assert cached.from_side_file and cached.shards == ["p0.jsonl", "p1.jsonl"] and cached.duplicates == 1
     again = load_run(path)
     pd.testing.assert_frame_equal(again.records, first.records)
-    assert again.warnings == first.warnings == ["1 duplicate request_id(s) across shards; each counted once"]
+    assert again.warnings == first.warnings == ["1 duplicate request_id across shards; each counted once"]
 
     with open(path / "records" / "p1.jsonl", "a") as handle:  # appended to: the side file is stale
         handle.write(kit.record("d", t_start=kit.T0 + 104, shard="p1").model_dump_json(exclude_none=True) + "\n")

@@ -182,3 +182,39 @@ def test_a_damaged_packed_telemetry_or_hardware_shard_is_named_not_a_crash(kit) 
     assert not checked.healthy and checked.damaged[0].where == "telemetry.jsonl.gz"
     with pytest.raises(RunDirError, match=r"gpu\.jsonl\.gz: the gzip stream is damaged or cut short"):
         read_gpu_samples(path)
+
+
+def test_a_runs_timelines_and_token_counts_are_packed_and_read_back_the_same(kit) -> None:
+    """The chunks' arrival times (--timeline) and the cut requests' /tokenize counts are packed too, read back as
+    they were, and a later count replaces a packed one rather than sitting beside it."""
+    import json
+
+    import numpy as np
+
+    from analysis.figures import add_request_metrics
+    from analysis.load import read_token_counts
+    from analysis.timelines import ChunkArrivals
+    from core.rundir import TokenCount
+
+    records = [kit.record(f"r{i}", t_start=kit.T0 + 99 + i, tokens=21) for i in range(4)]
+    path = kit.make_run("timed", [kit.window()], {"p0": records})
+    run = RunDir(path)
+    (path / RunDir.TIMELINES).mkdir()
+    (path / RunDir.TIMELINES / "p0.jsonl").write_text("".join(
+        json.dumps({"request_id": record.request_id, "chunks": [record.t_first_token + n * 0.1 for n in range(21)]})
+        + "\n" for record in records))
+    run.write_token_counts([TokenCount(request_id="r0", streamed_tokens=7)])
+    frame = add_request_metrics(load_run(path).records)
+    before = (ChunkArrivals.from_run(path, frame), run.read_token_counts(),
+              read_token_counts(path / RunDir.TOKEN_COUNTS, []))
+
+    written = compact_run(path)
+
+    assert {"p0.jsonl.gz", "token_counts.jsonl.gz"} <= {p.name for p in written}
+    assert not (path / RunDir.TOKEN_COUNTS).exists() and not (path / RunDir.TIMELINES / "p0.jsonl").exists()
+    arrivals, counts, read = (ChunkArrivals.from_run(path, frame), run.read_token_counts(),
+                              read_token_counts(path / RunDir.TOKEN_COUNTS, []))
+    assert np.array_equal(arrivals.times, before[0].times) and arrivals.request_ids == before[0].request_ids
+    assert counts == before[1] and read == before[2] == {"r0": 7}
+    run.write_token_counts([TokenCount(request_id="r0", streamed_tokens=8)])  # counted again after packing
+    assert not (path / "token_counts.jsonl.gz").exists() and run.read_token_counts()["r0"].streamed_tokens == 8
