@@ -25,15 +25,14 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from core.errors import RunDirError
-from core.rundir import RunDir, RunManifest, TelemetrySnapshot, TokenCount
+from core.rundir import RunDir, RunManifest, TelemetrySnapshot
 from core.rundir.columns import NUMBER_COLUMNS, TEXT_COLUMNS, TIMING_KEYS, read_record_table
-from core.rundir.jsonl import GZIP_ERRORS, forms, iter_lines
-from core.validation import describe_validation_error
+from core.rundir.jsonl import GZIP_ERRORS, forms
 from core.wording import counted
 
 # RequestRecord's defaults for the number keys a record may leave out (the bulk reader sees them as nulls).
 NUMBER_DEFAULTS = {"context_tokens": 0.0, "content_chunks": 0.0}
-TOKEN_COUNTS = "token_counts.jsonl"
+TOKEN_COUNTS = RunDir.TOKEN_COUNTS
 # Every method a record's token count can come from, most exact first (core.rundir.TokenCountMethod).
 TOKEN_METHODS = ("usage", "per_chunk", "tokenize", "chunks")
 
@@ -229,32 +228,11 @@ def token_methods(records: pd.DataFrame) -> pd.Categorical:
 
 
 def read_token_counts(path: Path, warnings: list[str]) -> dict[str, int]:
-    """request_id -> /tokenize count from ``token_counts.jsonl`` or its packed ``.gz`` (``rigbench compact``; both,
-    packed first, where both are); empty when neither is there.
-
-    Each line goes through pydantic; a truncated last line (the counter killed mid-line) is
-    skipped with a warning like a shard's, any other bad line is a RunDirError naming file:line."""
-    counts: dict[str, int] = {}
-    repeated = 0
-    for form in forms(path):
-        for number, line, last in iter_lines(form):
-            if not line.strip():
-                continue
-            try:
-                count = TokenCount.model_validate_json(line)
-            except ValidationError as error:
-                if last and not line.endswith("\n"):
-                    warnings.append(f"{form.name}:{number}: truncated last line skipped")
-                    continue
-                raise RunDirError(
-                    describe_validation_error(error, f"{form}:{number}")
-                    + "; expected TokenCount lines: remove the line or re-count with the server's /tokenize"
-                ) from None
-            repeated += count.request_id in counts
-            counts[count.request_id] = count.streamed_tokens
-    if repeated:
-        warnings.append(f"{path.name}: {counted(repeated, 'request_id')} counted twice; the last count is used")
-    return counts
+    """request_id -> /tokenize count from the run's ``token_counts.jsonl`` (``path``), plain or packed
+    (:meth:`RunDir.read_token_counts`: a cut last line and a request counted twice are warnings, any other bad line
+    a RunDirError naming file:line); empty when there is none."""
+    counts = RunDir(path.parent).read_token_counts(warnings)
+    return {request_id: count.streamed_tokens for request_id, count in counts.items()}
 
 
 def merge_token_counts(records: pd.DataFrame, path: Path, warnings: list[str]) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from core.rundir.jsonl import forms, iter_lines, packed
 from core.rundir.models import SCHEMA_VERSION, RequestRecord, RunManifest, TelemetrySnapshot, TokenCount
 from core.validation import describe_validation_error
 from core.whole_files import write_whole
+from core.wording import counted
 
 
 def write_json_atomic(path: Path, payload: str) -> None:
@@ -149,19 +150,31 @@ class RunDir:
         write_json_atomic(self.path / self.TOKEN_COUNTS, "".join(count.model_dump_json() + "\n" for count in counts))
         packed(self.path / self.TOKEN_COUNTS).unlink(missing_ok=True)
 
-    def read_token_counts(self) -> dict[str, TokenCount]:
-        """The /tokenize counts by request id, from ``token_counts.jsonl`` or its packed ``.gz``; a bad line is an
+    def read_token_counts(self, warnings: list[str] | None = None) -> dict[str, TokenCount]:
+        """The /tokenize counts by request id, from ``token_counts.jsonl`` or its packed ``.gz`` (both, packed first,
+        where both are). A last line cut short (the counter killed mid-line) is skipped with a line in ``warnings``
+        as a shard's is, a request counted twice keeps its last count (said there too); any other bad line is an
         error naming file and line."""
-        counts = {}
+        counts: dict[str, TokenCount] = {}
+        repeated = 0
         for path in forms(self.path / self.TOKEN_COUNTS):
-            for number, line, _ in iter_lines(path):
+            for number, line, is_last in iter_lines(path):
                 if not line.strip():
                     continue
                 try:
                     count = TokenCount.model_validate_json(line)
                 except ValidationError as error:
-                    raise RunDirError(describe_validation_error(error, f"{path}:{number}")) from None
+                    if is_last and not line.endswith("\n"):
+                        if warnings is not None:
+                            warnings.append(f"{path.name}:{number}: truncated last line skipped")
+                        continue
+                    raise RunDirError(describe_validation_error(error, f"{path}:{number}") + "; expected TokenCount "
+                                      "lines: remove the line or re-count with the server's /tokenize") from None
+                repeated += count.request_id in counts
                 counts[count.request_id] = count
+        if repeated and warnings is not None:
+            warnings.append(f"{self.TOKEN_COUNTS}: {counted(repeated, 'request_id')} counted twice; the last count is "
+                            "used")
         return counts
 
 

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.load import load_run
+from analysis.load import load_run, read_token_counts
 from analysis.report import write_report
 from core.errors import RunDirError
 from core.rundir import RunDir, columns
@@ -191,3 +191,22 @@ def test_a_small_run_is_left_as_it_was_written(kit):
     path = _two_shard_run(kit)
     load_run(path)
     assert not (path / columns.SIDE_FILE).exists()
+
+
+def test_token_counts_keep_the_last_count_of_a_request_and_skip_a_cut_last_line(kit) -> None:
+    """One reader of token_counts.jsonl, plain or packed: a request counted twice keeps its later count and a last
+    line the counter was killed in the middle of is skipped, each said once; any other bad line names file:line."""
+    from core.rundir.compact import gzip_file
+
+    path = kit.make_run("counted", [kit.window()], {"p0": [kit.record("a", t_start=kit.T0 + 101)]})
+    counts = path / RunDir.TOKEN_COUNTS
+    counts.write_text('{"request_id": "a", "streamed_tokens": 3}\n{"request_id": "a", "streamed_tokens": 4}\n'
+                      '{"request_id": "b", "stream')
+    warnings: list[str] = []
+    assert read_token_counts(counts, warnings) == {"a": 4}
+    assert warnings == ["token_counts.jsonl:3: truncated last line skipped",
+                        "token_counts.jsonl: 1 request_id counted twice; the last count is used"]
+    gzip_file(counts)
+    packed: list[str] = []
+    assert read_token_counts(counts, packed) == {"a": 4}
+    assert packed == ["token_counts.jsonl.gz:3: truncated last line skipped", warnings[1]]
