@@ -5,8 +5,8 @@
 # study fetches, joins and checks them itself, from a loopback index), the Python wheels rigbench
 # imports that the machine's image lacks, and ccache with its one library the image lacks (so the
 # study's second build recompiles only the patched server file). The pinned llama.cpp sdist goes
-# apart, as build.tar with its own digest, so that the first call can start the build
-# (`real_gemma_device.sh build`) while the other parts travel.
+# apart, as build.tar with its own digest (cut in parts too where it and the tree exceed one call), so
+# that the build can start (`real_gemma_device.sh build`) once it is there while the other parts travel.
 #
 # Usage, from the repository root (with the project's .venv, or PYTHON naming one that imports it):
 #   rigbench/studies/real_gemma_bundle.sh STAGE [CHUNK_MIB]
@@ -20,7 +20,7 @@
 set -euo pipefail
 stage=${1:?usage: real_gemma_bundle.sh STAGE [CHUNK_MIB]}
 if [ -n "${2:-}" ]; then
-    chunk=$2M
+    chunk=$(( $2 * 1048576 ))
 else
     tree=$(git ls-files -z --cached --others --exclude-standard | du -c -B1 --files0-from=- | tail -1 | cut -f1)
     chunk=$(( 64 * 1048576 - tree - 2 * 1048576 ))
@@ -60,6 +60,11 @@ rm -rf "$work/openssh/tree"
 cp "$(ldd "$(command -v ccache)" | awk '/libhiredis/ {print $3}')" "$work/tools/"
 tar -cf "$stage/build.tar" -C "$work" sdist
 (cd "$stage" && sha256sum build.tar) > "$stage/build.sha256"
+rm -f "$stage"/build.tar.part-*
+if [ "$(stat -c %s "$stage/build.tar")" -gt "$chunk" ]; then  # with the tree, more than one call carries
+    split -b "$chunk" -d "$stage/build.tar" "$stage/build.tar.part-"
+    rm "$stage/build.tar"
+fi
 tar -cf "$work/bundle.tar" -C "$work" model python tools openssh
 (cd "$work" && sha256sum bundle.tar) > "$stage/bundle.sha256"
 rm -f "$stage"/bundle.tar.part-*

@@ -8,11 +8,12 @@
 # only the patched file.
 #
 # Usage, from the repository root: rigbench/studies/real_gemma_device.sh [build] STAGE OUT [study options...]
-#   STAGE  folder holding build.tar and build.sha256 (the pinned sdist), bundle.tar.part-* and
+#   STAGE  folder holding build.tar (or its parts, build.tar.part-*) and build.sha256 (the pinned sdist),
+#          bundle.tar.part-* and
 #          bundle.sha256 (sha256sum's line for bundle.tar)
 #   OUT    the study's folder; the study runs detached (setsid), its log in OUT/study.out, and
 #          OUT/DONE appears when it has ended (its exit status in OUT/EXIT)
-#   build  only build.tar is needed: its sdist goes to the cache and the slot-patched CUDA build starts
+#   build  only build.tar (or all its parts) is needed: its sdist goes to the cache and the slot-patched CUDA build starts
 #          detached (the build script alone, stdlib only: its log in OUT/build.log, its manifest in
 #          OUT/build.json, OUT/BUILT when it has ended), with the MPS control program's facts in
 #          OUT/mps-probe.txt; the study's own build later finds it in the cache (or waits on its lock)
@@ -32,12 +33,26 @@ shift 2
 work=/tmp/real-gemma
 export RIGBENCH_CACHE="$work/cache"
 mkdir -p "$work" "$out" "$RIGBENCH_CACHE/sources"
-if [ -f "$stage/build.tar" ] && [ ! -f "$work/sdist.done" ]; then
-    (cd "$stage" && sha256sum -c build.sha256) | tee "$out/build-check.txt"
-    tar -xf "$stage/build.tar" -C "$work"
+# build.tar whole, or cut in parts where it and the working tree are more than one call carries
+# (build.tar.part-*: joined once all are here); checked against build.sha256 either way
+unpack_sdist() {
+    local stage=$1 work=$2 out=$3 tar
+    [ -f "$work/sdist.done" ] && return 0
+    if [ -f "$stage/build.tar" ]; then
+        tar=$stage/build.tar
+    elif compgen -G "$stage/build.tar.part-*" > /dev/null; then
+        tar=$work/build.tar
+        cat "$stage"/build.tar.part-* > "$tar"
+    else
+        return 0
+    fi
+    (cd "$(dirname "$tar")" && sed 's/ .*/  build.tar/' "$stage/build.sha256" | sha256sum -c -) | tee "$out/build-check.txt"
+    tar -xf "$tar" -C "$work"
+    [ "$tar" = "$work/build.tar" ] && rm "$tar"
     cp "$work"/sdist/*.tar.gz "$RIGBENCH_CACHE/sources/"
     touch "$work/sdist.done"
-fi
+}
+unpack_sdist "$stage" "$work" "$out"
 if [ "$mode" = build ]; then
     { for program in nvidia-cuda-mps-control /usr/local/nvidia/bin/nvidia-cuda-mps-control \
                      /usr/bin/nvidia-cuda-mps-control; do
