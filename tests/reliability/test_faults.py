@@ -200,7 +200,9 @@ def kill_llama_server(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def server_killed(tmp_path_factory: pytest.TempPathFactory, llama_server_binary: Path) -> FaultedRun:
-    return fault_local_rig(tmp_path_factory.mktemp("killed") / "runs", kill_llama_server)
+    """Killed early in a 60 s step under a 60 s ride-out: waiting out either would take a minute."""
+    return fault_local_rig(tmp_path_factory.mktemp("killed") / "runs", kill_llama_server, measure="4,60",
+                           ride_out="60")
 
 
 def test_llama_server_killed_mid_step_fails_the_run_keeping_every_completed_record(
@@ -230,17 +232,10 @@ def test_llama_server_killed_mid_step_makes_rigbench_local_exit_non_zero_saying_
     assert "llama-server (http://127.0.0.1:" in line and "exited with code -9" in line, line  # the cause, named
 
 
-@pytest.fixture(scope="module")
-def server_killed_in_a_long_step(tmp_path_factory: pytest.TempPathFactory, llama_server_binary: Path) -> FaultedRun:
-    """Killed early in a 60 s step under a 60 s ride-out: waiting out either would take a minute."""
-    return fault_local_rig(tmp_path_factory.mktemp("killed-long") / "runs", kill_llama_server, measure="4,60",
-                           ride_out="60")
-
-
 def test_a_local_server_that_exits_is_not_ridden_out_the_run_fails_at_once_naming_its_exit(
-    server_killed_in_a_long_step: FaultedRun,
+    server_killed: FaultedRun,
 ) -> None:
-    killed = server_killed_in_a_long_step
+    killed = server_killed
     # nothing restarts a server rigbench local started: its end, written into the run, stops the sweep at once
     assert killed.seconds_to_end < 40, f"the run took {killed.seconds_to_end:.0f} s to fail: the ride-out was waited"
     ended = ServerEnded.read(killed.run_path)
