@@ -217,8 +217,8 @@ def autotune_section(study: Path, tg128: float | None, source: str = "") -> list
     if not path.exists():
         return []
     trials = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = []
-    for runs in trial_repeats(trials):
+    rows, grouped = [], trial_repeats(trials)
+    for runs in grouped:
         if len(runs) > 1:
             rows.append(repeated_trial_row(runs))
             continue
@@ -239,7 +239,7 @@ def autotune_section(study: Path, tg128: float | None, source: str = "") -> list
         "line), a fresh server, 1 user then 64 users (trials with one user only leave the 64-user "
         "columns empty). One-user speed is llama-server's own decode rate (`timings.predicted_per_second`, "
         f"median over requests) against llama-bench tg128 ({fmt(tg128)}).", "",
-        *([REPEATED_TRIALS, ""] if any(len(runs) > 1 for runs in trial_repeats(trials)) else []),
+        *([REPEATED_TRIALS, ""] if any(len(runs) > 1 for runs in grouped) else []),
         tabulate(rows, ["trial", "flags added", "status", "1 user server tok/s", "1 user client tok/s",
                         "1 user / tg128", "64-user aggregate tok/s", "64 users / 1 user (server)"], "github"), "",
     ]
