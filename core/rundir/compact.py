@@ -39,6 +39,14 @@ def gzip_file(path: Path) -> Path:
     return target
 
 
+def refuse_clashes(folder: Path, clashes: list[str]) -> None:
+    """Packed files already there are never overwritten: checked before anything is written, so a refused folder
+    is left exactly as it was."""
+    if clashes:
+        raise RunDirError(f"{folder}: {', '.join(clashes)} already {'exists' if len(clashes) == 1 else 'exist'}; "
+                          "move them aside, nothing was changed")
+
+
 def compact_quality(folder: Path) -> list[Path]:
     """A ladder's or an eval's folder: every eval in it (one per rung, per arm, or the folder itself) keeps
     its answers gzipped and its server log gzipped; manifests and question files stay as they are."""
@@ -49,9 +57,7 @@ def compact_quality(folder: Path) -> list[Path]:
     evals = sorted({path.parent for path in folder.rglob(EVAL_MANIFEST)})
     sources = [eval_folder / name for eval_folder in evals for name in QUALITY_FILES if (eval_folder / name).exists()]
     clashes = [str(p.relative_to(folder)) + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
-    if clashes:
-        raise RunDirError(f"{folder}: {', '.join(clashes)} already {'exists' if len(clashes) == 1 else 'exist'}; "
-                          "move them aside, nothing was changed")
+    refuse_clashes(folder, clashes)
     return [gzip_file(source) for source in sources]
 
 
@@ -68,9 +74,7 @@ def compact_run(path: Path | str) -> list[Path]:
     sources += sorted(path for pattern in LOG_PATTERNS for path in run.path.glob(pattern))
     sources += sorted(path for pattern in SAMPLE_PATTERNS for path in run.path.glob(pattern))
     clashes = [p.name + ".gz" for p in sources if p.with_name(p.name + ".gz").exists()]
-    if clashes:  # checked before anything is written, so a refused run is left exactly as it was
-        raise RunDirError(f"{run.path}: {', '.join(clashes)} already {'exists' if len(clashes) == 1 else 'exist'}; "
-                          "move them aside, nothing was changed")
+    refuse_clashes(run.path, clashes)
     written = [gzip_file(source) for source in sources]
     run.release_space_reserve()
     return written
