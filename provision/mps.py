@@ -84,7 +84,7 @@ def find_control(c: Connection) -> str | None:
     """The control program on the rig: on the SSH session's PATH, else in ``core.mps.CONTROL_FOLDERS`` in order (read
     when called), in one command."""
     tries = " ".join(shlex.quote(f"{folder.rstrip('/')}/{CONTROL_PROGRAM}") for folder in core.mps.CONTROL_FOLDERS)
-    found = run(c, f"command -v {CONTROL_PROGRAM} || for found in {tries}; do "
+    found = run(c, f"if command -v {CONTROL_PROGRAM}; then exit 0; fi; for found in {tries}; do "
                    'if [ -f "$found" ] && [ -x "$found" ]; then echo "$found"; exit 0; fi; done; exit 1', warn=True)
     lines = found.stdout.strip().splitlines()
     return lines[0].strip() if found.ok and lines and lines[0].startswith("/") else None

@@ -16,9 +16,10 @@ from core.errors import ProvisionError
 from core.profile import RigProfile, load_profile
 from core.rundir import RunDir
 from provision import mps as rig_mps
-from provision.connection import run
+from provision.connection import connect, run
 from provision.serve import ServeState, check_mps, logs, mps_status, read_state, serve, start_mps, status, stop
 from provision.sweep import fetch, sweep
+from rigbench.studies.rehearsal.sshd import STANDARD_PATH, SYSTEM_SSHD, private_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -165,6 +166,26 @@ def test_the_control_program_is_found_in_the_driver_folders_and_auto_runs_it_onl
     assert not rig_mps.decide(rig, "auto", "p", [0, 1]).run, "replicas one per GPU need none"
     assert not rig_mps.decide(rig, False, "p", [0, 0]).run
     assert rig_mps.decide(rig, True, "p", [None]).run, "one server with mps = true runs under it too"
+
+
+def test_the_control_program_on_the_sessions_path_is_found_there_first(tmp_path, monkeypatch) -> None:
+    """A DLAMI rig (``/usr/bin``) and the lent H200 (``/usr/local/nvidia/bin``) both have it on the PATH."""
+    on_path = tmp_path / "on-path"
+    on_path.mkdir()
+    (on_path / "nvidia-cuda-mps-control").symlink_to(STANDIN)
+    folder = tmp_path / "driver-bin"  # where drivers put it: searched only when the PATH has none
+    folder.mkdir()
+    (folder / "nvidia-cuda-mps-control").symlink_to(STANDIN)
+    monkeypatch.setattr(core.mps, "CONTROL_FOLDERS", (str(folder),))
+    with private_sshd(tmp_path / "sshd", binary=SYSTEM_SSHD, set_env={"PATH": f"{on_path}:{STANDARD_PATH}"}) as server:
+        c = connect(server.host, user=server.user, port=server.port, key_filename=str(server.key),
+                    known_hosts=server.known_hosts(tmp_path / "known_hosts"), strict_host_key=True)
+        try:
+            assert rig_mps.find_control(c) == str(on_path / "nvidia-cuda-mps-control")
+            decision = rig_mps.decide(c, True, "p", [None, None])
+        finally:
+            c.close()
+    assert decision.run and decision.control == str(on_path / "nvidia-cuda-mps-control")
 
 
 def test_a_daemon_that_never_answers_is_stopped_and_the_step_fails_in_one_line(rig, rig_paths, tmp_path,
