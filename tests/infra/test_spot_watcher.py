@@ -9,12 +9,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from infra.user_data import template_text
-from rigbench.studies.rehearsal.imds import NOTICE, StandInImds
+from rigbench.studies.rehearsal.imds import StandInImds
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +50,11 @@ def test_notice_writes_the_marker_and_a_log_line(tmp_path, serve_imds):
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     written = json.loads(marker.read_text())
-    assert written["instance_action"] == NOTICE
+    assert written["instance_action"] == imds.notice and imds.notice["action"] == "terminate"
     assert written["detected_at"].endswith("Z")
+    detected, stop = (datetime.fromisoformat(text.replace("Z", "+00:00"))
+                      for text in (written["detected_at"], written["instance_action"]["time"]))
+    assert timedelta(seconds=110) <= stop - detected <= timedelta(seconds=120), "EC2 warns two minutes ahead"
     assert len(imds.polls) == 3
     assert imds.tokens_issued == ["token-1"]
     assert imds.polls == ["token-1"] * 3, "every instance-action read must carry the IMDSv2 token"

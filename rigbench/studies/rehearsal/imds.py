@@ -7,7 +7,9 @@ The watcher (``infra/templates/spot_watcher.sh``, ``RIGBENCH_IMDS_URL`` pointed 
                                                 401 without the latest token
 
 A notice goes on after a number of polls (a test's schedule) or when ``announce`` is called (a
-study interrupting a rig mid-run). Never bound to 169.254.169.254: only the loopback address.
+study interrupting a rig mid-run). Like EC2's, it names the stop two minutes after it goes on, so a
+record that carries the notice's time reads as a real one would. Never bound to 169.254.169.254:
+only the loopback address.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from rigbench.studies.rehearsal.loopback import QuietHandler, serving
 
@@ -24,7 +27,12 @@ TOKEN_PATH = "/latest/api/token"
 ACTION_PATH = "/latest/meta-data/spot/instance-action"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
-NOTICE = {"action": "terminate", "time": "2026-11-30T04:12:00Z"}
+WARNING = timedelta(minutes=2)  # EC2 stops a spot instance two minutes after its notice
+
+
+def notice_time(shown_at: datetime | None = None) -> str:
+    """The stop time a notice shown at ``shown_at`` (now by default) names, in the metadata service's form."""
+    return ((shown_at or datetime.now(UTC)) + WARNING).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -33,7 +41,7 @@ class StandInImds:
 
     notice_after_polls: int | None = None  # the poll from which the notice shows (None: only by announce)
     expire_token_on_poll: int | None = None  # answer 401 once at this poll, as for an expired token
-    notice: dict = field(default_factory=lambda: dict(NOTICE))
+    notice: dict | None = None  # the notice's JSON, set when it goes on
     announced: bool = False
     tokens_issued: list[str] = field(default_factory=list)
     polls: list[str | None] = field(default_factory=list)  # the token header of each instance-action GET
@@ -42,7 +50,7 @@ class StandInImds:
     def announce(self, action: str = "terminate", time: str | None = None) -> None:
         """Show a spot interruption notice from the next poll on (EC2 gives two minutes' warning)."""
         with self.lock:
-            self.notice = {"action": action, "time": time or self.notice["time"]}
+            self.notice = {"action": action, "time": time or notice_time()}
             self.announced = True
 
     def notice_shows(self, poll: int) -> bool:
@@ -70,7 +78,10 @@ class StandInImds:
                     imds.polls.append(token)
                     poll = len(imds.polls)
                     valid = token is not None and bool(imds.tokens_issued) and token == imds.tokens_issued[-1]
-                    shows, notice = imds.notice_shows(poll), json.dumps(imds.notice)
+                    shows = imds.notice_shows(poll)
+                    if shows and imds.notice is None:  # a scheduled notice goes on at this poll
+                        imds.notice = {"action": "terminate", "time": notice_time()}
+                    notice = json.dumps(imds.notice)
                 if not valid or poll == imds.expire_token_on_poll:
                     self.reply(401)
                 elif shows:
