@@ -132,11 +132,10 @@ def _metric_mean(telemetry: Sequence[TelemetrySnapshot], index: int, metric: str
 
 
 @lru_cache(maxsize=8)
-def _read_clock_trace(path: Path, _stamp: tuple[tuple[str, int, int], ...]) -> ClockTrace:
-    """The run's GPU shard's clocks and masks, read once per version of the file (``_stamp``: each form's name,
-    mtime and size):
-    a report reads them for its section and again for its comparison."""
-    samples = read_gpu_samples(path)
+def _read_clock_trace(folders: tuple[Path, ...], _stamp: tuple[tuple[str, int, int], ...]) -> ClockTrace:
+    """The runs' GPU shards' clocks and masks, read once per version of the files (``_stamp``: each form's path,
+    mtime and size): a report reads them for its section and again for its comparison."""
+    samples = [sample for folder in folders for sample in read_gpu_samples(folder)]
     clocked = [s for s in samples if s.sm_clock_mhz is not None]
     masked = [s for s in samples if s.throttle_reasons is not None]
     return ClockTrace(np.asarray([s.t for s in clocked], dtype=float),
@@ -150,12 +149,13 @@ def clock_trace(figures: RunFigures) -> ClockTrace | None:
     reading the shard again)."""
     if not figures.gpu_traces:
         return None
-    shard = Path(figures.run.path) / FOLDER / GPU_SAMPLES
-    try:  # the shard plain or packed (``core.rundir.jsonl``), each form there stamped
-        stamp = tuple((form.name, (stat := os.stat(form)).st_mtime_ns, stat.st_size) for form in forms(shard))
+    folders = tuple(figures.run.folders)  # a resumed sweep's steps were sampled in the runs of its chain
+    try:  # each shard plain or packed (``core.rundir.jsonl``), each form there stamped
+        stamp = tuple((str(form), (stat := os.stat(form)).st_mtime_ns, stat.st_size)
+                      for folder in folders for form in forms(folder / FOLDER / GPU_SAMPLES))
     except OSError:
         return None
-    return _read_clock_trace(Path(figures.run.path), stamp) if stamp else None
+    return _read_clock_trace(folders, stamp) if stamp else None
 
 
 def step_contention(figures: RunFigures, step: StepFigures, trace: ClockTrace | None) -> StepContention:

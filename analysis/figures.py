@@ -676,7 +676,7 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
             f"{wording.counted(uncounted, 'successful record')} {'carries' if uncounted == 1 else 'carry'} no token "
             "count (usage or timings); their streamed content chunks were counted as tokens"
         )
-    arrivals = ChunkArrivals.from_run(run.path, frame)
+    arrivals = ChunkArrivals.from_runs(run.folders, frame)
     requests = Requests(frame, arrivals.request_ids if arrivals is not None else None)
     ends = [window.measure_end for window in manifest.steps if window.measure_end is not None]
     requests.hold_users(max(ends, default=float("inf")))
@@ -694,7 +694,8 @@ def run_figures(run: LoadedRun, slo: Mapping[str, float] | None = None) -> RunFi
     max_tokens = manifest.load.max_tokens if manifest.load else None
     read_timeout = manifest.load.read_timeout_seconds if manifest.load else None
     targets = slo if slo is not None else (manifest.load.slo if manifest.load else None)
-    traces, cpu_samples = gpu_traces(read_gpu_samples(run.path)), read_cpu_energy_samples(run.path)
+    traces = gpu_traces([sample for folder in run.folders for sample in read_gpu_samples(folder)])
+    cpu_samples = [sample for folder in run.folders for sample in read_cpu_energy_samples(folder)]
     for window in manifest.steps:
         name = f"step {window.index} ({window.rate:g} req/s)" if window.rate is not None else (
             f"step {window.index} ({wording.counted(window.users, 'user')})"

@@ -49,6 +49,13 @@ class LoadedRun:
     chain: list[str] = field(default_factory=list)  # run ids joined, oldest first, for a resumed sweep
 
     @property
+    def folders(self) -> list[Path]:
+        """The run directories behind these records, oldest first: the chain's for a resumed sweep (side by side),
+        else this one. Files a run writes beside its records (hardware samples, chunk timelines) are read from
+        each, so a step measured before the sweep was cut keeps them."""
+        return [self.path.parent / run_id for run_id in self.chain] if self.chain else [self.path]
+
+    @property
     def label(self) -> str:
         """A short name for tables and plot legends: instance type, arm or drafter, run id."""
         manifest = self.manifest

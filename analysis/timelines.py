@@ -33,12 +33,19 @@ class ChunkArrivals:
     @classmethod
     def from_run(cls, path: Path, frame: pd.DataFrame) -> ChunkArrivals | None:
         """The run's timelines for the records in ``frame`` (with ``output_tokens``), or None."""
-        folder = Path(path) / RunDir.TIMELINES
-        if not folder.is_dir():
+        return cls.from_runs([Path(path)], frame)
+
+    @classmethod
+    def from_runs(cls, paths: list[Path], frame: pd.DataFrame) -> ChunkArrivals | None:
+        """The timelines of every run in ``paths`` (a resumed sweep's chain) for the records in ``frame``, or None
+        where none of them has any."""
+        folders = [Path(path) / RunDir.TIMELINES for path in paths if (Path(path) / RunDir.TIMELINES).is_dir()]
+        if not folders:
             return None
         chunks: dict[str, list[float]] = {}
-        shards = sorted({path.name.removesuffix(".gz") for path in folder.glob("*.jsonl*")})
-        for form in (form for shard in shards for form in forms(folder / shard)):  # plain or packed (compact)
+        shards = [folder / name for folder in folders
+                  for name in sorted({path.name.removesuffix(".gz") for path in folder.glob("*.jsonl*")})]
+        for form in (form for shard in shards for form in forms(shard)):  # plain or packed (compact)
             for _, line, _ in iter_lines(form):
                 try:
                     entry = json.loads(line)

@@ -197,3 +197,24 @@ def test_one_server_over_four_gpus_gets_rows_per_gpu_without_dividing_its_tokens
     assert gpu_rows(build_section(one, PriceBook([]))) == []
     assert "Per GPU (NVIDIA L4): one server used them together, so its tokens are not divided by GPU." in "\n".join(
         energy_section(section))
+
+
+def test_a_resumed_sweep_keeps_the_samples_of_the_run_it_was_cut_in(kit) -> None:
+    """Step 0 was measured before a spot notice cut the sweep, step 1 after the resume, in a run of its own: the
+    joined run's step 0 still has the power and clocks sampled in the first run."""
+    from analysis.contention import run_contention
+
+    first = kit.make_run("cut", [kit.window(0, 1)],
+                         {"p0": [kit.record(f"a{i}", t_start=kit.T0 + 99 + i * 0.5, tokens=21) for i in range(20)]},
+                         status="interrupted", last_complete_step=0, linked_runs=["resumed"])
+    resumed = kit.make_run("resumed", [kit.window(0, 2, start=kit.T0 + 200, end=kit.T0 + 210)],
+                           {"p0": [kit.record(f"b{i}", users=2, t_start=kit.T0 + 199 + i * 0.5, tokens=21)
+                                   for i in range(20)]}, resumed_from="cut")
+    for path, watts, start in ((first, 250.0, kit.T0 + 90), (resumed, 300.0, kit.T0 + 190)):
+        append_samples(shard(path, GPU_SAMPLES), [sample.model_copy(update={"sm_clock_mhz": watts * 4})
+                                                  for sample in steady(watts, start, start + 30)])
+    figures = run_figures(load_run(resumed))
+    assert [step.users for step in figures.steps] == [1, 2]
+    assert [step.energy.mean_w if step.energy else None for step in figures.steps] == [
+        pytest.approx(250.0), pytest.approx(300.0)]
+    assert [noise.sm_clock_mean_mhz for noise in run_contention(figures)] == [1_000.0, 1_200.0]

@@ -276,3 +276,20 @@ def test_a_timeline_counts_each_chunk_where_it_arrived(kit):
     (path / RunDir.TIMELINES / "p0.jsonl").write_text(json.dumps({"request_id": "burst", "chunks": chunks}) + "\n")
     timed = run_figures(load_run(path)).steps[0].output_tokens
     assert spread == pytest.approx(10.5) and timed == pytest.approx(6.0)
+
+
+def test_a_resumed_sweep_counts_by_the_timelines_of_the_run_it_was_cut_in(kit):
+    """The straddling request above, measured in a run a spot notice cut after that step: the resumed run's
+    report still places its chunks by the first run's timeline."""
+    t0 = kit.T0
+    record = kit.record("burst", t_start=t0 + 98.5, ttft=0.5, decode=2.0, tokens=21)
+    chunks = [t0 + 99 + k * 0.01 for k in range(15)] + [t0 + 100.5 + k * 0.1 for k in range(6)]
+    first = kit.make_run("cut", [kit.window()], {"p0": [record]}, status="interrupted", last_complete_step=0,
+                         linked_runs=["resumed"])
+    (first / RunDir.TIMELINES).mkdir()
+    (first / RunDir.TIMELINES / "p0.jsonl").write_text(json.dumps({"request_id": "burst", "chunks": chunks}) + "\n")
+    later = kit.record("later", users=2, t_start=t0 + 201, ttft=0.5, decode=2.0, tokens=21)
+    resumed = kit.make_run("resumed", [kit.window(0, 2, start=t0 + 200, end=t0 + 210)], {"p0": [later]},
+                           resumed_from="cut")
+    steps = run_figures(load_run(resumed)).steps
+    assert [step.users for step in steps] == [1, 2] and steps[0].output_tokens == pytest.approx(6.0)
