@@ -28,11 +28,12 @@ ROUNDS = 4
 
 @pytest.fixture(scope="module")
 def series(tmp_path_factory) -> list[Path]:
-    """Arm a streams 100 tok/s per user, arm b 110 (10 % more), each run four times, interleaved: the runs in
-    the order they ran."""
+    """Arm a streams 100 tok/s per user, arm b 125 (a quarter more: 1.5 s windows of two users on a busy 2-core
+    machine spread a run's aggregate by several percent, and four rounds give a wide t), each run four times,
+    interleaved: the runs in the order they ran."""
     folder = tmp_path_factory.mktemp("repeats")
     slower = GroundTruthConfig(ttft_ms=20, itl_ms=10.0, model="default")
-    faster = slower.model_copy(update={"itl_ms": 10.0 / 1.1})
+    faster = slower.model_copy(update={"itl_ms": 10.0 / 1.25})
     with GroundTruthServer(slower, folder / "a.jsonl") as a, GroundTruthServer(faster, folder / "b.jsonl") as b:
         result = CliRunner().invoke(app, [
             "sweep", "--url", f"a={a.base_url}", "--url", f"b={b.base_url}", "--steps", "2", "--warmup", "0.5",
@@ -55,13 +56,14 @@ def test_arms_run_a_b_a_b_and_every_record_names_its_repeat(series: list[Path]) 
         assert {record.repeat for record in RunDir(path).read_records()} == {manifest.repeat.index}
 
 
-def test_a_ten_percent_faster_arm_is_found_beyond_the_spread_between_runs(series: list[Path], tmp_path: Path) -> None:
+def test_a_faster_arm_is_found_beyond_the_spread_between_runs(series: list[Path], tmp_path: Path) -> None:
     sections = build_sections(series)
     a, b = arms_of(sections)
     assert (a.label, a.repeats, b.label, b.repeats) == ("a", ROUNDS, "b", ROUNDS)
     aggregate = next(row for row in compare_arms(a, b) if row.figure is AGGREGATE)
     assert aggregate.paired and aggregate.verdict == "beyond noise" and aggregate.better
-    assert 1.05 < aggregate.ratio.value < 1.15 and aggregate.ratio.low > 1, aggregate.ratio
+    # each request: 20 ms to the first token, then 32 tokens at 10 or 8 ms: 340 against 276 ms, a ratio of 1.23
+    assert 1.12 < aggregate.ratio.value < 1.35 and aggregate.ratio.low > 1, aggregate.ratio
     assert aggregate.ratio.method == f"paired t over {ROUNDS} rounds"
     glance = headline_text(sections)
     assert glance.startswith(f"Across 2 arms x {ROUNDS} runs of ") and ", b has the highest aggregate output" in glance
@@ -91,8 +93,8 @@ def test_the_gate_fails_a_slower_arm_beyond_the_spread_and_passes_the_faster(ser
     assert ONE_RUN_NOTE not in failed.notes
     passed = gate(faster, slower, Thresholds(max_drop=0.05))
     assert passed.passed, [check.failures for check in passed.failures]
-    # the same ten percent inside a tolerance of fifteen is no regression
-    assert gate(slower, faster, Thresholds(max_drop=0.15)).passed
+    # the same drop (about a fifth) inside a tolerance of 35 % is no regression
+    assert gate(slower, faster, Thresholds(max_drop=0.35)).passed
 
 
 def test_one_run_a_side_is_judged_on_its_own_intervals_and_the_gate_says_the_spread_is_unknown(
