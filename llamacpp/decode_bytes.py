@@ -165,14 +165,20 @@ def attention_layout(fields: dict[str, object]) -> tuple[list[AttentionLayer], i
     return layers, window if sliding else None, notes
 
 
-def gguf_decode_bytes(path: Path | str) -> DecodeBytes:
-    """The summary of a GGUF file (its header only is read: the tensor data stays on disk)."""
+def gguf_reader(path: Path | str) -> gguf.GGUFReader:
+    """The file's header as the gguf package reads it (the tensor data stays on disk); one line naming the file
+    where it cannot. Slow for a large vocabulary (Gemma's 262k tokens: seconds), so read it once."""
     try:
-        reader = gguf.GGUFReader(str(path))
+        return gguf.GGUFReader(str(path))
     except (OSError, ValueError, KeyError) as error:  # KeyError: a tensor type this gguf lacks
         raise LlamaCppError(
             f"{path}: not a readable GGUF model ({error}); give the .gguf file the run served"
         ) from None
+
+
+def gguf_decode_bytes(path: Path | str, reader: gguf.GGUFReader | None = None) -> DecodeBytes:
+    """The summary of a GGUF file (``reader``: its header, already read)."""
+    reader = reader or gguf_reader(path)
     fields = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("tokenizer.")}
     tensors = [
         TensorRow(

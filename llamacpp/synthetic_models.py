@@ -209,17 +209,19 @@ def write_synthetic_model(path: Path | str, preset: str = "tiny", seed: int = 0,
 SYNTHETIC_NAME_PREFIX = "rigbench-synthetic"
 
 
-def synthetic_label(path: Path | str) -> str | None:
+def synthetic_label(path: Path | str, reader: gguf.GGUFReader | None = None) -> str | None:
     """How a run manifest should label a model file this project wrote, or None for a real one.
 
     Why: a synthetic model served through ``--model PATH`` would otherwise look like a real
     checkpoint in the manifest, and its random text and fixed reply lengths must be named in
-    every report made from it. The files carry ``general.name`` = rigbench-synthetic-…
+    every report made from it. The files carry ``general.name`` = rigbench-synthetic-… (``reader``: the
+    file's header, already read.)
     """
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except (OSError, ValueError):
-        return None
+    if reader is None:
+        try:
+            reader = gguf.GGUFReader(str(path))
+        except (OSError, ValueError):
+            return None
     name_field = reader.get_field("general.name")
     arch_field = reader.get_field("general.architecture")
     if name_field is None:
