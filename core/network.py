@@ -1,5 +1,6 @@
-"""Loopback ports: a free one for servers and tunnels this process starts, whether a given one can
-still be bound, whether a URL names this machine, and a server's URL made again from its parts."""
+"""Loopback ports: a free one (or a run of them, for replicas) for servers and tunnels this process starts,
+whether a given one can still be bound, whether a URL names this machine, and a server's URL made again from its
+parts."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(_family(host)) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """A base port with ``count`` ports from it that a server could bind now: replicas listen on consecutive
+    ports, and a free base says nothing of the ports after it."""
+    for _ in range(50):
+        base = free_port(host)
+        if base + count <= 65536 and all(bind_error(host, base + i) is None for i in range(1, count)):
+            return base
+    raise OSError(f"no {count} consecutive free ports on {host}")
 
 
 def bind_error(host: str, port: int) -> OSError | None:

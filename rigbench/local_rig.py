@@ -26,7 +26,7 @@ from core.errors import ProfileError, RigbenchError, RunIncomplete
 from core.lists import DEFAULT_USER_STEPS, parse_counts
 from core.machine import server_rig
 from core.mps import MpsDecision, MpsSetting, client_environment, decide_mps, find_control_program
-from core.network import free_port
+from core.network import free_ports
 from core.profile import RigProfile, load_profile, merge_server_args, parallel_slots
 from core.replicas import pins_threads, plan_replicas, replica_gpu, with_threads
 from core.rundir import LoadSettings, ModelInfo, RunDir, RunManifest, new_manifest, private_umask, server_at, utc_now
@@ -194,7 +194,7 @@ def prepare_server(
     if options.server_overrides:
         server_args = merge_server_args(server_args, options.server_overrides)
     if count > 1:
-        plans = plan_replicas(server_args, count, port or free_port(), gpus=gpus,
+        plans = plan_replicas(server_args, count, port or free_ports(count), gpus=gpus,
                               placement=profile.server.replica_gpus,
                               cores=options.server_cpus or sorted(os.sched_getaffinity(0)), source=source)
         replicas = ReplicaSet(built.binary("llama-server"), plans, port_source=port_source)

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from core.errors import LlamaCppError
-from core.network import free_port
+from core.network import free_ports
 from core.profile import load_profile
 from core.replicas import plan_replicas, replace_flag
 from llamacpp.replica_set import ReplicaSet
@@ -29,7 +29,7 @@ def two_replicas(tiny_model: Path, port: int) -> list:
 
 def test_two_replicas_answer_on_their_ports_pinned_and_stop_together(llama_server_binary: Path, tiny_model: Path,
                                                                      tmp_path: Path) -> None:
-    port = free_port()
+    port = free_ports(2)
     plans = two_replicas(tiny_model, port)
     replicas = ReplicaSet(llama_server_binary, plans, log_folder=tmp_path)
     with replicas:
@@ -47,7 +47,7 @@ def test_two_replicas_answer_on_their_ports_pinned_and_stop_together(llama_serve
 
 
 def test_a_busy_port_of_any_replica_starts_none(llama_server_binary: Path, tiny_model: Path, tmp_path: Path) -> None:
-    port = free_port()
+    port = free_ports(2)
     with socket.socket() as held:
         held.bind(("127.0.0.1", port + 1))
         held.listen()

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from core.cache import cache_root
-from core.network import bind_error, free_port
+from core.network import free_ports
 from provision.connection import connect
 from provision.rig_paths import RigPaths
 from rigbench.studies.rehearsal.sshd import SYSTEM_SSHD, PrivateSshd, private_sshd
@@ -66,15 +66,6 @@ def built_rig(rig, rig_paths, llama_build, build_cache, tmp_path):
     manifest = build(rig, profile, rig_paths, build_script=BUILD_SCRIPT, cache=build_cache)
     download(rig, profile, rig_paths, synthetic_files=synthetic_files(profile, tmp_path))
     return rig, rig_paths, profile, manifest
-
-
-def free_ports(count: int) -> int:
-    """A base port with ``count`` ports from it that a server could bind now (as the serve step checks them)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count < 65536 and all(bind_error("127.0.0.1", base + i) is None for i in range(count)):
-            return base
-    raise AssertionError("no run of free ports")
 
 
 def server_on(port: int) -> psutil.Process | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from core.network import free_port
+from core.network import free_ports
 from core.rundir import RunDir
 from rigbench.autotune import (
     ReplicaArm,
@@ -56,7 +56,7 @@ def said(record: Path) -> list[str]:
 @pytest.mark.integration
 def test_serve_starts_the_daemon_first_makes_each_replica_its_client_and_quits_it_on_sigterm(tmp_path, driver,
                                                                                             llama_build) -> None:
-    port = free_port()
+    port = free_ports(2)
     process = subprocess.Popen([RIGBENCH, "serve", "--port", str(port), "--backend", "cpu", "--replicas", "2",
                                 "--mps", "on"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(tmp_path)}, start_new_session=True)

@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from core.network import free_port
+from core.network import free_port, free_ports
 
 RIGBENCH = str(Path(sys.executable).with_name("rigbench"))
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -128,7 +128,7 @@ def test_serve_runs_until_ctrl_c_and_a_sweep_can_use_it(tmp_path: Path, llama_bu
 
 @pytest.mark.integration
 def test_replicas_each_print_their_url_and_a_stop_signal_stops_them_all(tmp_path: Path, llama_build) -> None:
-    port = free_port()
+    port = free_ports(2)
     process = subprocess.Popen([*serve_command(port), "--replicas", "2"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=in_folder(tmp_path),
                                preexec_fn=default_stop_signals, start_new_session=True)
