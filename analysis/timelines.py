@@ -31,15 +31,10 @@ class ChunkArrivals:
         self.request_ids = request_ids
 
     @classmethod
-    def from_run(cls, path: Path, frame: pd.DataFrame) -> ChunkArrivals | None:
-        """The run's timelines for the records in ``frame`` (with ``output_tokens``), or None."""
-        return cls.from_runs([Path(path)], frame)
-
-    @classmethod
     def from_runs(cls, paths: list[Path], frame: pd.DataFrame) -> ChunkArrivals | None:
-        """The timelines of every run in ``paths`` (a resumed sweep's chain) for the records in ``frame``, or None
-        where none of them has any."""
-        folders = [Path(path) / RunDir.TIMELINES for path in paths if (Path(path) / RunDir.TIMELINES).is_dir()]
+        """The timelines of every run in ``paths`` (one run, or a resumed sweep's chain) for the records in
+        ``frame`` (with ``output_tokens``), or None where none of them has any."""
+        folders = [folder for path in paths if (folder := Path(path) / RunDir.TIMELINES).is_dir()]
         if not folders:
             return None
         chunks: dict[str, list[float]] = {}

@@ -205,14 +205,14 @@ def test_a_runs_timelines_and_token_counts_are_packed_and_read_back_the_same(kit
         + "\n" for record in records))
     run.write_token_counts([TokenCount(request_id="r0", streamed_tokens=7)])
     frame = add_request_metrics(load_run(path).records)
-    before = (ChunkArrivals.from_run(path, frame), run.read_token_counts(),
+    before = (ChunkArrivals.from_runs([path], frame), run.read_token_counts(),
               read_token_counts(path / RunDir.TOKEN_COUNTS, []))
 
     written = compact_run(path)
 
     assert {"p0.jsonl.gz", "token_counts.jsonl.gz"} <= {p.name for p in written}
     assert not (path / RunDir.TOKEN_COUNTS).exists() and not (path / RunDir.TIMELINES / "p0.jsonl").exists()
-    arrivals, counts, read = (ChunkArrivals.from_run(path, frame), run.read_token_counts(),
+    arrivals, counts, read = (ChunkArrivals.from_runs([path], frame), run.read_token_counts(),
                               read_token_counts(path / RunDir.TOKEN_COUNTS, []))
     assert np.array_equal(arrivals.times, before[0].times) and arrivals.request_ids == before[0].request_ids
     assert counts == before[1] and read == before[2] == {"r0": 7}
